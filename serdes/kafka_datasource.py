@@ -1,0 +1,44 @@
+"""The `streamjoin-kafka` Python data source: Spark options in, Kafka reader and writer out.
+
+Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or JSON);
+`maxrecordspertrigger`; and `kafka.<property>` for every librdkafka client property.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from serdes.kafka_sink import KafkaStreamWriter
+from serdes.kafka_source import SPARK_SCHEMA, KafkaStreamReader
+
+NAME = "streamjoin-kafka"
+
+
+def kafka_options(client_config: dict[str, str]) -> dict[str, str]:
+    """Client properties as data source options (the inverse of `_client_config`)."""
+    return {f"kafka.{k}": str(v) for k, v in client_config.items()}
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA
+
+    def _client_config(self) -> dict[str, str]:
+        return {k[len("kafka.") :]: v for k, v in self.options.items() if k.startswith("kafka.")}
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        limit = self.options.get("maxrecordspertrigger")
+        return KafkaStreamReader(
+            topic=self.options["topic"],
+            client_config=self._client_config(),
+            starting=self.options.get("startingoffsets", "earliest"),
+            max_records=int(limit) if limit else None,
+        )
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(self.options["topic"], self._client_config())
