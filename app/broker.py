@@ -43,7 +43,7 @@ def wait_until_ready(bootstrap: str, timeout_s: float = START_TIMEOUT_S) -> None
         try:
             if admin.list_topics(timeout=1).brokers:
                 return
-        except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+        except Exception:
             if time.monotonic() > deadline:
                 raise
         if time.monotonic() > deadline:

@@ -32,7 +32,9 @@ def _with_side(records: DataFrame, side: str) -> DataFrame:
     tag: Column = F.array(
         F.struct(F.lit(SIDE_HEADER).alias("key"), F.lit(side.encode()).alias("value"))
     )
-    headers = F.concat(F.coalesce(F.col("headers"), F.array().cast(records.schema["headers"].dataType)), tag)
+    headers = F.concat(
+        F.coalesce(F.col("headers"), F.array().cast(records.schema["headers"].dataType)), tag
+    )
     return records.select("key", "value", headers.alias("headers"))
 
 

@@ -1,0 +1,1 @@
+"""Operations: logging, and the metrics and health endpoints of the service."""

@@ -1,0 +1,1 @@
+"""Join state and the stateful processors' state views (one view per input shape)."""

@@ -1,0 +1,169 @@
+"""`streamjoin demo`: the seed's orders / product_changelog example, end to end through Kafka.
+
+It starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names one), writes exactly the
+seed's rows (orders as JSON, the products table's changes as Debezium JSON), runs the service's
+own pipeline over them until the input is processed, and prints what reached the output topic.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping
+from contextlib import ExitStack
+from datetime import datetime, timezone
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app.broker import EmbeddedBroker
+from app.config import load_config
+
+MINUTE_MS = 60_000
+HOUR_MS = 60 * MINUTE_MS
+
+# (order_id, product_id, order_time in ms since midnight 1970-01-01 UTC)
+ORDERS = [
+    ("o_001", "p_001", 1 * MINUTE_MS),
+    ("o_002", "p_002", 3 * MINUTE_MS),
+    ("o_003", "p_001", 12 * HOUR_MS),
+    ("o_004", "p_002", 12 * HOUR_MS),
+    ("o_005", "p_001", 18 * HOUR_MS),
+]
+# (Debezium op, before, after, source.ts_ms) for the products table
+_SCOOTER, _BASKETBALL = ("p_001", "scooter"), ("p_002", "basketball")
+PRODUCT_CHANGES = [
+    ("c", None, (*_SCOOTER, "11.11"), 1 * MINUTE_MS),
+    ("c", None, (*_BASKETBALL, "23.11"), 2 * MINUTE_MS),
+    ("u", (*_SCOOTER, "11.11"), (*_SCOOTER, "12.99"), 12 * HOUR_MS),
+    ("u", (*_BASKETBALL, "23.11"), (*_BASKETBALL, "19.99"), 12 * HOUR_MS),
+    ("d", (*_SCOOTER, "12.99"), None, 18 * HOUR_MS),
+]
+
+
+def _sql_timestamp(ms: int) -> str:
+    """Flink's JSON format writes TIMESTAMP(3) as `yyyy-MM-dd HH:mm:ss.SSS`."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _product(row: tuple[str, str, str] | None) -> dict[str, str] | None:
+    return (
+        None
+        if row is None
+        else dict(zip(("product_id", "product_name", "price"), row, strict=True))
+    )
+
+
+def seed_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
+    """Per input: (key, value, Kafka timestamp) of every seed row, in the seed's order."""
+    orders = [
+        (oid.encode(), json.dumps(
+            {"order_id": oid, "product_id": pid, "order_time": _sql_timestamp(ts)}
+        ).encode(), ts)
+        for oid, pid, ts in ORDERS
+    ]  # fmt: skip
+    changes = []
+    for op, before, after, ts in PRODUCT_CHANGES:
+        key = (after or before)[0]
+        envelope = {
+            "before": _product(before),
+            "after": _product(after),
+            "op": op,
+            "source": {"connector": "postgresql", "table": "products", "ts_ms": ts},
+            "ts_ms": ts,
+        }
+        changes.append((key.encode(), json.dumps(envelope).encode(), ts))
+    return {"orders": orders, "product_changelog": changes}
+
+
+def demo_env(bootstrap: str, suffix: str, checkpoint: str) -> dict[str, str]:
+    return {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "LEFT_TOPIC": f"orders{suffix}",
+        "LEFT_FORMAT": "json",
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING, order_time TIMESTAMP(3)",
+        "LEFT_TIME": "order_time",
+        "RIGHT_TOPIC": f"product_changelog{suffix}",
+        "RIGHT_FORMAT": "debezium-json",
+        "RIGHT_SCHEMA": "product_id STRING, product_name STRING, price DECIMAL(10,2)",
+        "RIGHT_PRIMARY_KEY": "product_id",
+        "RIGHT_TIME": "kafka_timestamp",
+        "JOIN_TYPE": "temporal",
+        "JOIN_KIND": "left",
+        "JOIN_ON": "L.product_id = R.product_id",
+        "OUTPUT_TOPIC": f"orders_enriched{suffix}",
+        "OUTPUT_ENCODING": "append",
+        "CHECKPOINT_LOCATION": checkpoint,
+        "TRIGGER_INTERVAL": "available-now",
+        "SPARK_MASTER": "local[2]",
+    }
+
+
+def _create_topics(bootstrap: str, names: list[str]) -> None:
+    """One partition each, so that the printed output keeps the order it was written in."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = admin.create_topics([NewTopic(t, 1, 1, config={"retention.ms": "-1"}) for t in names])
+    for future in created.values():
+        future.result()
+
+
+def _write_inputs(bootstrap: str, topics: dict[str, str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for name, records in seed_records().items():
+        for key, value, ts in records:
+            producer.produce(topics[name], value, key, timestamp=ts)
+    if producer.flush(30):
+        raise RuntimeError("the demo's input records were not all delivered")
+
+
+def _read_output(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "streamjoin-demo",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    while True:
+        message = consumer.poll(10)
+        if message is None or (
+            message.error() and message.error().code() == KafkaError._PARTITION_EOF
+        ):
+            break
+        values.append(message.value())
+    consumer.close()
+    return values
+
+
+def demo(env: Mapping[str, str]) -> int:
+    from app import pipeline
+    from app.spark import build_session
+
+    with ExitStack() as stack:
+        bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS")
+        # An external broker keeps topics between runs: give this run its own.
+        suffix = f"-{uuid.uuid4().hex[:8]}" if bootstrap else ""
+        if not bootstrap:
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+            print(f"streamjoin demo: embedded Kafka-protocol broker at {bootstrap}")
+        checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamjoin-demo-"))
+        config = load_config(demo_env(bootstrap, suffix, checkpoint))
+        _create_topics(bootstrap, [config.left.topic, config.right.topic, config.output.topic])
+        _write_inputs(bootstrap, {"orders": config.left.topic,
+                                  "product_changelog": config.right.topic})  # fmt: skip
+        spark = build_session(config.spark_master, config.spark_conf)
+        stack.callback(spark.stop)
+        query = pipeline.start(spark, config)
+        query.awaitTermination()
+        if query.exception() is not None:
+            print(f"streamjoin demo: the query failed: {query.exception()}", file=sys.stderr)
+            return 1
+        output = _read_output(bootstrap, config.output.topic)
+        print(f"streamjoin demo: {len(output)} records reached {config.output.topic}:")
+        for value in output:
+            print("  " + value.decode(errors="replace"))
+    return 0

@@ -1,0 +1,33 @@
+"""Session-wide fixtures: one Kafka-protocol broker and one SparkSession for the whole run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kafka_broker import broker_for_tests
+
+_broker_kind: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    """Bootstrap servers of a real Kafka-protocol broker on loopback."""
+    with broker_for_tests() as (bootstrap, kind):
+        _broker_kind.append(kind)
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from app.spark import build_session
+
+    session = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _broker_kind:
+        terminalreporter.write_line(f"Kafka broker used: {_broker_kind[0]}")

@@ -1,0 +1,88 @@
+"""Test-side Kafka helpers: make topics, produce known records, read a topic to its end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Tansu answers only configs a topic was created with: give the ones clients ask for.
+    topics = [NewTopic(n, partitions, 1, config={"retention.ms": "-1"}) for n in names]
+    for future in admin.create_topics(topics).values():
+        future.result()
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def header(self, name: str) -> bytes | None:
+        return dict(self.headers).get(name)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int = 1) -> list[Record]:
+    """Produce `values` round-robin over partitions; return them with their assigned offsets."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    delivered: list[Record] = []
+
+    def on_delivery(error, message) -> None:
+        assert error is None, error
+        delivered.append(
+            Record(message.key(), message.value(), message.partition(), message.offset())
+        )
+
+    for i, value in enumerate(values):
+        producer.produce(topic, value, value, partition=i % partitions, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return delivered
+
+
+def read_topic(
+    bootstrap: str, topic: str, at_least: int = 0, timeout_s: float = 120
+) -> list[Record]:
+    """Every committed record of `topic`, waiting until there are `at_least` of them."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("test-reader"),
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": 1,
+        }
+    )
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    records: list[Record] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(at_end) < len(partitions) or len(records) < at_least:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: {len(records)} records, expected {at_least}")
+            for m in consumer.consume(10_000, 0.5):
+                if m.error():
+                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                    at_end.add(m.partition())
+                    continue
+                at_end.discard(m.partition())
+                records.append(
+                    Record(m.key(), m.value(), m.partition(), m.offset(), tuple(m.headers() or ()))
+                )
+    finally:
+        consumer.close()
+    return records

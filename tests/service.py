@@ -1,0 +1,61 @@
+"""Running `streamjoin` as operators do: a subprocess configured only by environment variables."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+# Variables of the developer's own shell that must not leak into the service under test.
+_OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
+
+
+def service_env(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_MASTER="local[2]", **variables)
+    return env
+
+
+def streamjoin_command() -> list[str]:
+    return [sys.executable, "-m", "app.cli"]
+
+
+class Service:
+    """`streamjoin run` in its own process group, its output kept in a log file."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*streamjoin_command(), "run"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout_s: float = 120) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: driver, JVM and Python workers, as a pod kill does."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+
+def run_to_exit(env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*streamjoin_command(), "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )

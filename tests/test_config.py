@@ -1,0 +1,154 @@
+"""Configuration: what operators set, what the service understands, and what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import ConfigError, load_config, parse_duration_ms
+
+BASE = {
+    "KAFKA_BOOTSTRAP_SERVERS": "broker-1:9092,broker-2:9092",
+    "LEFT_TOPIC": "orders",
+    "RIGHT_TOPIC": "product_changelog",
+    "OUTPUT_TOPIC": "enriched",
+    "CHECKPOINT_LOCATION": "/var/lib/streamjoin",
+}
+
+
+def config_error(**changes: str | None) -> str:
+    env = {**BASE, **changes}
+    with pytest.raises(ConfigError) as caught:
+        load_config({k: v for k, v in env.items() if v is not None})
+    return str(caught.value)
+
+
+def test_defaults_make_a_runnable_service() -> None:
+    config = load_config(BASE)
+    assert config.bootstrap_servers == "broker-1:9092,broker-2:9092"
+    assert (config.left.topic, config.right.topic) == ("orders", "product_changelog")
+    assert config.output.dlq_topic == "enriched.dlq"
+    assert config.spark_master == "local[*]"
+    assert config.trigger_interval_ms == 1000
+    assert config.starting_offsets == "earliest"
+    assert config.max_records_per_trigger is None
+    assert (config.join.type, config.join.kind, config.output.encoding) == (
+        "regular",
+        "inner",
+        "retract",
+    )
+
+
+def test_every_variable_is_read() -> None:
+    config = load_config(
+        {
+            **BASE,
+            "DLQ_TOPIC": "dead",
+            "SPARK_MASTER": "k8s://https://kubernetes.default.svc",
+            "TRIGGER_INTERVAL": "500ms",
+            "STARTING_OFFSETS": '{"orders": {"0": 42}}',
+            "MAX_RECORDS_PER_TRIGGER": "5000",
+            "METRICS_PORT": "9000",
+            "LEFT_FORMAT": "json",
+            "LEFT_SCHEMA": "order_id STRING, product_id STRING, order_time TIMESTAMP(3)",
+            "LEFT_PRIMARY_KEY": "order_id",
+            "LEFT_TIME": "order_time",
+            "LEFT_WATERMARK_DELAY": "5 seconds",
+            "RIGHT_FORMAT": "debezium-json",
+            "RIGHT_TIME": "kafka_timestamp",
+            "JOIN_TYPE": "temporal",
+            "JOIN_KIND": "LEFT",
+            "JOIN_ON": "L.product_id = R.product_id",
+            "JOIN_SELECT": "L.order_id, R.price",
+            "STATE_TTL": "1h",
+            "OUTPUT_ENCODING": "upsert",
+            "OUTPUT_FORMAT": "avro-confluent",
+            "OUTPUT_KEY": "order_id",
+        }
+    )
+    assert config.output.dlq_topic == "dead"
+    assert config.trigger_interval_ms == 500
+    assert config.max_records_per_trigger == 5000
+    assert config.metrics_port == 9000
+    assert [c.name for c in config.left.schema] == ["order_id", "product_id", "order_time"]
+    assert config.left.primary_key == ("order_id",)
+    assert config.left.time == "order_time"
+    assert config.left.watermark_delay_ms == 5000
+    assert config.right.format == "debezium-json"
+    assert (config.join.type, config.join.kind) == ("temporal", "left")
+    assert config.join.state_ttl_ms == 3_600_000
+    assert config.output.key == ("order_id",)
+
+
+def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
+    assert load_config({**BASE, "TRIGGER_INTERVAL": "available-now"}).trigger_interval_ms is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "variable", "expected"),
+    [
+        ({"KAFKA_BOOTSTRAP_SERVERS": None}, "KAFKA_BOOTSTRAP_SERVERS", "it is not set"),
+        ({"KAFKA_BOOTSTRAP_SERVERS": "no-port"}, "KAFKA_BOOTSTRAP_SERVERS", "host:port"),
+        ({"LEFT_TOPIC": None}, "LEFT_TOPIC", "Kafka topic name"),
+        ({"RIGHT_TOPIC": "bad topic"}, "RIGHT_TOPIC", "Kafka topic name"),
+        ({"CHECKPOINT_LOCATION": None}, "CHECKPOINT_LOCATION", "it is not set"),
+        ({"TRIGGER_INTERVAL": "soon"}, "TRIGGER_INTERVAL", "available-now"),
+        ({"STARTING_OFFSETS": "beginning"}, "STARTING_OFFSETS", "earliest, latest or JSON"),
+        ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER", "positive whole number"),
+        ({"METRICS_PORT": "70000"}, "METRICS_PORT", "port number"),
+        ({"LEFT_FORMAT": "xml"}, "LEFT_FORMAT", "json|avro-confluent"),
+        ({"LEFT_SCHEMA": "id STRANGE"}, "LEFT_SCHEMA", "unsupported type STRANGE"),
+        ({"LEFT_SCHEMA": "id STRING", "LEFT_PRIMARY_KEY": "other"}, "LEFT_PRIMARY_KEY", "columns"),
+        ({"RIGHT_TIME": "updated_at"}, "RIGHT_TIME", "kafka_timestamp or proctime"),
+        ({"RIGHT_WATERMARK_DELAY": "-5s"}, "RIGHT_WATERMARK_DELAY", "duration"),
+        ({"JOIN_TYPE": "lookup"}, "JOIN_TYPE", "regular|interval|temporal"),
+        ({"JOIN_KIND": "cross"}, "JOIN_KIND", "inner|left|right|full|semi|anti"),
+        ({"JOIN_ON": "L.id = = R.id"}, "JOIN_ON", ">>=<<"),
+        ({"JOIN_ON": "L.id = id"}, "JOIN_ON", "qualified by L. (left) or R. (right)"),
+        ({"STATE_TTL": "forever"}, "STATE_TTL", "duration"),
+        ({"OUTPUT_ENCODING": "csv"}, "OUTPUT_ENCODING", "append|retract|upsert|debezium-json"),
+        ({"OUTPUT_FORMAT": "protobuf"}, "OUTPUT_FORMAT", "json|avro-confluent"),
+        ({"OUTPUT_ENCODING": "upsert"}, "OUTPUT_KEY", "OUTPUT_ENCODING=upsert"),
+        ({"SPARK_CONF_EXECUTOR_MEMORY": "2g"}, "SPARK_CONF_EXECUTOR_MEMORY", "Spark property"),
+    ],
+)
+def test_a_bad_variable_is_named_with_what_was_expected(
+    changes: dict[str, str | None], variable: str, expected: str
+) -> None:
+    message = config_error(**changes)
+    assert message.startswith(f"{variable}: expected ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_unlisted_kafka_variables_become_client_properties() -> None:
+    config = load_config(
+        {**BASE, "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}
+    )
+    assert config.kafka_client_config() == {
+        "bootstrap.servers": "broker-1:9092,broker-2:9092",
+        "sasl.mechanism": "PLAIN",
+        "security.protocol": "SASL_SSL",
+    }
+
+
+def test_spark_conf_variables_become_spark_properties() -> None:
+    config = load_config(
+        {
+            **BASE,
+            "SPARK_CONF_SPARK_EXECUTOR_MEMORY": "4g",
+            "SPARK_CONF_spark.sql.streaming.stateStore.rocksdb.blockCacheSizeMB": "64",
+        }
+    )
+    assert config.spark_conf == {
+        "spark.executor.memory": "4g",
+        "spark.sql.streaming.stateStore.rocksdb.blockCacheSizeMB": "64",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("250ms", 250), ("5s", 5000), ("5", 5000), ("2 minutes", 120_000), ("1h", 3_600_000),
+     ("7d", 604_800_000), ("0", 0)],
+)  # fmt: skip
+def test_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms

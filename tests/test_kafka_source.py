@@ -1,0 +1,112 @@
+"""The Kafka source: exact offset planning against a real broker, and reading through Spark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from serdes.kafka_offsets import PartitionBounds, TopicMissingError
+from serdes.kafka_source import KafkaStreamReader, OffsetRange, read_range, split_limit
+from tests.kafka_io import create_topics, produce, unique
+
+
+def test_split_limit_shares_in_proportion_and_starves_no_partition() -> None:
+    assert split_limit({0: 10, 1: 5}, 100) == {0: 10, 1: 5}
+    shares = split_limit({0: 900, 1: 90, 2: 10}, 100)
+    assert sum(shares.values()) == 100
+    assert shares[0] >= 80 and shares[1] >= 9 and shares[2] >= 1
+
+
+def test_end_offsets_are_exact_although_list_offsets_may_lag(kafka: str) -> None:
+    topic = unique("bounds")
+    create_topics(kafka, [topic], partitions=3)
+    bounds = PartitionBounds(topic, {"bootstrap.servers": kafka})
+    assert bounds.ends() == {0: 0, 1: 0, 2: 0}
+    # Many records per produce batch: a broker answering ListOffsets with the batch's base
+    # offset + 1 would under-report these ends.
+    produce(kafka, topic, [b"%d" % i for i in range(3000)], partitions=3)
+    assert bounds.ends() == {0: 1000, 1: 1000, 2: 1000}
+    produce(kafka, topic, [b"x", b"y"], partitions=3)
+    assert bounds.ends() == {0: 1001, 1: 1001, 2: 1000}
+    assert bounds.starts() == {0: 0, 1: 0, 2: 0}
+    bounds.close()
+
+
+def test_a_missing_topic_is_named(kafka: str) -> None:
+    bounds = PartitionBounds("no-such-topic-here", {"bootstrap.servers": kafka})
+    with pytest.raises(TopicMissingError, match="'no-such-topic-here' does not exist"):
+        bounds.ends()
+    bounds.close()
+
+
+def test_a_range_reads_exactly_its_records(kafka: str) -> None:
+    topic = unique("range")
+    create_topics(kafka, [topic])
+    produce(kafka, topic, [b"v%d" % i for i in range(500)])
+    task = OffsetRange(topic, 0, 120, 380, {"bootstrap.servers": kafka})
+    batches = list(read_range(task))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(120, 380))
+    assert batches[0].column("value")[0].as_py() == b"v120"
+
+
+def test_planning_respects_the_read_limit_and_picks_up_new_partitions(kafka: str) -> None:
+    topic = unique("plan")
+    create_topics(kafka, [topic], partitions=2)
+    produce(kafka, topic, [b"%d" % i for i in range(100)], partitions=2)
+    reader = KafkaStreamReader(topic, {"bootstrap.servers": kafka}, "earliest", 30)
+    start = reader.initialOffset()
+    assert start == {topic: {"0": 0, "1": 0}}
+    assert reader.getDefaultReadLimit().max_rows == 30
+    assert reader.latestOffset(start, ReadMaxRows(30)) == {topic: {"0": 15, "1": 15}}
+    everything = reader.latestOffset(start, ReadAllAvailable())
+    assert everything == {topic: {"0": 50, "1": 50}}
+    # A start that does not know partition 1 yet (as after the topic grew) reads it from 0.
+    grown = reader.latestOffset({topic: {"0": 50}}, ReadAllAvailable())
+    assert grown == {topic: {"0": 50, "1": 50}}
+    assert [
+        (p.partition, p.start, p.end) for p in reader.partitions({topic: {"0": 50}}, grown)
+    ] == [(1, 0, 50)]
+    reader.stop()
+
+
+def test_starting_offsets_latest_and_explicit(kafka: str) -> None:
+    topic = unique("start")
+    create_topics(kafka, [topic], partitions=2)
+    produce(kafka, topic, [b"%d" % i for i in range(10)], partitions=2)
+    config = {"bootstrap.servers": kafka}
+    latest = KafkaStreamReader(topic, config, "latest", None)
+    assert latest.initialOffset() == {topic: {"0": 5, "1": 5}}
+    explicit = KafkaStreamReader(topic, config, json.dumps({topic: {"0": 3, "1": -1}}), None)
+    assert explicit.initialOffset() == {topic: {"0": 3, "1": 5}}
+    latest.stop()
+    explicit.stop()
+
+
+@pytest.mark.spark
+def test_spark_reads_all_columns_in_limited_micro_batches(kafka: str, spark, tmp_path) -> None:
+    topic = unique("spark-src")
+    create_topics(kafka, [topic], partitions=2)
+    produce(kafka, topic, [b"r%d" % i for i in range(1000)], partitions=2)
+    batches: list[list] = []
+    query = (
+        spark.readStream.format("streamjoin-kafka")
+        .option("topic", topic)
+        .option("kafka.bootstrap.servers", kafka)
+        .option("maxRecordsPerTrigger", "300")
+        .load()
+        .writeStream.foreachBatch(lambda df, _id: batches.append(df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    rows = [r for batch in batches for r in batch]
+    assert max(len(b) for b in batches) <= 300
+    assert sorted(r.value for r in rows) == sorted(b"r%d" % i for i in range(1000))
+    first = rows[0]
+    assert first.topic == topic and first.key == first.value and first.timestamp is not None
+    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in (0, 1) for o in range(500)}
