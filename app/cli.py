@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from app.config import ConfigError, load_config
 from app.preflight import StartupError, check_kafka
@@ -33,17 +34,39 @@ def run(env: Mapping[str, str]) -> int:
         spark.stop()
 
 
+def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:
+    from app.replay import replay
+    from app.spark import build_session
+
+    spark = build_session(
+        os.environ.get("SPARK_MASTER", "local[2]"), {"spark.sql.shuffle.partitions": "2"}
+    )
+    try:
+        if output is None:
+            return replay(spark, cases, sys.stdout, materialize)
+        with output.open("w") as out:
+            return replay(spark, cases, out, materialize)
+    finally:
+        spark.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the service, configured by environment variables")
     commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
+    replay = commands.add_parser("replay", help="run oracle case files through the pipeline")
+    replay.add_argument("cases", nargs="+", type=Path, help="case files (oracle format)")
+    replay.add_argument("-o", "--output", type=Path, help="JSON-lines output (default: stdout)")
+    replay.add_argument("--materialize", action="store_true", help="add each final table")
     args = parser.parse_args(argv)
     setup_logging()
     if args.command == "demo":
         from app.demo import demo
 
         return demo(os.environ)
+    if args.command == "replay":
+        return run_replay(args.cases, args.output, args.materialize)
     return run(os.environ)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from app.condition import ConditionError, parse_condition
+from state.condition import ConditionError, parse_condition
 from serdes.schema import Column, SchemaError, parse_schema
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")

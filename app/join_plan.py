@@ -1,0 +1,72 @@
+"""Spark wiring of the joins: key the unified changelog by the join key, run the processor.
+
+Both inputs arrive as one changelog with the columns `side` (0 left, 1 right), `op`
+(`+I -U +U -D`), `seq` (arrival order within a side) and the structs `left` and `right` (one
+of them null). The join operators themselves live in `state/`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+
+from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
+
+log = logging.getLogger(__name__)
+
+
+def changelog_schema(left: StructType, right: StructType) -> StructType:
+    return StructType(
+        [
+            StructField("side", ByteType(), False),
+            StructField("op", StringType(), False),
+            StructField("seq", LongType(), False),
+            StructField("left", left),
+            StructField("right", right),
+        ]
+    )
+
+
+def output_schema(spec: RegularJoinSpec, left: StructType, right: StructType) -> StructType:
+    """`op`, then every left column as `L_<col>` and (except SEMI/ANTI) right as `R_<col>`."""
+    fields = [StructField("op", StringType(), False)]
+    fields += [StructField(f"L_{f.name}", f.dataType) for f in left]
+    if spec.projects_right:
+        fields += [StructField(f"R_{f.name}", f.dataType) for f in right]
+    return StructType(fields)
+
+
+def _join_key(spec: RegularJoinSpec, left: StructType) -> list[Column]:
+    if not spec.equi_keys:
+        log.warning(
+            "the join condition has no equality between an L and an R column: every row "
+            "shares one key, so this join runs in one task and cannot scale out"
+        )
+        return [F.lit(0).alias("k0")]
+    return [
+        F.when(F.col("side") == 0, F.col("left")[a])
+        .otherwise(F.col("right")[b].cast(left[a].dataType))
+        .alias(f"k{i}")
+        for i, (a, b) in enumerate(spec.equi_keys)
+    ]
+
+
+def regular_join(
+    changes: DataFrame, spec: RegularJoinSpec, left: StructType, right: StructType
+) -> DataFrame:
+    """The joined changelog (`op` + output columns) of the unified input changelog."""
+    keys = _join_key(spec, left)
+    schema = output_schema(spec, left, right)
+    return (
+        changes.select(*keys, "side", "op", "seq", "left", "right")
+        .groupBy(*[f"k{i}" for i in range(len(keys))])
+        .transformWithState(
+            RegularJoinProcessor(spec, schema.names),
+            outputStructType=schema,
+            outputMode="Append",
+            timeMode="None",
+        )
+    )
