@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from app.config import ConfigError, load_config
+from app.plan import check_plan
 from app.preflight import StartupError, check_kafka
 from ops.logging import setup_logging
 
@@ -17,6 +18,7 @@ def run(env: Mapping[str, str]) -> int:
     """The service: validate everything, then stream until the query ends or SIGTERM."""
     try:
         config = load_config(env)
+        check_plan(config)
         check_kafka(config)
     except (ConfigError, StartupError) as err:
         print(f"streamjoin: {err}", file=sys.stderr)

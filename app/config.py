@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from state.condition import ConditionError, parse_condition
 from serdes.schema import Column, SchemaError, parse_schema
+from state.condition import ConditionError, parse_condition
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
 JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function")

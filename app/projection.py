@@ -36,5 +36,7 @@ def select_expressions(select: str) -> list[str]:
     return expressions
 
 
-def project(joined: DataFrame, select: str) -> DataFrame:
-    return joined.selectExpr("op", *select_expressions(select))
+def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> DataFrame:
+    """`op`, the columns named in `keep`, then the select list."""
+    kept = [f"`{c}`" for c in keep or ()]
+    return joined.selectExpr("op", *kept, *select_expressions(select))

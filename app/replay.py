@@ -41,7 +41,7 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
 
 def stream_schema(stream: dict[str, Any]) -> StructType:
     """The stream's fields, then its rowtime column (TIMESTAMP_LTZ(3) from the row's `ts`)."""
-    columns = parse_schema(", ".join(f"\"{name}\" {sql_type}" for name, sql_type in stream["fields"]))
+    columns = parse_schema(", ".join(f'"{name}" {sql_type}' for name, sql_type in stream["fields"]))
     fields = [StructField(c.name, c.spark_type) for c in columns]
     if stream.get("rowtime"):
         fields.append(StructField(stream["rowtime"], TimestampType()))
@@ -134,7 +134,9 @@ def run_case(spark: SparkSession, case: dict[str, Any], work: Path) -> list[tupl
     return [(row.op, {n: render(row[n]) for n in names}) for row in collected]
 
 
-def write_case(out: TextIO, case_id: str, changes: list[tuple[str, dict]], materialize: bool) -> None:
+def write_case(
+    out: TextIO, case_id: str, changes: list[tuple[str, dict]], materialize: bool
+) -> None:
     """The oracle's lines: one per change, then (materialized) the final multiset."""
     final: Counter[str] = Counter()
     for seq, (op, row) in enumerate(changes):

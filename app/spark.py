@@ -28,6 +28,13 @@ DEFAULT_CONF = {
 }
 
 
+def _quiet(spark: SparkSession, logger: str) -> None:
+    """Raise one JVM logger to ERROR: the Python state server warns at every absent value."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
+
+
 def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
     """Create (or reuse) the session with the service's defaults, overridden by `conf`."""
     # Python workers must run the interpreter that has this project installed.
@@ -41,5 +48,6 @@ def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSessi
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark, "org.apache.spark.sql.execution.python.streaming")
     spark.dataSource.register(KafkaDataSource)
     return spark

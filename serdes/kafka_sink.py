@@ -39,7 +39,8 @@ def producer_config(client_config: dict[str, str]) -> dict[str, object]:
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """Writes the rows of `key binary, value binary[, headers]` to one topic."""
+    """Writes rows of `key binary, value binary[, headers][, topic]`: to the row's topic, if
+    the row names one, else to the sink's topic (the dead letters travel beside the output)."""
 
     def __init__(self, topic: str, client_config: dict[str, str]) -> None:
         self.topic = topic
@@ -56,12 +57,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         records = 0
         for batch in iterator:
             columns = batch.to_pydict()
-            no_headers = [None] * batch.num_rows
-            for key, value, headers in zip(
-                columns["key"], columns["value"], columns.get("headers", no_headers), strict=True
+            absent = [None] * batch.num_rows
+            for key, value, headers, topic in zip(
+                columns["key"],
+                columns["value"],
+                columns.get("headers", absent),
+                columns.get("topic", absent),
+                strict=True,
             ):
                 pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-                self._produce(producer, key, value, pairs, delivered)
+                self._produce(producer, topic or self.topic, key, value, pairs, delivered)
             records += batch.num_rows
             producer.poll(0)
         undelivered = producer.flush(FLUSH_TIMEOUT_S)
@@ -73,10 +78,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             )
         return SinkCommit(records)
 
-    def _produce(self, producer: Producer, key, value, headers, on_delivery) -> None:
+    @staticmethod
+    def _produce(producer: Producer, topic: str, key, value, headers, on_delivery) -> None:
         while True:
             try:
-                producer.produce(self.topic, value, key, headers=headers, on_delivery=on_delivery)
+                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.05)

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from serdes.kafka_offsets import PartitionBounds
 
@@ -36,6 +37,9 @@ ARROW_SCHEMA = pa.schema(
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("headers", HEADER_TYPE),
     ]
+)
+HEADERS_SPARK_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 )
 SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset bigint, "

@@ -63,8 +63,7 @@ class UniqueKeyView:
         self.rows.pop(self._key(row), None)
 
     def records(self) -> Iterator[tuple[Row, int]]:
-        for row, associations in list(self.rows.values()):
-            yield row, associations
+        yield from [(row, associations) for row, associations in self.rows.values()]
 
     def set_associations(self, row: Row, associations: int) -> None:
         entry = self.rows.get(self._key(row))

@@ -1,0 +1,163 @@
+"""Typed column values from what JSON and Kafka Connect put on the wire.
+
+A converter is chosen once per column (from its declared Spark type and, for Debezium, the
+Connect schema of the field) and then applied to every value. A value that does not fit raises
+`DecodeError`, which sends the whole record to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pyspark.sql import types as T
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+Converter = Callable[[Any], Any]
+
+
+class DecodeError(ValueError):
+    """A record that cannot be decoded; `reason` is a short, countable category."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def _wrong(value: Any, expected: str) -> DecodeError:
+    return DecodeError("wrong-type", f"expected {expected}, got {value!r}"[:300])
+
+
+def _string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | dict | list):
+        raise _wrong(value, "a string")
+    return str(value)
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    raise _wrong(value, "an integer")
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _wrong(value, "a number") from None
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    raise _wrong(value, "a boolean")
+
+
+def _decimal(scale: int, connect_bytes: bool) -> Converter:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def convert(value: Any) -> Decimal:
+        if connect_bytes and isinstance(value, str):
+            # Kafka Connect Decimal: base64 of the big-endian two's-complement unscaled value.
+            try:
+                unscaled = int.from_bytes(
+                    base64.b64decode(value, validate=True), "big", signed=True
+                )
+            except ValueError:
+                raise _wrong(value, "base64 Connect Decimal bytes") from None
+            return Decimal(unscaled).scaleb(-scale).quantize(quantum)
+        if isinstance(value, bool):
+            raise _wrong(value, "a decimal")
+        try:
+            return Decimal(str(value)).quantize(quantum)
+        except InvalidOperation:
+            raise _wrong(value, "a decimal") from None
+
+    return convert
+
+
+def _parse_timestamp_text(text: str) -> datetime:
+    """`yyyy-MM-dd HH:mm:ss[.fff]` (Flink's SQL format) or ISO-8601, with or without offset."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise _wrong(text, "a timestamp like 2024-01-31 12:00:00.000") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+# Kafka Connect / Debezium logical time types, by the unit of their integer value.
+_EPOCH_UNITS = {
+    "io.debezium.time.Timestamp": 1_000,
+    "org.apache.kafka.connect.data.Timestamp": 1_000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
+}
+
+
+def _timestamp(connect_name: str | None) -> Converter:
+    per_second = _EPOCH_UNITS.get(connect_name or "", 1_000)
+
+    def convert(value: Any) -> datetime:
+        if isinstance(value, str):
+            return _parse_timestamp_text(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            seconds, rest = divmod(value, per_second)
+            return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+        raise _wrong(value, "a timestamp")
+
+    return convert
+
+
+def _date(value: Any) -> date:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (EPOCH + timedelta(days=value)).date()  # Connect Date: days since the epoch
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value[:10])
+        except ValueError:
+            pass
+    raise _wrong(value, "a date")
+
+
+def _binary(value: Any) -> bytes:
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except ValueError:
+            pass
+    raise _wrong(value, "base64 bytes")
+
+
+def converter(spark_type: T.DataType, connect: dict[str, Any] | None = None) -> Converter:
+    """The converter for a column of `spark_type`; `connect` is its Connect field schema."""
+    connect = connect or {}
+    if isinstance(spark_type, T.StringType):
+        return _string
+    if isinstance(spark_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
+        return _integer
+    if isinstance(spark_type, T.FloatType | T.DoubleType):
+        return _float
+    if isinstance(spark_type, T.BooleanType):
+        return _boolean
+    if isinstance(spark_type, T.DecimalType):
+        connect_scale = (connect.get("parameters") or {}).get("scale")
+        is_bytes = connect.get("type") == "bytes" or connect_scale is not None
+        return _decimal(spark_type.scale, is_bytes)
+    if isinstance(spark_type, T.TimestampType):
+        return _timestamp(connect.get("name"))
+    if isinstance(spark_type, T.DateType):
+        return _date
+    if isinstance(spark_type, T.BinaryType):
+        return _binary
+    raise ValueError(f"no converter for {spark_type.simpleString()}")

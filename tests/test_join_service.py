@@ -1,0 +1,186 @@
+"""`streamjoin run` joining two Debezium changelogs through a real broker."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.kafka_io import create_topics, produce, read_topic, unique
+from tests.service import Service, service_env
+from tests.test_service import wait_for
+
+pytestmark = pytest.mark.spark
+
+ORDER_COLUMNS = ("order_id", "product_id", "qty")
+PRODUCT_COLUMNS = ("product_id", "name", "price")
+
+
+def debezium_changelog(rng: random.Random, prefix: str, count: int, make_row) -> list[dict]:
+    """Create, update and delete events over `count` ids, each id's events in order."""
+    live: dict[str, dict] = {}
+    events = []
+    for _ in range(count * 4):
+        rid = f"{prefix}{rng.randrange(count)}"
+        if rid not in live:
+            live[rid] = make_row(rid)
+            events.append({"before": None, "after": live[rid], "op": "c"})
+        elif rng.random() < 0.7:
+            new = make_row(rid)
+            events.append({"before": live[rid], "after": new, "op": "u"})
+            live[rid] = new
+        else:
+            events.append({"before": live.pop(rid), "after": None, "op": "d"})
+    return events
+
+
+def final_table(events: list[dict], key: str) -> dict[str, dict]:
+    table: dict[str, dict] = {}
+    for event in events:
+        if event["op"] == "d":
+            table.pop(event["before"][key])
+        else:
+            table[event["after"][key]] = event["after"]
+    return table
+
+
+def produce_events(bootstrap: str, topic: str, events: list[dict], key: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for event in events:
+        row = event["after"] or event["before"]
+        producer.produce(topic, json.dumps(event).encode(), row[key].encode())
+        if event["op"] == "d":
+            producer.produce(topic, None, row[key].encode())  # Debezium's tombstone
+    assert producer.flush(30) == 0
+
+
+def expected_left_join(orders: dict[str, dict], products: dict[str, dict]) -> Counter:
+    table: Counter = Counter()
+    for order in orders.values():
+        product = products.get(order["product_id"])
+        left = [order[c] for c in ORDER_COLUMNS]
+        right = [product[c] for c in PRODUCT_COLUMNS] if product else [None] * 3
+        table[json.dumps(left + right)] += 1
+    return table
+
+
+def materialized(records) -> Counter:
+    table: Counter = Counter()
+    for record in records:
+        value = json.loads(record.value, parse_float=Decimal)
+        op = value.pop("op")
+        if value["R_price"] is not None:  # a JSON number; the events carry it as "12.30"
+            value["R_price"] = f"{value['R_price']:.2f}"
+        assert record.header("op") == op.encode()
+        row = [value[f"L_{c}"] for c in ORDER_COLUMNS] + [value[f"R_{c}"] for c in PRODUCT_COLUMNS]
+        table[json.dumps(row)] += 1 if op in ("+I", "+U") else -1
+    return +table
+
+
+@pytest.fixture
+def changelogs() -> tuple[list[dict], list[dict]]:
+    rng = random.Random(7)
+    products = debezium_changelog(
+        rng, "p", 12, lambda pid: {"product_id": pid, "name": f"n{rng.randrange(9)}",
+                                   "price": f"{rng.randrange(100, 999) / 10:.2f}"}
+    )  # fmt: skip
+    orders = debezium_changelog(
+        rng, "o", 40, lambda oid: {"order_id": oid, "product_id": f"p{rng.randrange(14)}",
+                                   "qty": rng.randrange(1, 5)}
+    )  # fmt: skip
+    return orders, products
+
+
+def join_env(kafka: str, orders: str, products: str, out: str, checkpoint: Path) -> dict:
+    return service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products, OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(checkpoint), TRIGGER_INTERVAL="200ms",
+        LEFT_FORMAT="debezium-json", LEFT_SCHEMA="order_id STRING, product_id STRING, qty INT",
+        LEFT_PRIMARY_KEY="order_id",
+        RIGHT_FORMAT="debezium-json",
+        RIGHT_SCHEMA="product_id STRING, name STRING, price DECIMAL(10,2)",
+        RIGHT_PRIMARY_KEY="product_id",
+        JOIN_KIND="left", JOIN_ON="L.product_id = R.product_id", OUTPUT_ENCODING="retract",
+    )  # fmt: skip
+
+
+BAD_RECORDS = {
+    "bad-json": b'{"op": "c", "after": {',
+    "unknown-op": b'{"op": "x", "after": {"order_id": "z1", "product_id": "p1", "qty": 1}}',
+    "missing-field": b'{"op": "c", "after": {"product_id": "p1", "qty": 1}}',
+    "wrong-type": b'{"op": "c", "after": {"order_id": "z2", "product_id": "p1", "qty": "many"}}',
+}
+
+
+def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_tables(
+    kafka: str, tmp_path: Path, changelogs
+) -> None:
+    orders_events, products_events = changelogs
+    orders, products, out = unique("orders"), unique("products"), unique("joined")
+    create_topics(kafka, [orders, products, out, f"{out}.dlq"], partitions=3)
+    produce_events(kafka, products, products_events, "product_id")
+    half = len(orders_events) // 2
+    produce_events(kafka, orders, orders_events[:half], "order_id")
+    bad = produce(kafka, orders, list(BAD_RECORDS.values()))  # among the good ones
+    produce_events(kafka, orders, orders_events[half:], "order_id")
+    expected = expected_left_join(
+        final_table(orders_events, "order_id"), final_table(products_events, "product_id")
+    )
+    service = Service(join_env(kafka, orders, products, out, tmp_path / "ck"), tmp_path / "log")
+    try:
+        wait_for(
+            lambda: materialized(read_topic(kafka, out)) == expected,
+            300, "the output never materialized to the expected join", service,
+        )  # fmt: skip
+        dead = read_topic(kafka, f"{out}.dlq", at_least=len(bad))
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert sorted(r.value for r in dead) == sorted(BAD_RECORDS.values())
+    for letter in dead:
+        reason = letter.header("streamjoin.error.reason").decode()
+        assert BAD_RECORDS[reason] == letter.value
+        source = next(r for r in bad if r.value == letter.value)
+        assert letter.header("streamjoin.source.topic") == orders.encode()
+        assert letter.header("streamjoin.source.partition") == str(source.partition).encode()
+        assert letter.header("streamjoin.source.offset") == str(source.offset).encode()
+        assert letter.header("streamjoin.error")
+
+
+def test_restart_mid_stream_ends_in_the_same_final_table(
+    kafka: str, tmp_path: Path, changelogs
+) -> None:
+    orders_events, products_events = changelogs
+    orders, products, out = unique("orders"), unique("products"), unique("joined")
+    create_topics(kafka, [orders, products, out, f"{out}.dlq"], partitions=3)
+    half = len(orders_events) // 2
+    produce_events(kafka, products, products_events, "product_id")
+    produce_events(kafka, orders, orders_events[:half], "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    first_half = expected_left_join(
+        final_table(orders_events[:half], "order_id"), final_table(products_events, "product_id")
+    )
+    first = Service(env, tmp_path / "first.log")
+    try:
+        wait_for(
+            lambda: materialized(read_topic(kafka, out)) == first_half,
+            300, "the first half never materialized", first,
+        )  # fmt: skip
+    finally:
+        assert first.terminate() == 0, first.log()[-3000:]
+    produce_events(kafka, orders, orders_events[half:], "order_id")
+    second = Service(env, tmp_path / "second.log")
+    expected = expected_left_join(
+        final_table(orders_events, "order_id"), final_table(products_events, "product_id")
+    )
+    try:
+        wait_for(
+            lambda: materialized(read_topic(kafka, out)) == expected,
+            300, "after the restart the output never reached the final join", second,
+        )  # fmt: skip
+    finally:
+        assert second.terminate() == 0, second.log()[-3000:]
