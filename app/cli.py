@@ -27,11 +27,14 @@ def run(env: Mapping[str, str]) -> int:
     from app import pipeline
     from app.lifecycle import install_stop_signals, supervise
     from app.spark import build_session
+    from ops.metrics import ServiceMetrics
 
     stop = install_stop_signals()
     spark = build_session(config.spark_master, config.spark_conf)
     try:
-        return supervise(pipeline.start(spark, config), stop)
+        metrics = ServiceMetrics(spark.sparkContext)
+        metrics.serve(config.metrics_port)
+        return supervise(pipeline.start(spark, config, metrics), stop, on_poll=metrics.update)
     finally:
         spark.stop()
 

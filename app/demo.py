@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.broker import EmbeddedBroker
 from app.config import load_config
+from ops.metrics import ServiceMetrics
 
 MINUTE_MS = 60_000
 HOUR_MS = 60 * MINUTE_MS
@@ -153,7 +154,7 @@ def demo(env: Mapping[str, str]) -> int:
                                   "product_changelog": config.right.topic})  # fmt: skip
         spark = build_session(config.spark_master, config.spark_conf)
         stack.callback(spark.stop)
-        query = pipeline.start(spark, config)
+        query = pipeline.start(spark, config, ServiceMetrics(spark.sparkContext))
         query.awaitTermination()
         if query.exception() is not None:
             print(f"streamjoin demo: the query failed: {query.exception()}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
@@ -55,7 +56,11 @@ def _join_key(spec: RegularJoinSpec, left: StructType) -> list[Column]:
 
 
 def regular_join(
-    changes: DataFrame, spec: RegularJoinSpec, left: StructType, right: StructType
+    changes: DataFrame,
+    spec: RegularJoinSpec,
+    left: StructType,
+    right: StructType,
+    expired_rows: Accumulator[int] | None = None,
 ) -> DataFrame:
     """The joined changelog (`op` + output columns) of the unified input changelog."""
     keys = _join_key(spec, left)
@@ -64,9 +69,9 @@ def regular_join(
         changes.select(*keys, "side", "op", "seq", "left", "right")
         .groupBy(*[f"k{i}" for i in range(len(keys))])
         .transformWithState(
-            RegularJoinProcessor(spec, schema.names),
+            RegularJoinProcessor(spec, schema.names, expired_rows),
             outputStructType=schema,
             outputMode="Append",
-            timeMode="None",
+            timeMode=spec.time_mode,
         )
     )

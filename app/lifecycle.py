@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from pyspark.sql.streaming import StreamingQuery
 
@@ -40,10 +41,17 @@ def stop_between_batches(query: StreamingQuery, grace_s: float) -> None:
     query.stop()
 
 
-def supervise(query: StreamingQuery, stop: threading.Event, grace_s: float = 300.0) -> int:
-    """Wait for the query to end or for `stop`; return the process exit code."""
+def supervise(
+    query: StreamingQuery,
+    stop: threading.Event,
+    on_poll: Callable[[], None] = lambda: None,
+    grace_s: float = 300.0,
+) -> int:
+    """Wait for the query to end or for `stop`, calling `on_poll` as it runs; return the exit
+    code."""
     while query.isActive and not stop.is_set():
         query.awaitTermination(POLL_S)
+        on_poll()
     if stop.is_set() and query.isActive:
         stop_between_batches(query, grace_s)
     failure = query.exception()

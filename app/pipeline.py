@@ -17,12 +17,14 @@ from pyspark.sql.types import StructField, StructType
 
 from app.config import Config, InputConfig
 from app.join_plan import regular_join
+from app.plan import join_spec
 from app.projection import project
+from ops.metrics import ServiceMetrics
 from serdes.decode import decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
-from state.regular_processor import RegularJoinSpec, SideSpec
+from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
 FORMATS = {"json": JsonFormat, "debezium-json": DebeziumJsonFormat}
@@ -93,15 +95,6 @@ def _changes(decoded: DataFrame, side: int, left: StructType, right: StructType)
     )
 
 
-def join_spec(config: Config) -> RegularJoinSpec:
-    return RegularJoinSpec(
-        kind=config.join.kind,
-        on=config.join.on or "",
-        left=SideSpec(tuple(c.name for c in config.left.schema), config.left.primary_key),
-        right=SideSpec(tuple(c.name for c in config.right.schema), config.right.primary_key),
-    )
-
-
 def _join_key(spec: RegularJoinSpec) -> Column:
     """The output record key: the join key, so all changes of one key share a partition."""
     parts = [
@@ -111,7 +104,7 @@ def _join_key(spec: RegularJoinSpec) -> Column:
     return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
 
 
-def joined_output(spark: SparkSession, config: Config) -> DataFrame:
+def joined_output(spark: SparkSession, config: Config, metrics: ServiceMetrics) -> DataFrame:
     left_type, right_type = row_type(config.left), row_type(config.right)
     decoded_left = decode_input(read_input(spark, config, config.left), config.left)
     decoded_right = decode_input(read_input(spark, config, config.right), config.right)
@@ -119,7 +112,7 @@ def joined_output(spark: SparkSession, config: Config) -> DataFrame:
         _changes(decoded_right, 1, left_type, right_type)
     )
     spec = join_spec(config)
-    joined = regular_join(changes, spec, left_type, right_type)
+    joined = regular_join(changes, spec, left_type, right_type, metrics.expired_rows.accumulator)
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:
         joined = project(joined, config.join.select, keep=[KEY_COLUMN])
@@ -134,9 +127,9 @@ def joined_output(spark: SparkSession, config: Config) -> DataFrame:
     )
 
 
-def start(spark: SparkSession, config: Config) -> StreamingQuery:
+def start(spark: SparkSession, config: Config, metrics: ServiceMetrics) -> StreamingQuery:
     if config.join.on:
-        output = joined_output(spark, config)
+        output = joined_output(spark, config, metrics)
     else:
         left, right = (read_input(spark, config, s) for s in (config.left, config.right))
         output = forward_both(left, right)

@@ -16,6 +16,17 @@ AVAILABLE_JOIN_TYPES = ("regular",)
 INSERT_ONLY_FORMATS = ("json", "avro-confluent")
 
 
+def join_spec(config: Config) -> RegularJoinSpec:
+    """The regular join's description, as the processors on the executors receive it."""
+    return RegularJoinSpec(
+        kind=config.join.kind,
+        on=config.join.on or "",
+        left=SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key),
+        right=SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key),
+        state_ttl_ms=config.join.state_ttl_ms,
+    )
+
+
 def produces_updates(config: Config) -> bool:
     """Whether the join's result changelog can hold more than inserts."""
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
@@ -39,12 +50,7 @@ def check_plan(config: Config) -> None:
     if config.output.format != "json":
         raise ConfigError("OUTPUT_FORMAT", "json (available in this version)", config.output.format)
     try:
-        RegularJoinSpec(
-            config.join.kind,
-            config.join.on,
-            SideSpec(tuple(c.name for c in config.left.schema), config.left.primary_key),
-            SideSpec(tuple(c.name for c in config.right.schema), config.right.primary_key),
-        ).matcher()
+        join_spec(config).matcher()
     except ConditionError as err:
         raise ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
                           config.join.on) from None  # fmt: skip

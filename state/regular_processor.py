@@ -1,29 +1,37 @@
 """The regular join as a Spark `transformWithState` processor, keyed by the join key.
 
-Per key and micro-batch it makes at most four state calls: one read and at most one write per
-input side, whatever the number of rows. Each side's view is stored as one value (see
-`state.views`); a side whose view did not change is not written back.
+Per key and micro-batch it makes two state calls, whatever the number of rows: one read and at
+most one write of a single value holding both sides' views (see `state.views`); a key whose
+views did not change is not written back. Retention adds one timer registration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from state.condition import compile_predicate, parse_condition, split_condition
 from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
-from state.views import View, dump_view, load_view, new_view
+from state.views import View, dump_views, load_views, new_view
 
-VIEW_STATE = StructType([StructField("view", BinaryType())])
+# Both sides' views of a key in one value, with the time of its last write (for retention).
+KEY_STATE = StructType([StructField("views", BinaryType()), StructField("touched_ms", LongType())])
+
+
+class Counter(Protocol):
+    """Where expired rows are counted: a Spark accumulator, read by the driver's metrics."""
+
+    def add(self, amount: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,12 @@ class RegularJoinSpec:
     on: str
     left: SideSpec
     right: SideSpec
+    state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
+
+    @property
+    def time_mode(self) -> str:
+        """Retention needs processing-time timers; without it the join needs no clock."""
+        return "ProcessingTime" if self.state_ttl_ms > 0 else "None"
 
     @property
     def equi_keys(self) -> tuple[tuple[str, str], ...]:
@@ -96,29 +110,29 @@ def _values(struct: Any) -> tuple[Any, ...]:
 class RegularJoinProcessor(StatefulProcessor):
     """Input rows: `side` (0 left, 1 right), `op`, `seq` (order), `left` / `right` structs."""
 
-    def __init__(self, spec: RegularJoinSpec, output_names: list[str]) -> None:
+    def __init__(
+        self, spec: RegularJoinSpec, output_names: list[str], expired_rows: Counter | None = None
+    ) -> None:
         self.spec = spec
         self.output_names = output_names
+        self.expired_rows = expired_rows
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states = (
-            handle.getValueState("left", VIEW_STATE),
-            handle.getValueState("right", VIEW_STATE),
-        )
+        self.handle = handle
+        self.state = handle.getValueState("join", KEY_STATE)
         self.join = self.spec.operator()
         self.out = Row(*self.output_names)
         self.null_left = (None,) * len(self.spec.left.fields)
         self.null_right = (None,) * len(self.spec.right.fields) if self.spec.projects_right else ()
 
+    def _load(self) -> tuple[tuple[bytes, int] | None, tuple[View, View]]:
+        stored = self.state.get()
+        return stored, (load_views(stored[0]) if stored is not None else self.spec.new_views())
+
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
-        stored = [state.get() for state in self.states]
-        fresh = self.spec.new_views()
-        views = tuple(
-            load_view(blob[0]) if blob is not None else view
-            for blob, view in zip(stored, fresh, strict=True)
-        )
+        stored, views = self._load()
         output = []
         for row in sorted(rows, key=lambda r: r.seq):
             values = _values(row.left if row.side == LEFT else row.right)
@@ -126,15 +140,35 @@ class RegularJoinProcessor(StatefulProcessor):
                 left = change.left if change.left is not None else self.null_left
                 right = change.right if change.right is not None else self.null_right
                 output.append(self.out(change.op, *left, *right))
-        for state, blob, view in zip(self.states, stored, views, strict=True):
-            if len(view) == 0:
-                if blob is not None:
-                    state.clear()
-                continue
-            dumped = dump_view(view)
-            if blob is None or blob[0] != dumped:
-                state.update((dumped,))
+        if not any(len(view) for view in views):
+            if stored is not None:
+                self.state.clear()
+            return iter(output)
+        blob = dump_views(views)
+        if self.spec.state_ttl_ms:
+            now = timerValues.getCurrentProcessingTimeInMs()
+            self.state.update((blob, now))
+            self.handle.registerTimer(now + self.spec.state_ttl_ms)
+        elif stored is None or stored[0] != blob:
+            self.state.update((blob, 0))
         return iter(output)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Row]:
+        """Drop the key's state once it has been idle for the retention time.
+
+        Every write registers a timer instead of moving the previous one (that would cost two
+        more state calls per key); a timer that finds a newer write since does nothing.
+        """
+        stored, views = self._load()
+        now = timerValues.getCurrentProcessingTimeInMs()
+        if stored is None or now - stored[1] < self.spec.state_ttl_ms:
+            return iter(())
+        if self.expired_rows is not None:
+            self.expired_rows.add(sum(len(view) for view in views))
+        self.state.clear()
+        return iter(())
 
     def close(self) -> None:
         """No resources beyond the state handles, which Spark closes."""

@@ -122,9 +122,9 @@ def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequenc
     return MultisetView()
 
 
-def dump_view(view: View) -> bytes:
-    return pickle.dumps(view, protocol=pickle.HIGHEST_PROTOCOL)
+def dump_views(views: tuple[View, View]) -> bytes:
+    return pickle.dumps(views, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load_view(blob: bytes) -> View:
+def load_views(blob: bytes) -> tuple[View, View]:
     return pickle.loads(blob)

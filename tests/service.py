@@ -14,7 +14,8 @@ _OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
 
 def service_env(**variables: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
-    env.update(PYSPARK_PYTHON=sys.executable, SPARK_MASTER="local[2]", **variables)
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_MASTER="local[2]", METRICS_PORT="0")
+    env.update(variables)
     return env
 
 

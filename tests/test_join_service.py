@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import urllib.request
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -184,3 +186,30 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
         )  # fmt: skip
     finally:
         assert second.terminate() == 0, second.log()[-3000:]
+
+
+def scrape(service: Service) -> str:
+    """The service's /metrics page (its port is in its log: METRICS_PORT=0 picks a free one)."""
+    found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/metrics", service.log())
+    if not found:
+        return ""
+    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=5) as page:
+        return page.read().decode()
+
+
+def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_path: Path) -> None:
+    orders, products, out = unique("orders"), unique("products"), unique("joined")
+    create_topics(kafka, [orders, products, out, f"{out}.dlq"])
+    order = {"order_id": "o1", "product_id": "p1", "qty": 1}
+    produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | {"STATE_TTL": "2s"}
+    service = Service(env, tmp_path / "log")
+    try:
+        wait_for(
+            lambda: "streamjoin_state_expired_rows_total 1.0" in scrape(service),
+            240, "the idle order was never expired", service,
+        )  # fmt: skip
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    [padded] = read_topic(kafka, out)
+    assert json.loads(padded.value)["op"] == "+I"

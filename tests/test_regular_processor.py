@@ -6,7 +6,7 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.regular_processor import RegularJoinProcessor, RegularJoinSpec, SideSpec
-from state.views import load_view
+from state.views import load_views
 
 SPEC = RegularJoinSpec(
     "left",
@@ -37,6 +37,35 @@ def test_rows_of_a_key_are_joined_in_arrival_order_and_state_carries_over() -> N
         ("-D", "o1", "p1", "p1", 10),
         ("+I", "o1", "p1", None, None),
     ]
-    left = load_view(tester.peekValueState("left", ("p1",))[0])
+    left, right = load_views(tester.peekValueState("join", ("p1",))[0])
     assert list(left.records()) == [(("o1", "p1"), 0)]
-    assert tester.peekValueState("right", ("p1",)) is None  # an emptied side leaves no state
+    assert len(right) == 0
+    tester.test(("p1",), [In(0, "-D", 7, Row(order_id="o1", product_id="p1"), None)])
+    assert tester.peekValueState("join", ("p1",)) is None  # an emptied key leaves no state
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, amount: int) -> None:
+        self.total += amount
+
+
+def test_idle_state_is_dropped_after_the_retention_time_and_counted() -> None:
+    expired = Tally()
+    spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=1000)
+    tester = TwsTester(RegularJoinProcessor(spec, OUT, expired), timeMode="ProcessingTime")
+    tester.setProcessingTime(100)
+    tester.test(("p1",), [In(0, "+I", 1, Row(order_id="o1", product_id="p1"), None)])
+    tester.setProcessingTime(600)
+    tester.test(("p1",), [In(0, "+I", 2, Row(order_id="o2", product_id="p1"), None)])
+    tester.setProcessingTime(1300)  # the first write's timer: the key was touched since
+    assert tester.peekValueState("join", ("p1",)) is not None
+    assert expired.total == 0
+    tester.setProcessingTime(1700)  # idle for the retention time
+    assert tester.peekValueState("join", ("p1",)) is None
+    assert expired.total == 2
+    # The key starts afresh: the late right row finds no order to join.
+    fresh = tester.test(("p1",), [In(1, "+I", 3, None, Row(product_id="p1", price=1))])
+    assert fresh == []

@@ -1,0 +1,120 @@
+"""Regular-join throughput: streamjoin's transformWithState join vs Spark's native stream join.
+
+Usage: python bench/regular_join.py [ROWS_PER_SIDE] [ROWS_PER_KEY_PER_SIDE]
+
+Both run in one SparkSession over the same input files (read as streams, one micro-batch,
+`availableNow`), so Kafka is out of the picture and only the join is compared. Spark's native
+stream-stream join is inner-only without watermarks, so every kind of ours is set against its
+inner join. Each query runs once to warm up, then is timed; rows/s counts input rows.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from app.join_plan import changelog_schema, regular_join
+from app.spark import build_session
+from state.regular_processor import RegularJoinSpec, SideSpec
+
+LEFT = StructType(
+    [StructField("order_id", StringType()), StructField("product_id", StringType()),
+     StructField("qty", IntegerType())]
+)  # fmt: skip
+RIGHT = StructType([StructField("product_id", StringType()), StructField("price", IntegerType())])
+
+
+def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int) -> None:
+    keys = max(1, rows // per_key)
+    base = spark.range(rows)
+    left = base.select(
+        F.concat(F.lit("o"), F.col("id").cast("string")).alias("order_id"),
+        F.concat(F.lit("p"), (F.col("id") % keys).cast("string")).alias("product_id"),
+        (F.col("id") % 7).cast("int").alias("qty"),
+    )
+    right = base.select(
+        F.concat(F.lit("p"), (F.col("id") % keys).cast("string")).alias("product_id"),
+        (F.col("id") % 100).cast("int").alias("price"),
+    )
+    left.write.parquet(str(work / "left"))
+    right.write.parquet(str(work / "right"))
+    null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
+    changes = left.select(
+        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        F.monotonically_increasing_id().alias("seq"), F.struct(*LEFT.names).alias("left"),
+        null_right.alias("right"),
+    ).unionByName(right.select(
+        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        F.monotonically_increasing_id().alias("seq"), null_left.alias("left"),
+        F.struct(*RIGHT.names).alias("right"),
+    ))  # fmt: skip
+    changes.write.parquet(str(work / "changes"))
+
+
+def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int]:
+    """Seconds for one availableNow run, and the number of output rows."""
+    counted: list[int] = []
+    start = time.monotonic()
+    query = (
+        output.writeStream.foreachBatch(lambda df, _id: counted.append(df.count()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    return time.monotonic() - start, sum(counted)
+
+
+def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
+    spec = RegularJoinSpec(
+        kind, "L.product_id = R.product_id", SideSpec(tuple(LEFT.names), ("order_id",)),
+        SideSpec(tuple(RIGHT.names)),
+    )  # fmt: skip
+    changes = spark.readStream.schema(changelog_schema(LEFT, RIGHT)).parquet(str(work / "changes"))
+    return regular_join(changes, spec, LEFT, RIGHT)
+
+
+def native(spark: SparkSession, work: Path) -> DataFrame:
+    left = spark.readStream.schema(LEFT).parquet(str(work / "left"))
+    right = (
+        spark.readStream.schema(RIGHT)
+        .parquet(str(work / "right"))
+        .withColumnRenamed("product_id", "r_product_id")
+    )
+    return left.join(right, left.product_id == right.r_product_id, "inner")
+
+
+def main() -> None:
+    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    per_key = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_inputs(spark, work, rows, per_key)
+        results = {}
+        plans = {"native inner": lambda: native(spark, work)}
+        plans |= {f"streamjoin {k}": (lambda k=k: ours(spark, work, k)) for k in
+                  ("inner", "left", "full")}  # fmt: skip
+        for name, plan in plans.items():
+            timed(plan(), work / f"warm-{name}")
+            results[name] = timed(plan(), work / f"ck-{name}")
+        base = 2 * rows / results["native inner"][0]
+        print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side)")
+        for name, (seconds, output_rows) in results.items():
+            rate = 2 * rows / seconds
+            print(f"  {name:18s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio {rate / base:5.2f}"
+                  f"  ({output_rows} output rows)")  # fmt: skip
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
