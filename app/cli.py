@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,18 +26,23 @@ def run(env: Mapping[str, str]) -> int:
         return 2
     # Spark is imported only now: a configuration error costs no JVM start.
     from app import pipeline
-    from app.lifecycle import install_stop_signals, supervise
+    from app.lifecycle import install_stop_signals, stop_session, supervise
     from app.spark import build_session
     from ops.metrics import ServiceMetrics
 
     stop = install_stop_signals()
     spark = build_session(config.spark_master, config.spark_conf)
-    try:
-        metrics = ServiceMetrics(spark.sparkContext)
-        metrics.serve(config.metrics_port)
-        return supervise(pipeline.start(spark, config, metrics), stop, on_poll=metrics.update)
-    finally:
-        spark.stop()
+    exit_code = 1
+    with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
+        drain_marker = Path(runtime) / "draining"
+        try:
+            metrics = ServiceMetrics(spark.sparkContext)
+            metrics.serve(config.metrics_port)
+            query = pipeline.start(spark, config, metrics, drain_marker)
+            exit_code = supervise(query, stop, drain_marker, on_poll=metrics.update)
+        finally:
+            stop_session(spark, exit_code)
+    return exit_code
 
 
 def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:

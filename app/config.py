@@ -20,7 +20,7 @@ JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
-TIME_SPECIAL = ("kafka_timestamp", "proctime")
+TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
 AVAILABLE_NOW = "available-now"
 
 # Variables with a meaning of their own; every other KAFKA_* is a client property.
@@ -92,6 +92,8 @@ class Config:
     metrics_port: int
     kafka_properties: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
+    schema_registry_url: str | None = None
+    schema_registry_properties: dict[str, str] = field(default_factory=dict)
 
     def kafka_client_config(self) -> dict[str, str]:
         """librdkafka settings shared by every client the service creates."""
@@ -198,6 +200,12 @@ def _starting_offsets(text: str) -> str:
     return text
 
 
+def _url(text: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", text):
+        raise ValueError(text)
+    return text
+
+
 def _trigger(text: str) -> int | None:
     return None if text.lower() == AVAILABLE_NOW else parse_duration_ms(text)
 
@@ -218,7 +226,9 @@ def _input(read: _Reader, side: str) -> InputConfig:
     time = read.raw(f"{prefix}_TIME", "proctime") or "proctime"
     if time not in TIME_SPECIAL and (not schema or time not in names):
         raise ConfigError(
-            f"{prefix}_TIME", f"a column of {prefix}_SCHEMA, kafka_timestamp or proctime", time
+            f"{prefix}_TIME",
+            f"a column of {prefix}_SCHEMA, kafka_timestamp, source_ts_ms or proctime",
+            time,
         )
     return InputConfig(
         side=side,
@@ -303,5 +313,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         ),
         metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464"),
         kafka_properties=_prefixed(env, "KAFKA_", _KAFKA_NAMED),
+        schema_registry_url=read.parsed("SCHEMA_REGISTRY_URL", "an http(s):// URL", _url, None),
+        schema_registry_properties=_prefixed(env, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}),
         spark_conf=spark_conf,
     )

@@ -1,18 +1,25 @@
 """Running a streaming query until it ends or is asked to stop, and stopping it gracefully.
 
-Kubernetes sends SIGTERM before it kills a pod. Stopping the query while a micro-batch is
-running would abandon that batch (it is re-run after restart, so nothing is lost, but its work
-is wasted and its output written twice), so the stop waits for the running batch to finish.
+Kubernetes sends SIGTERM before it kills a pod. Stopping the query while a micro-batch with
+input is running would abandon that batch (it is re-run after restart, so nothing is lost, but
+its output would be written twice). So the stop first drains: a marker file tells the Kafka
+sources to offer no more records, then the query is stopped once the batch that was running
+has completed and whatever runs now has no input (timers alone keep triggers busy, and such a
+batch writes nothing).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
 
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -33,10 +40,24 @@ def install_stop_signals() -> threading.Event:
     return stop
 
 
-def stop_between_batches(query: StreamingQuery, grace_s: float) -> None:
-    """Stop `query` once no trigger is running, or after `grace_s` seconds regardless."""
+def _drained(query: StreamingQuery, since: datetime) -> bool:
+    """No batch with input can be running: none is, or the last one began after the marker
+    (so every batch since was planned with no new records) and read nothing."""
+    if not query.status["isTriggerActive"]:
+        return True
+    progress = query.lastProgress
+    if not progress or progress["numInputRows"] != 0:
+        return False
+    began = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
+    return began >= since
+
+
+def stop_draining(query: StreamingQuery, drain_marker: Path, grace_s: float) -> None:
+    """Drain the sources, then stop `query`; after `grace_s` seconds, stop regardless."""
+    since = datetime.now(timezone.utc)
+    drain_marker.touch()
     deadline = time.monotonic() + grace_s
-    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+    while query.isActive and not _drained(query, since) and time.monotonic() < deadline:
         time.sleep(0.05)
     query.stop()
 
@@ -44,6 +65,7 @@ def stop_between_batches(query: StreamingQuery, grace_s: float) -> None:
 def supervise(
     query: StreamingQuery,
     stop: threading.Event,
+    drain_marker: Path,
     on_poll: Callable[[], None] = lambda: None,
     grace_s: float = 300.0,
 ) -> int:
@@ -53,10 +75,26 @@ def supervise(
         query.awaitTermination(POLL_S)
         on_poll()
     if stop.is_set() and query.isActive:
-        stop_between_batches(query, grace_s)
+        stop_draining(query, drain_marker, grace_s)
     failure = query.exception()
     if failure is not None:
         log.error("query failed: %s", str(failure).splitlines()[0])
         return 1
     log.info("query stopped")
     return 0
+
+
+def stop_session(spark: SparkSession, exit_code: int, timeout_s: float = 30.0) -> int:
+    """Stop Spark, but never let a hanging shutdown keep the process alive.
+
+    Everything the query committed is in the checkpoint by now; a SparkContext that does not
+    stop in time (seen rarely at shutdown) must not turn a clean stop into a killed pod.
+    """
+    stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    if stopper.is_alive():
+        log.warning("Spark did not stop within %.0fs; exiting anyway", timeout_s)
+        logging.shutdown()
+        os._exit(exit_code)
+    return exit_code

@@ -8,35 +8,50 @@ forwarded unchanged, each record tagged with a `streamjoin.side` header naming i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config import Config, InputConfig
 from app.join_plan import regular_join
-from app.plan import join_spec
+from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, join_spec
 from app.projection import project
 from ops.metrics import ServiceMetrics
-from serdes.decode import decoded_schema, decoder
-from serdes.encode import KEY_COLUMN, encode
-from serdes.formats import DebeziumJsonFormat, JsonFormat
+from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
+from serdes.avro_out import as_avro
+from serdes.decode import Format, Tally, decoded_schema, decoder
+from serdes.encode import KEY_COLUMN, as_json, encode
+from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
+from state.normalize import NormalizeProcessor
 from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
-FORMATS = {"json": JsonFormat, "debezium-json": DebeziumJsonFormat}
+FORMATS = {
+    "json": JsonFormat,
+    "debezium-json": DebeziumJsonFormat,
+    "upsert": UpsertJsonFormat,
+    "avro-confluent": AvroConfluentFormat,
+    "debezium-avro-confluent": DebeziumAvroFormat,
+}
 
 
-def read_input(spark: SparkSession, config: Config, source: InputConfig) -> DataFrame:
+def read_input(
+    spark: SparkSession, config: Config, source: InputConfig, drain_marker: Path | None
+) -> DataFrame:
     reader = (
         spark.readStream.format(NAME)
         .option("topic", source.topic)
         .option("startingOffsets", config.starting_offsets)
         .options(**kafka_options(config.kafka_client_config()))
     )
+    if drain_marker is not None:
+        reader = reader.option("drainMarker", str(drain_marker))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     return reader.load()
@@ -63,10 +78,23 @@ def row_type(source: InputConfig) -> StructType:
     return StructType([StructField(c.name, c.spark_type) for c in source.schema or ()])
 
 
-def decode_input(raw: DataFrame, source: InputConfig) -> DataFrame:
-    make_format = partial(FORMATS[source.format], source.schema, source.primary_key)
-    schema = decoded_schema(row_type(source))
-    return raw.mapInArrow(decoder(make_format, row_type(source)), schema)
+def format_factory(config: Config, source: InputConfig) -> Callable[[], Format]:
+    """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet."""
+    if source.format in AVRO_FORMATS:
+        registry = RegistrySchemas(
+            config.schema_registry_url or "", config.schema_registry_properties
+        )
+        return partial(FORMATS[source.format], source.schema, source.primary_key, registry)
+    return partial(FORMATS[source.format], source.schema, source.primary_key)
+
+
+def decode_input(
+    raw: DataFrame, config: Config, source: InputConfig, tally: Tally | None = None
+) -> DataFrame:
+    """Decoded changes and dead letters; `tally` counts the dead letters by reason."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally)
+    return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
 def dead_letters(decoded: DataFrame, dlq_topic: str) -> DataFrame:
@@ -84,9 +112,38 @@ def dead_letters(decoded: DataFrame, dlq_topic: str) -> DataFrame:
     )
 
 
-def _changes(decoded: DataFrame, side: int, left: StructType, right: StructType) -> DataFrame:
+def normalized(changes: DataFrame, source: InputConfig) -> DataFrame:
+    """The changelog rebuilt per primary key from the last row of each key."""
+    keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
+    row_schema = row_type(source)
+    schema = StructType(
+        [StructField("op", StringType()), StructField("seq", LongType()),
+         StructField("row", row_schema)]
+    )  # fmt: skip
+    return (
+        changes.select(*keys, "op", "seq", "row")
+        .groupBy(*[f"pk{i}" for i in range(len(keys))])
+        .transformWithState(
+            NormalizeProcessor(schema.names, row_schema.names),
+            outputStructType=schema,
+            outputMode="Append",
+            timeMode="None",
+        )
+    )
+
+
+def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
+             right: StructType) -> DataFrame:  # fmt: skip
+    good = decoded.where(F.col("error").isNull())
+    if source.time != "proctime":
+        # The input's watermark: the largest event time seen, minus the configured delay.
+        good = good.withWatermark("event_time", f"{source.watermark_delay_ms} milliseconds")
+    good = good.select("op", "seq", "row")
+    if source.format in NORMALIZED_FORMATS:
+        good = normalized(good, source)
+    side = 0 if source.side == "left" else 1
     row = F.col("row")
-    return decoded.where(F.col("error").isNull()).select(
+    return good.select(
         F.lit(side).cast("byte").alias("side"),
         "op",
         "seq",
@@ -104,12 +161,17 @@ def _join_key(spec: RegularJoinSpec) -> Column:
     return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
 
 
-def joined_output(spark: SparkSession, config: Config, metrics: ServiceMetrics) -> DataFrame:
+def joined_output(
+    spark: SparkSession, config: Config, metrics: ServiceMetrics, drain_marker: Path | None
+) -> DataFrame:
     left_type, right_type = row_type(config.left), row_type(config.right)
-    decoded_left = decode_input(read_input(spark, config, config.left), config.left)
-    decoded_right = decode_input(read_input(spark, config, config.right), config.right)
-    changes = _changes(decoded_left, 0, left_type, right_type).unionByName(
-        _changes(decoded_right, 1, left_type, right_type)
+    raw_left, raw_right = (
+        read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
+    )
+    changes = _changes(
+        decode_input(raw_left, config, config.left), config.left, left_type, right_type
+    ).unionByName(
+        _changes(decode_input(raw_right, config, config.right), config.right, left_type, right_type)
     )
     spec = join_spec(config)
     joined = regular_join(changes, spec, left_type, right_type, metrics.expired_rows.accumulator)
@@ -120,18 +182,36 @@ def joined_output(spark: SparkSession, config: Config, metrics: ServiceMetrics) 
         joined = joined.withColumn(
             KEY_COLUMN, F.to_json(F.struct(*config.output.key)).cast("binary")
         )
-    output = encode(joined, config.output.encoding).withColumn("topic", F.lit(None).cast("string"))
-    dlq = config.output.dlq_topic
-    return output.unionByName(dead_letters(decoded_left, dlq)).unionByName(
-        dead_letters(decoded_right, dlq)
-    )
-
-
-def start(spark: SparkSession, config: Config, metrics: ServiceMetrics) -> StreamingQuery:
-    if config.join.on:
-        output = joined_output(spark, config, metrics)
+    records = encode(joined, config.output.encoding)
+    if config.output.format == "avro-confluent":
+        records = as_avro(records, config.schema_registry_url or "",
+                          config.schema_registry_properties, config.output.topic)  # fmt: skip
     else:
-        left, right = (read_input(spark, config, s) for s in (config.left, config.right))
+        records = as_json(records)
+    output = records.withColumn("topic", F.lit(None).cast("string"))
+    # The dead-letter branch decodes the input a second time (Spark reads a source once per
+    # branch); only this branch counts, so every dead letter is counted once.
+    tally = metrics.dead_letters.accumulator
+    for raw, source in ((raw_left, config.left), (raw_right, config.right)):
+        output = output.unionByName(
+            dead_letters(decode_input(raw, config, source, tally), config.output.dlq_topic)
+        )
+    return output
+
+
+def start(
+    spark: SparkSession,
+    config: Config,
+    metrics: ServiceMetrics,
+    drain_marker: Path | None = None,
+) -> StreamingQuery:
+    """Start the query; once `drain_marker` exists, the sources offer no more records."""
+    if config.join.on:
+        output = joined_output(spark, config, metrics, drain_marker)
+    else:
+        left, right = (
+            read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
+        )
         output = forward_both(left, right)
     writer = (
         output.writeStream.format(NAME)

@@ -11,7 +11,9 @@ from app.config import Config, ConfigError
 from state.condition import ConditionError
 from state.regular_processor import RegularJoinSpec, SideSpec
 
-AVAILABLE_FORMATS = ("json", "debezium-json")
+AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
+AVRO_FORMATS = ("avro-confluent", "debezium-avro-confluent")
+NORMALIZED_FORMATS = ("debezium-json", "debezium-avro-confluent", "upsert")
 AVAILABLE_JOIN_TYPES = ("regular",)
 INSERT_ONLY_FORMATS = ("json", "avro-confluent")
 
@@ -43,12 +45,19 @@ def check_plan(config: Config) -> None:
     for source in (config.left, config.right):
         prefix = source.side.upper()
         if source.format not in AVAILABLE_FORMATS:
-            raise ConfigError(f"{prefix}_FORMAT", "json or debezium-json (available in this "
-                              "version)", source.format)  # fmt: skip
+            raise ConfigError(f"{prefix}_FORMAT", "one of " + "|".join(AVAILABLE_FORMATS),
+                              source.format)  # fmt: skip
         if not source.schema:
             raise ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
-    if config.output.format != "json":
-        raise ConfigError("OUTPUT_FORMAT", "json (available in this version)", config.output.format)
+        if source.format in AVRO_FORMATS and not config.schema_registry_url:
+            raise ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
+                              f"{source.format}")  # fmt: skip
+        if source.format in NORMALIZED_FORMATS and not source.primary_key:
+            raise ConfigError(f"{prefix}_PRIMARY_KEY", f"the primary key of a {source.format} "
+                              "input: its changelog is normalized per key")  # fmt: skip
+    if config.output.format == "avro-confluent" and not config.schema_registry_url:
+        raise ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
+                          "avro-confluent")  # fmt: skip
     try:
         join_spec(config).matcher()
     except ConditionError as err:

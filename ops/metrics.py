@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
-from pyspark import Accumulator, SparkContext
+from pyspark import Accumulator, AccumulatorParam, SparkContext
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,34 @@ class AccumulatedCounter:
         self._seen = value
 
 
+class CountsByLabel(AccumulatorParam):
+    """Accumulates `{label tuple: count}` dictionaries."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, first: dict, second: dict) -> dict:
+        for label, count in second.items():
+            first[label] = first.get(label, 0) + count
+        return first
+
+
+class LabelledAccumulatedCounter:
+    """A labelled Prometheus counter fed by a Spark accumulator of `{labels: count}`."""
+
+    def __init__(self, counter: Counter, context: SparkContext) -> None:
+        self.counter = counter
+        self.accumulator: Accumulator[dict] = context.accumulator({}, CountsByLabel())
+        self._seen: dict[tuple[str, ...], int] = {}
+
+    def update(self) -> None:
+        for labels, value in dict(self.accumulator.value).items():
+            grown = value - self._seen.get(labels, 0)
+            if grown > 0:
+                self.counter.labels(*labels).inc(grown)
+            self._seen[labels] = value
+
+
 class ServiceMetrics:
     def __init__(self, context: SparkContext) -> None:
         self.registry = CollectorRegistry()
@@ -37,6 +65,15 @@ class ServiceMetrics:
             Counter(
                 "streamjoin_state_expired_rows",
                 "Join state rows dropped by idle state retention (STATE_TTL)",
+                registry=self.registry,
+            ),
+            context,
+        )
+        self.dead_letters = LabelledAccumulatedCounter(
+            Counter(
+                "streamjoin_dead_letters",
+                "Input records that could not be decoded, sent to the dead-letter topic",
+                ["input", "reason"],
                 registry=self.registry,
             ),
             context,
@@ -51,3 +88,4 @@ class ServiceMetrics:
 
     def update(self) -> None:
         self.expired_rows.update()
+        self.dead_letters.update()

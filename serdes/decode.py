@@ -8,6 +8,7 @@ writes dead letters to the dead-letter topic with the error and the source coord
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from pyspark.sql.types import (
 
 from serdes.formats import Change
 from serdes.kafka_source import HEADER_TYPE, HEADERS_SPARK_TYPE
-from serdes.values import DecodeError
+from serdes.values import EPOCH, DecodeError
 
 # Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
 SEQ_PER_RECORD = 2
@@ -41,6 +42,7 @@ def decoded_schema(row_type: StructType) -> StructType:
             StructField("seq", LongType()),
             StructField("row", row_type),
             StructField("timestamp", TimestampType()),
+            StructField("event_time", TimestampType()),
             StructField("reason", StringType()),
             StructField("error", StringType()),
             StructField("key", BinaryType()),
@@ -59,18 +61,19 @@ class _Output:
     def __init__(self) -> None:
         self.columns: dict[str, list[Any]] = {
             name: []
-            for name in ("op", "seq", "row", "timestamp", "reason", "error", "key", "value",
-                         "topic", "partition", "offset", "headers")
+            for name in ("op", "seq", "row", "timestamp", "event_time", "reason", "error", "key",
+                         "value", "topic", "partition", "offset", "headers")
         }  # fmt: skip
 
-    def change(self, op: str, seq: int, row: tuple, timestamp: Any) -> None:
-        for name, value in (("op", op), ("seq", seq), ("row", row), ("timestamp", timestamp)):
+    def change(self, op: str, seq: int, row: tuple, timestamp: Any, event_time: Any) -> None:
+        for name, value in (("op", op), ("seq", seq), ("row", row), ("timestamp", timestamp),
+                            ("event_time", event_time)):  # fmt: skip
             self.columns[name].append(value)
         for name in ("reason", "error", "key", "value", "topic", "partition", "offset", "headers"):
             self.columns[name].append(None)
 
     def dead_letter(self, error: DecodeError, record: dict[str, Any]) -> None:
-        for name in ("op", "seq", "row"):
+        for name in ("op", "seq", "row", "event_time"):
             self.columns[name].append(None)
         self.columns["reason"].append(error.reason)
         self.columns["error"].append(str(error))
@@ -81,7 +84,36 @@ class _Output:
         return pa.RecordBatch.from_pydict(self.columns, schema=schema)
 
 
-def decoder(make_format: Callable[[], Format], row_type: StructType):
+class Tally(Protocol):
+    """Where dead letters are counted, by (input, reason): a Spark accumulator."""
+
+    def add(self, counts: dict[tuple[str, str], int]) -> None: ...
+
+
+def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict, tuple], Any]:
+    """How a change's event time is found: a column of the row, the Kafka record timestamp,
+    Debezium's `source.ts_ms`, or none (`proctime`)."""
+    if time in row_type.names:
+        index = row_type.names.index(time)
+        return lambda _fmt, _record, row: row[index]
+    if time == "kafka_timestamp":
+        return lambda _fmt, record, _row: record["timestamp"]
+    if time == "source_ts_ms":
+        return lambda fmt, _record, _row: _from_ms(getattr(fmt, "source_ts_ms", None))
+    return lambda _fmt, _record, _row: None
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+
+
+def decoder(
+    make_format: Callable[[], Format],
+    row_type: StructType,
+    side: str,
+    time: str = "proctime",
+    dead: Tally | None = None,
+):
     """The function for `mapInArrow`: raw Kafka batches in, decoded batches out."""
     schema = pa.schema(
         [
@@ -91,8 +123,11 @@ def decoder(make_format: Callable[[], Format], row_type: StructType):
     )
     assert schema.field("headers").type == HEADER_TYPE
 
+    event_time = event_time_of(time, row_type)
+
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fmt = make_format()
+        reasons: dict[tuple[str, str], int] = {}
         for batch in batches:
             out = _Output()
             for record in batch.to_pylist():
@@ -100,10 +135,13 @@ def decoder(make_format: Callable[[], Format], row_type: StructType):
                     changes = fmt.decode(record["key"], record["value"])
                 except DecodeError as error:
                     out.dead_letter(error, record)
+                    reasons[(side, error.reason)] = reasons.get((side, error.reason), 0) + 1
                     continue
                 base = record["offset"] * SEQ_PER_RECORD
                 for i, (op, row) in enumerate(changes):
-                    out.change(op, base + i, row, record["timestamp"])
+                    out.change(op, base + i, row, record["timestamp"], event_time(fmt, record, row))
             yield out.batch(schema)
+        if dead is not None and reasons:
+            dead.add(reasons)
 
     return decode

@@ -20,10 +20,6 @@ OP_HEADER = "op"
 KEY_COLUMN = "__key"
 
 
-def _json(column: Column) -> Column:
-    return F.to_json(column, JSON_OPTIONS).cast("binary")
-
-
 def _op_header() -> Column:
     return F.array(
         F.struct(F.lit(OP_HEADER).alias("key"), F.col("op").cast("binary").alias("value"))
@@ -31,17 +27,17 @@ def _op_header() -> Column:
 
 
 def encode(changes: DataFrame, encoding: str) -> DataFrame:
-    """`key`, `value`, `headers` records for `changes`: `op`, the record key as JSON bytes in
-    `KEY_COLUMN`, then the row's columns."""
+    """`key`, `value` (a struct, null for a tombstone), `headers` records for `changes`: `op`,
+    the record key as JSON bytes in `KEY_COLUMN`, then the row's columns. The value is turned
+    into bytes by `as_json` or `serdes.avro_out`."""
     row = F.struct(*row_fields(changes))
     key, headers = F.col(KEY_COLUMN).alias("key"), _op_header().alias("headers")
     if encoding == "append":
-        return changes.select(key, _json(row).alias("value"), headers)
+        return changes.select(key, row.alias("value"), headers)
     if encoding == "retract":
-        value = _json(F.struct("op", *row_fields(changes)))
-        return changes.select(key, value.alias("value"), headers)
+        return changes.select(key, F.struct("op", *row_fields(changes)).alias("value"), headers)
     if encoding == "upsert":
-        value = F.when(F.col("op") == "-D", F.lit(None).cast("binary")).otherwise(_json(row))
+        value = F.when(F.col("op") != "-D", row)
         return changes.where(F.col("op") != "-U").select(key, value.alias("value"), headers)
     if encoding == "debezium-json":
         added = F.col("op").isin("+I", "+U")
@@ -50,8 +46,13 @@ def encode(changes: DataFrame, encoding: str) -> DataFrame:
             F.when(added, row).alias("after"),
             F.when(added, F.lit("c")).otherwise(F.lit("d")).alias("op"),
         )
-        return changes.select(key, _json(envelope).alias("value"), headers)
+        return changes.select(key, envelope.alias("value"), headers)
     raise ValueError(f"unknown output encoding {encoding!r}")
+
+
+def as_json(records: DataFrame) -> DataFrame:
+    """Values as JSON bytes (a null value stays null: a tombstone)."""
+    return records.withColumn("value", F.to_json("value", JSON_OPTIONS).cast("binary"))
 
 
 def row_fields(changes: DataFrame) -> list[str]:

@@ -1,6 +1,8 @@
 """Input formats: one Kafka record in, zero or more typed change rows `(op, row)` out.
 
 - `json`: one JSON object per record, insert-only.
+- `upsert`: the record key is the primary key (a JSON object, or the bare value of a one-column
+  key), the value the whole row as JSON, a null value a delete: +U(row) or -D(key columns).
 - `debezium-json`: Debezium's envelope, with (`{"schema", "payload"}`) or without the Connect
   schema: `c`/`r` -> +I(after), `u` -> -U(before) +U(after), `d` -> -D(before); the tombstone
   after a delete is skipped. An update without a `before` image (REPLICA IDENTITY DEFAULT) comes
@@ -11,7 +13,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from serdes.schema import Column
@@ -87,6 +89,7 @@ class DebeziumJsonFormat:
         # A delete's `before` may hold only the key (REPLICA IDENTITY DEFAULT): the other
         # columns are then not checked, the normalizer replaces the row.
         self.key_only = RowBuilder(columns, ())
+        self.source_ts_ms: int | None = None
 
     @staticmethod
     def _row_schema(envelope_schema: dict[str, Any] | None, side: str) -> list | None:
@@ -99,24 +102,61 @@ class DebeziumJsonFormat:
         data = _json_object(value)
         if data is None:
             return []  # the tombstone that follows a delete, for log compaction
-        schema = data.get("schema") if "payload" in data else None
         payload = data.get("payload", data)
         if not isinstance(payload, dict):
             raise DecodeError("bad-envelope", "the Debezium payload is not an object")
+        schema = data.get("schema") if "payload" in data else None
+        return self.changes(payload, lambda side: self._row_schema(schema, side))
+
+    def changes(self, payload: dict[str, Any], connect_fields: Callable) -> list[Change]:
+        """The changes of one Debezium envelope; `connect_fields(side)` gives the Connect
+        schema of the `before` or `after` fields, if known. Keeps the envelope's
+        `source.ts_ms` (when the change happened in the database) for event time."""
+        source = payload.get("source")
+        self.source_ts_ms = source.get("ts_ms") if isinstance(source, dict) else None
         op = payload.get("op")
         before, after = payload.get("before"), payload.get("after")
         if op in ("c", "r"):
-            return [("+I", self._image(after, "after", schema, self.rows))]
+            return [("+I", self._image(after, "after", connect_fields, self.rows))]
         if op == "u":
-            updated = ("+U", self._image(after, "after", schema, self.rows))
+            updated = ("+U", self._image(after, "after", connect_fields, self.rows))
             if before is None:
                 return [updated]
-            return [("-U", self._image(before, "before", schema, self.rows)), updated]
+            return [("-U", self._image(before, "before", connect_fields, self.rows)), updated]
         if op == "d":
-            return [("-D", self._image(before, "before", schema, self.key_only))]
+            return [("-D", self._image(before, "before", connect_fields, self.key_only))]
         raise DecodeError("unknown-op", f"Debezium op {op!r} is not one of c, r, u, d")
 
-    def _image(self, image: Any, side: str, schema: dict | None, rows: RowBuilder) -> tuple:
+    @staticmethod
+    def _image(image: Any, side: str, connect_fields: Callable, rows: RowBuilder) -> tuple:
         if not isinstance(image, dict):
             raise DecodeError("missing-field", f"the {side!r} image is missing")
-        return rows.build(image, rows.converters(self._row_schema(schema, side)))
+        return rows.build(image, rows.converters(connect_fields(side)))
+
+
+class UpsertJsonFormat:
+    """An upsert topic: key = primary key, value = row (JSON), null value = delete."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+        self.rows = RowBuilder(columns, required)
+        self.key_columns = list(required)
+
+    def _key(self, key: bytes | None) -> dict[str, Any]:
+        if key is None:
+            raise DecodeError("missing-key", "an upsert record needs its primary key as key")
+        try:
+            parsed = json.loads(key)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+        if len(self.key_columns) == 1:
+            return {self.key_columns[0]: parsed if parsed is not None else key.decode("utf-8")}
+        raise DecodeError("bad-key", f"expected a JSON object with {self.key_columns}")
+
+    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+        key_fields = self._key(key)
+        data = _json_object(value)
+        if data is None:
+            return [("-D", self.rows.build(key_fields, self.rows.plain))]
+        return [("+U", self.rows.build({**key_fields, **data}, self.rows.plain))]

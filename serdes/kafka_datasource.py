@@ -1,7 +1,8 @@
 """The `streamjoin-kafka` Python data source: Spark options in, Kafka reader and writer out.
 
 Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or JSON);
-`maxrecordspertrigger`; and `kafka.<property>` for every librdkafka client property.
+`maxrecordspertrigger`; `drainmarker` (a file whose existence means: offer no more records);
+and `kafka.<property>` for every librdkafka client property.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class KafkaDataSource(DataSource):
             client_config=self._client_config(),
             starting=self.options.get("startingoffsets", "earliest"),
             max_records=int(limit) if limit else None,
+            drain_marker=self.options.get("drainmarker"),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

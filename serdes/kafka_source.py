@@ -9,6 +9,7 @@ faster than Python tuples.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,8 +84,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches over one topic; a long-lived object on the driver."""
 
     def __init__(self, topic: str, client_config: dict[str, str], starting: str,
-                 max_records: int | None) -> None:  # fmt: skip
+                 max_records: int | None, drain_marker: str | None = None) -> None:  # fmt: skip
         self.topic = topic
+        self.drain_marker = drain_marker
         self.client_config = client_config
         self.starting = starting
         self.max_records = max_records
@@ -120,6 +122,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self.bounds.ends()
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        if self.drain_marker and os.path.exists(self.drain_marker):
+            return start  # the service is stopping: no more records (see app.lifecycle)
         ends = self.bounds.ends()
         if self._available_now is not None:
             ends = {p: min(e, self._available_now.get(p, 0)) for p, e in ends.items()}

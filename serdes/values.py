@@ -109,6 +109,8 @@ def _timestamp(connect_name: str | None) -> Converter:
     per_second = _EPOCH_UNITS.get(connect_name or "", 1_000)
 
     def convert(value: Any) -> datetime:
+        if isinstance(value, datetime):  # Avro timestamp logical types arrive decoded
+            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         if isinstance(value, str):
             return _parse_timestamp_text(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -120,6 +122,8 @@ def _timestamp(connect_name: str | None) -> Converter:
 
 
 def _date(value: Any) -> date:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
     if isinstance(value, int) and not isinstance(value, bool):
         return (EPOCH + timedelta(days=value)).date()  # Connect Date: days since the epoch
     if isinstance(value, str):

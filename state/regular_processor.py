@@ -20,7 +20,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from state.condition import compile_predicate, parse_condition, split_condition
+from state.condition import ConditionError, compile_predicate, parse_condition, split_condition
 from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
 from state.views import View, dump_views, load_views, new_view
 
@@ -32,6 +32,13 @@ class Counter(Protocol):
     """Where expired rows are counted: a Spark accumulator, read by the driver's metrics."""
 
     def add(self, amount: int) -> None: ...
+
+
+def _position(fields: tuple[str, ...], name: str, alias: str) -> int:
+    if name not in fields:
+        side = "left" if alias == "L" else "right"
+        raise ConditionError(f"'{alias}.{name}': the {side} input has no column {name!r}")
+    return fields.index(name)
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,8 @@ class RegularJoinSpec:
         not be tested again; NULL keys are grouped together but, as in SQL, never match.
         """
         condition = split_condition(parse_condition(self.on))
-        left_keys = [self.left.fields.index(a) for a, _ in condition.equi]
-        right_keys = [self.right.fields.index(b) for _, b in condition.equi]
+        left_keys = [_position(self.left.fields, a, "L") for a, _ in condition.equi]
+        right_keys = [_position(self.right.fields, b, "R") for _, b in condition.equi]
         residual = (
             compile_predicate(condition.residual, self.left.fields, self.right.fields)
             if condition.residual is not None

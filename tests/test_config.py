@@ -98,7 +98,7 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"LEFT_FORMAT": "xml"}, "LEFT_FORMAT", "json|avro-confluent"),
         ({"LEFT_SCHEMA": "id STRANGE"}, "LEFT_SCHEMA", "unsupported type STRANGE"),
         ({"LEFT_SCHEMA": "id STRING", "LEFT_PRIMARY_KEY": "other"}, "LEFT_PRIMARY_KEY", "columns"),
-        ({"RIGHT_TIME": "updated_at"}, "RIGHT_TIME", "kafka_timestamp or proctime"),
+        ({"RIGHT_TIME": "updated_at"}, "RIGHT_TIME", "source_ts_ms or proctime"),
         ({"RIGHT_WATERMARK_DELAY": "-5s"}, "RIGHT_WATERMARK_DELAY", "duration"),
         ({"JOIN_TYPE": "lookup"}, "JOIN_TYPE", "regular|interval|temporal"),
         ({"JOIN_KIND": "cross"}, "JOIN_KIND", "inner|left|right|full|semi|anti"),

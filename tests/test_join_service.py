@@ -23,8 +23,13 @@ ORDER_COLUMNS = ("order_id", "product_id", "qty")
 PRODUCT_COLUMNS = ("product_id", "name", "price")
 
 
-def debezium_changelog(rng: random.Random, prefix: str, count: int, make_row) -> list[dict]:
-    """Create, update and delete events over `count` ids, each id's events in order."""
+def debezium_changelog(
+    rng: random.Random, prefix: str, count: int, make_row, key: str | None = None
+) -> list[dict]:
+    """Create, update and delete events over `count` ids, each id's events in order.
+
+    With `key`, as with REPLICA IDENTITY DEFAULT: updates carry no `before` image and deletes
+    only the key (the normalizer must supply the real old rows)."""
     live: dict[str, dict] = {}
     events = []
     for _ in range(count * 4):
@@ -34,14 +39,17 @@ def debezium_changelog(rng: random.Random, prefix: str, count: int, make_row) ->
             events.append({"before": None, "after": live[rid], "op": "c"})
         elif rng.random() < 0.7:
             new = make_row(rid)
-            events.append({"before": live[rid], "after": new, "op": "u"})
+            events.append({"before": None if key else live[rid], "after": new, "op": "u"})
             live[rid] = new
         else:
-            events.append({"before": live.pop(rid), "after": None, "op": "d"})
+            old = live.pop(rid)
+            before = {c: (old[c] if c == key else None) for c in old} if key else old
+            events.append({"before": before, "after": None, "op": "d"})
     return events
 
 
 def final_table(events: list[dict], key: str) -> dict[str, dict]:
+    """The table a changelog leaves behind, by primary key."""
     table: dict[str, dict] = {}
     for event in events:
         if event["op"] == "d":
@@ -89,7 +97,8 @@ def changelogs() -> tuple[list[dict], list[dict]]:
     rng = random.Random(7)
     products = debezium_changelog(
         rng, "p", 12, lambda pid: {"product_id": pid, "name": f"n{rng.randrange(9)}",
-                                   "price": f"{rng.randrange(100, 999) / 10:.2f}"}
+                                   "price": f"{rng.randrange(100, 999) / 10:.2f}"},
+        key="product_id",
     )  # fmt: skip
     orders = debezium_changelog(
         rng, "o", 40, lambda oid: {"order_id": oid, "product_id": f"p{rng.randrange(14)}",
@@ -140,6 +149,12 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
             300, "the output never materialized to the expected join", service,
         )  # fmt: skip
         dead = read_topic(kafka, f"{out}.dlq", at_least=len(bad))
+        counted = [f'streamjoin_dead_letters_total{{input="left",reason="{r}"}} 1.0'
+                   for r in BAD_RECORDS]  # fmt: skip
+        wait_for(
+            lambda: all(line in scrape(service) for line in counted),
+            60, "the dead letters were not counted by reason", service,
+        )  # fmt: skip
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     assert sorted(r.value for r in dead) == sorted(BAD_RECORDS.values())

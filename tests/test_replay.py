@@ -22,7 +22,8 @@ def flink_finals(name: str) -> dict[str, list]:
 
 def cases_of_type(join_type: str) -> list[dict]:
     found = []
-    for name in ("golden_cases.json", "a_regular.json", "b_interval.json", "c_temporal.json"):
+    for name in ("golden_cases.json", "a_regular.json", "regular_more.json", "b_interval.json",
+                 "c_temporal.json"):  # fmt: skip
         found += [c for c in load_cases(FIXTURES / name) if c["join"]["type"] == join_type]
     return found
 
@@ -41,7 +42,11 @@ def test_regular_joins_end_in_flinks_final_tables(spark, tmp_path: Path) -> None
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]
     ours = {d["case"]: d["final"] for d in lines if "final" in d}
-    flink = flink_finals("golden_flink.jsonl") | flink_finals("a_regular.jsonl")
+    flink = (
+        flink_finals("golden_flink.jsonl")
+        | flink_finals("a_regular.jsonl")
+        | flink_finals("regular_more.jsonl")
+    )
     assert set(ours) == {c["id"] for c in cases}
     for case_id, final in ours.items():
         assert final == flink[case_id], case_id

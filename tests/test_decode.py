@@ -1,0 +1,72 @@
+"""The decoding step (what `mapInArrow` runs): changes, event times and dead letters."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql.types import StructField, StructType
+
+from serdes.decode import decoder
+from serdes.formats import DebeziumJsonFormat, JsonFormat
+from serdes.kafka_source import ARROW_SCHEMA
+from serdes.schema import parse_schema
+
+ORDERS = parse_schema("order_id STRING, order_time TIMESTAMP(3)")
+ROW_TYPE = StructType([StructField(c.name, c.spark_type) for c in ORDERS])
+KAFKA_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.counts: dict = {}
+
+    def add(self, counts: dict) -> None:
+        for k, v in counts.items():
+            self.counts[k] = self.counts.get(k, 0) + v
+
+
+def kafka_batch(values: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {"key": [b"k"] * n, "value": values, "topic": ["orders"] * n, "partition": [2] * n,
+         "offset": list(range(10, 10 + n)), "timestamp": [KAFKA_TIME] * n, "headers": [None] * n},
+        schema=ARROW_SCHEMA,
+    )  # fmt: skip
+
+
+def decode(fmt_class, time: str, values: list[bytes | None], tally=None) -> list[dict]:
+    run = decoder(partial(fmt_class, ORDERS, ["order_id"]), ROW_TYPE, "left", time, tally)
+    return [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
+
+
+def test_event_time_comes_from_the_configured_attribute() -> None:
+    value = json.dumps({"order_id": "o1", "order_time": "1970-01-01 00:01:00"}).encode()
+    [by_column] = decode(JsonFormat, "order_time", [value])
+    assert by_column["event_time"] == datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)
+    assert by_column["seq"] == 20 and by_column["op"] == "+I"
+    [by_kafka] = decode(JsonFormat, "kafka_timestamp", [value])
+    assert by_kafka["event_time"] == KAFKA_TIME
+    [none] = decode(JsonFormat, "proctime", [value])
+    assert none["event_time"] is None
+
+
+def test_debezium_source_time_is_the_database_change_time() -> None:
+    event = {"op": "c", "after": {"order_id": "o1"}, "source": {"ts_ms": 43_200_000}}
+    [change] = decode(DebeziumJsonFormat, "source_ts_ms", [json.dumps(event).encode()])
+    assert change["event_time"] == datetime(1970, 1, 1, 12, tzinfo=timezone.utc)
+
+
+def test_bad_records_become_dead_letters_with_their_coordinates_and_are_counted() -> None:
+    tally = Tally()
+    good = json.dumps({"order_id": "o1"}).encode()
+    rows = decode(JsonFormat, "proctime", [good, b"{oops", good, b'{"order_time": 1}'], tally)
+    assert [r["op"] for r in rows] == ["+I", None, "+I", None]
+    dead = [r for r in rows if r["error"]]
+    assert [(r["reason"], r["offset"], r["partition"], r["topic"]) for r in dead] == [
+        ("bad-json", 11, 2, "orders"), ("missing-field", 13, 2, "orders")
+    ]  # fmt: skip
+    assert dead[0]["value"] == b"{oops"
+    assert tally.counts == {("left", "bad-json"): 1, ("left", "missing-field"): 1}
