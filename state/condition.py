@@ -104,28 +104,17 @@ def _null_safe(fn: Callable[[Any, Any], Any], a: Evaluator, b: Evaluator) -> Eva
     return evaluate
 
 
-def _and(a: Evaluator, b: Evaluator) -> Evaluator:
+def _connective(a: Evaluator, b: Evaluator, decisive: bool) -> Evaluator:
+    """AND (`decisive` False) or OR (`decisive` True), with SQL's three-valued logic."""
+
     def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
         x = a(left, right)
-        if x is False:
-            return False
+        if x is decisive:
+            return decisive
         y = b(left, right)
-        if y is False:
-            return False
-        return None if x is None or y is None else True
-
-    return evaluate
-
-
-def _or(a: Evaluator, b: Evaluator) -> Evaluator:
-    def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
-        x = a(left, right)
-        if x is True:
-            return True
-        y = b(left, right)
-        if y is True:
-            return True
-        return None if x is None or y is None else False
+        if y is decisive:
+            return decisive
+        return None if x is None or y is None else not decisive
 
     return evaluate
 
@@ -168,10 +157,9 @@ class _Compiler:
         if kind in _COMPARISONS or kind in _ARITHMETIC or kind is exp.Div:
             fn = _COMPARISONS.get(kind) or _ARITHMETIC.get(kind) or _divide
             return _null_safe(fn, self.compile(node.this), self.compile(node.expression))
-        if kind is exp.And:
-            return _and(self.compile(node.this), self.compile(node.expression))
-        if kind is exp.Or:
-            return _or(self.compile(node.this), self.compile(node.expression))
+        if kind is exp.And or kind is exp.Or:
+            both = self.compile(node.this), self.compile(node.expression)
+            return _connective(*both, decisive=kind is exp.Or)
         if kind is exp.Not:
             inner = self.compile(node.this)
             return lambda left, right: None if (v := inner(left, right)) is None else not v
@@ -185,7 +173,7 @@ class _Compiler:
             value = self.compile(node.this)
             low = _null_safe(operator.le, self.compile(node.args["low"]), value)
             high = _null_safe(operator.le, value, self.compile(node.args["high"]))
-            return _and(low, high)
+            return _connective(low, high, decisive=False)
         raise ConditionError(f"cannot evaluate {node.sql()!r} in a join condition")
 
 

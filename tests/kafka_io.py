@@ -22,6 +22,13 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None
         future.result()
 
 
+def join_topics(bootstrap: str, partitions: int = 1) -> tuple[str, str, str]:
+    """Fresh left, right and output topics, and the output's dead-letter topic."""
+    left, right, out = unique("left"), unique("right"), unique("out")
+    create_topics(bootstrap, [left, right, out, f"{out}.dlq"], partitions)
+    return left, right, out
+
+
 @dataclass(frozen=True)
 class Record:
     key: bytes | None

@@ -12,7 +12,7 @@ import fastavro
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka_io import create_topics, read_topic, unique
+from tests.kafka_io import join_topics, read_topic
 from tests.schema_registry import SchemaRegistry
 from tests.service import Service, service_env
 from tests.test_avro import wire
@@ -40,8 +40,7 @@ def avro_values(registry: SchemaRegistry, records) -> list[dict]:
 def test_avro_orders_joined_to_debezium_products_come_out_as_avro_debezium(
     kafka: str, tmp_path: Path
 ) -> None:
-    orders, products, out = unique("orders"), unique("products"), unique("joined")
-    create_topics(kafka, [orders, products, out, f"{out}.dlq"])
+    orders, products, out = join_topics(kafka)
     with SchemaRegistry() as registry:
         producer = Producer({"bootstrap.servers": kafka})
         for oid, pid in (("o1", "p1"), ("o2", "p2")):

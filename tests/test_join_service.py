@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka_io import create_topics, produce, read_topic, unique
+from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, service_env
 from tests.test_service import wait_for
 
@@ -132,8 +132,7 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
     kafka: str, tmp_path: Path, changelogs
 ) -> None:
     orders_events, products_events = changelogs
-    orders, products, out = unique("orders"), unique("products"), unique("joined")
-    create_topics(kafka, [orders, products, out, f"{out}.dlq"], partitions=3)
+    orders, products, out = join_topics(kafka, partitions=3)
     produce_events(kafka, products, products_events, "product_id")
     half = len(orders_events) // 2
     produce_events(kafka, orders, orders_events[:half], "order_id")
@@ -172,8 +171,7 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
     kafka: str, tmp_path: Path, changelogs
 ) -> None:
     orders_events, products_events = changelogs
-    orders, products, out = unique("orders"), unique("products"), unique("joined")
-    create_topics(kafka, [orders, products, out, f"{out}.dlq"], partitions=3)
+    orders, products, out = join_topics(kafka, partitions=3)
     half = len(orders_events) // 2
     produce_events(kafka, products, products_events, "product_id")
     produce_events(kafka, orders, orders_events[:half], "order_id")
@@ -181,26 +179,24 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
     first_half = expected_left_join(
         final_table(orders_events[:half], "order_id"), final_table(products_events, "product_id")
     )
-    first = Service(env, tmp_path / "first.log")
-    try:
-        wait_for(
-            lambda: materialized(read_topic(kafka, out)) == first_half,
-            300, "the first half never materialized", first,
-        )  # fmt: skip
-    finally:
-        assert first.terminate() == 0, first.log()[-3000:]
+    run_until_materialized(kafka, out, env, tmp_path / "first.log", first_half)
     produce_events(kafka, orders, orders_events[half:], "order_id")
-    second = Service(env, tmp_path / "second.log")
     expected = expected_left_join(
         final_table(orders_events, "order_id"), final_table(products_events, "product_id")
     )
+    run_until_materialized(kafka, out, env, tmp_path / "second.log", expected)
+
+
+def run_until_materialized(kafka: str, out: str, env: dict, log: Path, expected: Counter) -> None:
+    """Run the service until its output materializes to `expected`, then stop it (SIGTERM)."""
+    service = Service(env, log)
     try:
         wait_for(
             lambda: materialized(read_topic(kafka, out)) == expected,
-            300, "after the restart the output never reached the final join", second,
+            300, "the output never materialized to the expected join", service,
         )  # fmt: skip
     finally:
-        assert second.terminate() == 0, second.log()[-3000:]
+        assert service.terminate() == 0, service.log()[-3000:]
 
 
 def scrape(service: Service) -> str:
@@ -213,8 +209,7 @@ def scrape(service: Service) -> str:
 
 
 def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_path: Path) -> None:
-    orders, products, out = unique("orders"), unique("products"), unique("joined")
-    create_topics(kafka, [orders, products, out, f"{out}.dlq"])
+    orders, products, out = join_topics(kafka)
     order = {"order_id": "o1", "product_id": "p1", "qty": 1}
     produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {"STATE_TTL": "2s"}

@@ -1,0 +1,71 @@
+"""A private PostgreSQL 15 cluster for the change-data-capture test: `wal_level=logical`.
+
+PostgreSQL refuses to run as root, so when the tests run as root the cluster belongs to the
+`postgres` system user (`runuser`); its data directory is a temporary folder of its own (the
+test's folder is private to root), removed when the cluster stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from app.broker import free_port
+
+
+def _as_cluster_owner(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+class PostgresCluster:
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="streamjoin-pg-"))
+        self.data = self.base / "pgdata"
+        self.port = free_port()
+        self.log = self.base / "postgres.log"
+
+    @staticmethod
+    def available() -> bool:
+        return all(shutil.which(tool) for tool in ("initdb", "pg_ctl", "psql"))
+
+    def __enter__(self) -> PostgresCluster:
+        self.data.mkdir(parents=True)
+        if os.geteuid() == 0:
+            for path in (self.base, self.data):
+                shutil.chown(path, "postgres", "postgres")
+        initdb = ["initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust"]
+        subprocess.run(_as_cluster_owner(initdb), check=True, capture_output=True)
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"port = {self.port}\nlisten_addresses = '127.0.0.1'\nwal_level = logical\n"
+                f"unix_socket_directories = '{self.data}'\nmax_wal_senders = 4\n"
+                "max_replication_slots = 4\n"
+            )
+        start = ["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "start"]
+        subprocess.run(_as_cluster_owner(start), check=True, capture_output=True)
+        return self
+
+    def sql(self, statement: str) -> str:
+        deadline = time.monotonic() + 30
+        while True:
+            result = subprocess.run(
+                ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d",
+                 "postgres", "-v", "ON_ERROR_STOP=1", "-Atc", statement],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if result.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        stop = ["pg_ctl", "-D", str(self.data), "-m", "immediate", "stop"]
+        subprocess.run(_as_cluster_owner(stop), capture_output=True)
+        shutil.rmtree(self.base, ignore_errors=True)
