@@ -1,8 +1,9 @@
 """Input formats: one Kafka record in, zero or more typed change rows `(op, row)` out.
 
 - `json`: one JSON object per record, insert-only.
-- `upsert`: the record key is the primary key (a JSON object, or the bare value of a one-column
-  key), the value the whole row as JSON, a null value a delete: +U(row) or -D(key columns).
+- `upsert`: the record key is the primary key (a JSON object, also inside Kafka Connect's
+  schema envelope, or the bare value of a one-column key), the value the whole row as JSON, a
+  null value a delete: +U(row) or -D(key columns).
 - `debezium-json`: Debezium's envelope, with (`{"schema", "payload"}`) or without the Connect
   schema: `c`/`r` -> +I(after), `u` -> -U(before) +U(after), `d` -> -D(before); the tombstone
   after a delete is skipped. An update without a `before` image (REPLICA IDENTITY DEFAULT) comes
@@ -149,7 +150,9 @@ class UpsertJsonFormat:
         except (UnicodeDecodeError, json.JSONDecodeError):
             parsed = None
         if isinstance(parsed, dict):
-            return parsed
+            # Kafka Connect's JsonConverter with schemas: {"schema": ..., "payload": {...}}
+            inner = parsed.get("payload") if "schema" in parsed else None
+            return inner if isinstance(inner, dict) else parsed
         if len(self.key_columns) == 1:
             return {self.key_columns[0]: parsed if parsed is not None else key.decode("utf-8")}
         raise DecodeError("bad-key", f"expected a JSON object with {self.key_columns}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from serdes.formats import DebeziumJsonFormat, JsonFormat
+from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.schema import parse_schema
 from serdes.values import DecodeError
 
@@ -110,3 +110,13 @@ def test_plain_json_rows_are_typed() -> None:
     changes = fmt.decode(None, b'{"id": "o1", "at": "1970-01-01 00:01:00.000", "price": 1.5}')
     assert changes == [("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc),
                                 Decimal("1.50")))]  # fmt: skip
+
+
+KEYS = sorted(FIXTURES.glob("*.key.json"))
+
+
+@pytest.mark.parametrize("path", KEYS, ids=[p.name for p in KEYS])
+def test_each_debezium_key_file_decodes_as_an_upsert_key(path: Path) -> None:
+    fmt = UpsertJsonFormat(parse_schema("id INT, name STRING"), ["id"])
+    key = json.loads(path.read_text())
+    assert fmt.decode(path.read_bytes(), None) == [("-D", (key["payload"]["id"], None))]
