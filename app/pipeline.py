@@ -124,7 +124,7 @@ def normalized(changes: DataFrame, source: InputConfig) -> DataFrame:
         changes.select(*keys, "op", "seq", "row")
         .groupBy(*[f"pk{i}" for i in range(len(keys))])
         .transformWithState(
-            NormalizeProcessor(schema.names, row_schema.names),
+            NormalizeProcessor(row_schema.names),
             outputStructType=schema,
             outputMode="Append",
             timeMode="None",

@@ -23,6 +23,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from state.views import struct_values
+
 LAST_ROW_STATE = StructType([StructField("row", BinaryType())])
 
 Change = tuple[str, tuple[Any, ...]]
@@ -39,20 +41,15 @@ def normalize(last: tuple | None, op: str, row: tuple) -> tuple[list[Change], tu
     return ([("-D", last)] if last is not None else []), None
 
 
-def _values(struct: Any) -> tuple[Any, ...]:
-    return tuple(struct.values()) if isinstance(struct, dict) else tuple(struct)
-
-
 class NormalizeProcessor(StatefulProcessor):
-    """Keyed by the primary key; rows `op`, `seq`, `row` (+ passed-through columns) in and out."""
+    """Keyed by the primary key; rows `op`, `seq`, `row` in and out."""
 
-    def __init__(self, output_names: list[str], row_names: list[str]) -> None:
-        self.output_names = output_names
+    def __init__(self, row_names: list[str]) -> None:
         self.row_names = row_names
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("last", LAST_ROW_STATE)
-        self.out = Row(*self.output_names)
+        self.out = Row("op", "seq", "row")
 
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
@@ -61,10 +58,9 @@ class NormalizeProcessor(StatefulProcessor):
         last = pickle.loads(stored[0]) if stored is not None else None
         output = []
         for row in sorted(rows, key=lambda r: r.seq):
-            changes, last = normalize(last, row.op, _values(row.row))
-            extra = [row[name] for name in self.output_names[3:]]
+            changes, last = normalize(last, row.op, struct_values(row.row))
             output += [
-                self.out(op, row.seq, dict(zip(self.row_names, values, strict=True)), *extra)
+                self.out(op, row.seq, dict(zip(self.row_names, values, strict=True)))
                 for op, values in changes
             ]
         if last is None:

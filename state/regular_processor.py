@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from pyspark.sql import Row
@@ -22,7 +23,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from state.condition import ConditionError, compile_predicate, parse_condition, split_condition
 from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
-from state.views import View, dump_views, load_views, new_view
+from state.views import View, dump_views, load_views, new_view, struct_values
 
 # Both sides' views of a key in one value, with the time of its last write (for retention).
 KEY_STATE = StructType([StructField("views", BinaryType()), StructField("touched_ms", LongType())])
@@ -64,8 +65,9 @@ class RegularJoinSpec:
         """Retention needs processing-time timers; without it the join needs no clock."""
         return "ProcessingTime" if self.state_ttl_ms > 0 else "None"
 
-    @property
+    @cached_property
     def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        """Parsed once per spec: fresh views are made for every new key."""
         return split_condition(parse_condition(self.on)).equi
 
     @property
@@ -109,11 +111,6 @@ class RegularJoinSpec:
         )
 
 
-def _values(struct: Any) -> tuple[Any, ...]:
-    """A struct column's values in field order: Spark hands structs over as dicts."""
-    return tuple(struct.values()) if isinstance(struct, dict) else tuple(struct)
-
-
 class RegularJoinProcessor(StatefulProcessor):
     """Input rows: `side` (0 left, 1 right), `op`, `seq` (order), `left` / `right` structs."""
 
@@ -142,7 +139,7 @@ class RegularJoinProcessor(StatefulProcessor):
         stored, views = self._load()
         output = []
         for row in sorted(rows, key=lambda r: r.seq):
-            values = _values(row.left if row.side == LEFT else row.right)
+            values = struct_values(row.left if row.side == LEFT else row.right)
             for change in self.join.process(row.side, row.op, values, views):
                 left = change.left if change.left is not None else self.null_left
                 right = change.right if change.right is not None else self.null_right

@@ -113,6 +113,12 @@ class MultisetView:
 View = SingleRowView | UniqueKeyView | MultisetView
 
 
+def struct_values(struct: Any) -> Row:
+    """A struct column's values in field order: Spark hands structs to Python processors as
+    dicts (pyspark's TwsTester as Rows)."""
+    return tuple(struct.values()) if isinstance(struct, dict) else tuple(struct)
+
+
 def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequence[str]) -> View:
     """The layout Flink would choose for an input with these columns and unique key."""
     if unique_key and set(unique_key) <= set(join_key):

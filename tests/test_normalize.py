@@ -39,7 +39,7 @@ def test_a_retraction_deletes_the_stored_row_as_flink_does() -> None:
 
 
 def test_the_processor_keeps_the_last_row_between_batches() -> None:
-    tester = TwsTester(NormalizeProcessor(["op", "seq", "row"], ["id", "v"]))
+    tester = TwsTester(NormalizeProcessor(["id", "v"]))
     In = Row("op", "seq", "row")
     first = tester.test(("a",), [In("+U", 4, Row(id="a", v=2)), In("+U", 2, Row(id="a", v=1))])
     assert [(r.op, tuple(r.row.values())) for r in first] == [("+I", A1), ("-U", A1), ("+U", A2)]
