@@ -1,8 +1,9 @@
 """Spark wiring of the joins: key the unified changelog by the join key, run the processor.
 
 Both inputs arrive as one changelog with the columns `side` (0 left, 1 right), `op`
-(`+I -U +U -D`), `seq` (arrival order within a side) and the structs `left` and `right` (one
-of them null). The join operators themselves live in `state/`.
+(`+I -U +U -D`), `seq` (arrival order within a side), `ts` (the row's event time in epoch ms,
+without Spark's watermark metadata, so no row is dropped as late before a join sees it) and the
+structs `left` and `right` (one of them null). The join operators themselves live in `state/`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
 
+from app.plan import JoinSpec
+from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
 from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
 
 log = logging.getLogger(__name__)
@@ -25,13 +28,14 @@ def changelog_schema(left: StructType, right: StructType) -> StructType:
             StructField("side", ByteType(), False),
             StructField("op", StringType(), False),
             StructField("seq", LongType(), False),
+            StructField("ts", LongType()),
             StructField("left", left),
             StructField("right", right),
         ]
     )
 
 
-def output_schema(spec: RegularJoinSpec, left: StructType, right: StructType) -> StructType:
+def output_schema(spec: JoinSpec, left: StructType, right: StructType) -> StructType:
     """`op`, then every left column as `L_<col>` and (except SEMI/ANTI) right as `R_<col>`."""
     fields = [StructField("op", StringType(), False)]
     fields += [StructField(f"L_{f.name}", f.dataType) for f in left]
@@ -40,7 +44,7 @@ def output_schema(spec: RegularJoinSpec, left: StructType, right: StructType) ->
     return StructType(fields)
 
 
-def _join_key(spec: RegularJoinSpec, left: StructType) -> list[Column]:
+def _join_key(spec: JoinSpec, left: StructType) -> list[Column]:
     if not spec.equi_keys:
         log.warning(
             "the join condition has no equality between an L and an R column: every row "
@@ -70,6 +74,29 @@ def regular_join(
         .groupBy(*[f"k{i}" for i in range(len(keys))])
         .transformWithState(
             RegularJoinProcessor(spec, schema.names, expired_rows),
+            outputStructType=schema,
+            outputMode="Append",
+            timeMode=spec.time_mode,
+        )
+    )
+
+
+def interval_join(
+    changes: DataFrame, spec: IntervalJoinSpec, left: StructType, right: StructType
+) -> DataFrame:
+    """The interval join's append-only output (`op` is always `+I`) of the input changelog.
+
+    Rows are grouped by a hash bucket of their join key, not by the key itself: see
+    `state.interval_processor` for why.
+    """
+    keys = _join_key(spec, left)
+    schema = output_schema(spec, left, right)
+    bucket = F.pmod(F.xxhash64(*keys), F.lit(spec.buckets)).alias("bucket")
+    return (
+        changes.select(bucket, *keys, "side", "op", "seq", "ts", "left", "right")
+        .groupBy("bucket")
+        .transformWithState(
+            IntervalJoinProcessor(spec, schema.names),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

@@ -18,8 +18,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config import Config, InputConfig
-from app.join_plan import regular_join
-from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, join_spec
+from app.join_plan import interval_join, regular_join
+from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
 from app.projection import project
 from ops.metrics import ServiceMetrics
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
@@ -28,8 +28,8 @@ from serdes.decode import Format, Tally, decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
+from state.interval_processor import IntervalJoinSpec
 from state.normalize import NormalizeProcessor
-from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
 FORMATS = {
@@ -138,21 +138,24 @@ def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
     if source.time != "proctime":
         # The input's watermark: the largest event time seen, minus the configured delay.
         good = good.withWatermark("event_time", f"{source.watermark_delay_ms} milliseconds")
-    good = good.select("op", "seq", "row")
+    # The event time as a plain number: a column with watermark metadata would make Spark drop
+    # rows behind the watermark before the join sees them (Flink's interval join keeps them).
+    good = good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
     if source.format in NORMALIZED_FORMATS:
-        good = normalized(good, source)
+        good = normalized(good.drop("ts"), source).withColumn("ts", F.lit(None).cast("long"))
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return good.select(
         F.lit(side).cast("byte").alias("side"),
         "op",
         "seq",
+        "ts",
         (row if side == 0 else F.lit(None).cast(left)).alias("left"),
         (row if side == 1 else F.lit(None).cast(right)).alias("right"),
     )
 
 
-def _join_key(spec: RegularJoinSpec) -> Column:
+def _join_key(spec: JoinSpec) -> Column:
     """The output record key: the join key, so all changes of one key share a partition."""
     parts = [
         F.coalesce(F.col(f"L_{a}"), F.col(f"R_{b}")) if spec.projects_right else F.col(f"L_{a}")
@@ -174,7 +177,12 @@ def joined_output(
         _changes(decode_input(raw_right, config, config.right), config.right, left_type, right_type)
     )
     spec = join_spec(config)
-    joined = regular_join(changes, spec, left_type, right_type, metrics.expired_rows.accumulator)
+    if isinstance(spec, IntervalJoinSpec):
+        joined = interval_join(changes, spec, left_type, right_type)
+    else:
+        joined = regular_join(
+            changes, spec, left_type, right_type, metrics.expired_rows.accumulator
+        )
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:
         joined = project(joined, config.join.select, keep=[KEY_COLUMN])

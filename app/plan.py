@@ -9,30 +9,56 @@ from __future__ import annotations
 
 from app.config import Config, ConfigError
 from state.condition import ConditionError
+from state.interval_processor import PROCTIME, IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec, SideSpec
+
+JoinSpec = RegularJoinSpec | IntervalJoinSpec
 
 AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
 AVRO_FORMATS = ("avro-confluent", "debezium-avro-confluent")
 NORMALIZED_FORMATS = ("debezium-json", "debezium-avro-confluent", "upsert")
-AVAILABLE_JOIN_TYPES = ("regular",)
+AVAILABLE_JOIN_TYPES = ("regular", "interval")
 INSERT_ONLY_FORMATS = ("json", "avro-confluent")
+OUTER_KINDS = ("inner", "left", "right", "full")
 
 
-def join_spec(config: Config) -> RegularJoinSpec:
-    """The regular join's description, as the processors on the executors receive it."""
-    return RegularJoinSpec(
-        kind=config.join.kind,
-        on=config.join.on or "",
-        left=SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key),
-        right=SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key),
-        state_ttl_ms=config.join.state_ttl_ms,
-    )
+def join_spec(config: Config) -> JoinSpec:
+    """The join's description, as the processors on the executors receive it."""
+    left = SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key)
+    right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
+    if config.join.type == "interval":
+        return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
+                                config.left.time, config.right.time)  # fmt: skip
+    return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
+                           state_ttl_ms=config.join.state_ttl_ms)  # fmt: skip
 
 
 def produces_updates(config: Config) -> bool:
     """Whether the join's result changelog can hold more than inserts."""
+    if config.join.type == "interval":
+        return False  # its outer rows are emitted once, padded, when they can no longer match
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
     return inputs_update or config.join.kind != "inner"
+
+
+def _check_interval(config: Config) -> None:
+    """An interval join takes insert-only inputs and one notion of time for both."""
+    if config.join.kind not in OUTER_KINDS:
+        raise ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
+                          config.join.kind)  # fmt: skip
+    for source in (config.left, config.right):
+        if source.format not in INSERT_ONLY_FORMATS:
+            raise ConfigError(
+                f"{source.side.upper()}_FORMAT",
+                "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + "): an interval "
+                "join cannot take the updates and deletes of a changelog input",
+                source.format,
+            )
+    if (config.left.time == PROCTIME) != (config.right.time == PROCTIME):
+        same = "proctime" if config.left.time == PROCTIME else "an event time"
+        raise ConfigError("RIGHT_TIME", f"{same} like LEFT_TIME: an interval join runs in "
+                          "event time or in processing time, on both sides",
+                          config.right.time)  # fmt: skip
 
 
 def check_plan(config: Config) -> None:
@@ -40,8 +66,10 @@ def check_plan(config: Config) -> None:
     if not config.join.on:
         return  # forwarding both inputs needs nothing more
     if config.join.type not in AVAILABLE_JOIN_TYPES:
-        raise ConfigError("JOIN_TYPE", "regular (the only join type available in this version)",
-                          config.join.type)  # fmt: skip
+        raise ConfigError("JOIN_TYPE", "|".join(AVAILABLE_JOIN_TYPES) + " (the join types "
+                          "available in this version)", config.join.type)  # fmt: skip
+    if config.join.type == "interval":
+        _check_interval(config)
     for source in (config.left, config.right):
         prefix = source.side.upper()
         if source.format not in AVAILABLE_FORMATS:
@@ -59,7 +87,7 @@ def check_plan(config: Config) -> None:
         raise ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
                           "avro-confluent")  # fmt: skip
     try:
-        join_spec(config).matcher()
+        join_spec(config).operator()
     except ConditionError as err:
         raise ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
                           config.join.on) from None  # fmt: skip

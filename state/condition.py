@@ -182,3 +182,34 @@ def compile_predicate(
 ) -> Evaluator:
     """A function (left row, right row) -> True / False / None (unknown) for `expression`."""
     return _Compiler(left_fields, right_fields).compile(expression)
+
+
+def _position(fields: Sequence[str], name: str, alias: str) -> int:
+    if name not in fields:
+        side = "left" if alias == "L" else "right"
+        raise ConditionError(f"'{alias}.{name}': the {side} input has no column {name!r}")
+    return list(fields).index(name)
+
+
+def compile_matcher(
+    condition: JoinCondition, left_fields: Sequence[str], right_fields: Sequence[str]
+) -> Callable[[Sequence[Any], Sequence[Any]], bool]:
+    """Rows match when no equi-key column is NULL and the residual is TRUE.
+
+    Rows reach the same key only if their key values are equal, so equality itself need not be
+    tested again; NULL keys are grouped together but, as in SQL, never match.
+    """
+    left_keys = [_position(left_fields, a, "L") for a, _ in condition.equi]
+    right_keys = [_position(right_fields, b, "R") for _, b in condition.equi]
+    residual = (
+        compile_predicate(condition.residual, left_fields, right_fields)
+        if condition.residual is not None
+        else None
+    )
+
+    def matches(left: Sequence[Any], right: Sequence[Any]) -> bool:
+        if any(left[i] is None for i in left_keys) or any(right[j] is None for j in right_keys):
+            return False
+        return residual is None or residual(left, right) is True
+
+    return matches

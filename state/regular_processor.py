@@ -21,7 +21,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from state.condition import ConditionError, compile_predicate, parse_condition, split_condition
+from state.condition import compile_matcher, parse_condition, split_condition
 from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
 from state.views import View, dump_views, load_views, new_view, struct_values
 
@@ -33,13 +33,6 @@ class Counter(Protocol):
     """Where expired rows are counted: a Spark accumulator, read by the driver's metrics."""
 
     def add(self, amount: int) -> None: ...
-
-
-def _position(fields: tuple[str, ...], name: str, alias: str) -> int:
-    if name not in fields:
-        side = "left" if alias == "L" else "right"
-        raise ConditionError(f"'{alias}.{name}': the {side} input has no column {name!r}")
-    return fields.index(name)
 
 
 @dataclass(frozen=True)
@@ -76,26 +69,9 @@ class RegularJoinSpec:
         return self.kind not in ("semi", "anti")
 
     def matcher(self) -> Matcher:
-        """Rows match when no equi-key column is NULL and the residual is TRUE.
-
-        Rows reach the same key only if their key values are equal, so equality itself need
-        not be tested again; NULL keys are grouped together but, as in SQL, never match.
-        """
+        """Whether a left and a right row of one key match (see `compile_matcher`)."""
         condition = split_condition(parse_condition(self.on))
-        left_keys = [_position(self.left.fields, a, "L") for a, _ in condition.equi]
-        right_keys = [_position(self.right.fields, b, "R") for _, b in condition.equi]
-        residual = (
-            compile_predicate(condition.residual, self.left.fields, self.right.fields)
-            if condition.residual is not None
-            else None
-        )
-
-        def matches(left: tuple[Any, ...], right: tuple[Any, ...]) -> bool:
-            if any(left[i] is None for i in left_keys) or any(right[j] is None for j in right_keys):
-                return False
-            return residual is None or residual(left, right) is True
-
-        return matches
+        return compile_matcher(condition, self.left.fields, self.right.fields)
 
     def operator(self) -> RegularJoin | SemiAntiJoin:
         if self.kind in ("semi", "anti"):

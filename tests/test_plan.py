@@ -50,9 +50,52 @@ def test_append_is_refused_for_a_join_that_updates() -> None:
         ({"RIGHT_PRIMARY_KEY": None}, "RIGHT_PRIMARY_KEY"),
         ({"RIGHT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
         ({"JOIN_ON": "L.product_id = R.sku"}, "JOIN_ON"),
-        ({"JOIN_TYPE": "interval"}, "JOIN_TYPE"),
+        ({"JOIN_TYPE": "temporal"}, "JOIN_TYPE"),
         ({"OUTPUT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
     ],
 )
 def test_an_unusable_combination_names_its_variable(changes: dict, variable: str) -> None:
     assert refusal(**changes).startswith(f"{variable}: expected ")
+
+
+INTERVAL = {
+    **JOIN,
+    "LEFT_SCHEMA": "order_id STRING, ot TIMESTAMP(3)",
+    "LEFT_TIME": "ot",
+    "RIGHT_SCHEMA": "ship_id STRING, order_id STRING, st TIMESTAMP(3)",
+    "RIGHT_PRIMARY_KEY": None,
+    "RIGHT_FORMAT": "json",
+    "RIGHT_TIME": "st",
+    "JOIN_TYPE": "interval",
+    "JOIN_KIND": "left",
+    "JOIN_ON": "L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st",
+    "OUTPUT_ENCODING": "append",
+}
+
+
+def interval_refusal(**changes: str | None) -> str:
+    env = {k: v for k, v in {**INTERVAL, **changes}.items() if v is not None}
+    with pytest.raises(ConfigError) as caught:
+        check_plan(load_config(env))
+    return str(caught.value)
+
+
+def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
+    check_plan(load_config({k: v for k, v in INTERVAL.items() if v is not None}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "start"),
+    [
+        ({"RIGHT_FORMAT": "debezium-json", "RIGHT_PRIMARY_KEY": "ship_id"},
+         "RIGHT_FORMAT: expected an insert-only format (json|avro-confluent): an interval join "
+         "cannot take the updates and deletes"),
+        ({"RIGHT_TIME": "proctime"}, "RIGHT_TIME: expected an event time like LEFT_TIME"),
+        ({"JOIN_KIND": "semi"}, "JOIN_KIND: expected inner|left|right|full"),
+        ({"JOIN_ON": "L.order_id = R.order_id AND L.ot >= R.st"},
+         "JOIN_ON: expected a condition over the inputs' columns (an interval join needs a "
+         "lower and an upper bound on L.ot - R.st"),
+    ],
+)  # fmt: skip
+def test_an_interval_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
+    assert interval_refusal(**changes).startswith(start)

@@ -1,0 +1,108 @@
+"""Interval-join throughput: streamjoin's transformWithState join vs Spark's native one.
+
+Usage: python bench/interval_join.py [ROWS_PER_SIDE] [ROWS_PER_KEY_PER_SIDE]
+
+Both run in one SparkSession over the same input files, read as streams with the same
+watermarks, with the same condition (`L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL
+4 HOURS AND R.st`) and join kind; one micro-batch (`availableNow`), so Kafka is out of the
+picture and only the join is compared. Each query runs once to warm up, then is timed; rows/s
+counts input rows.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+from regular_join import timed
+
+from app.join_plan import interval_join
+from app.spark import build_session
+from state.interval_processor import IntervalJoinSpec
+from state.regular_processor import SideSpec
+
+LEFT = StructType([StructField("order_id", StringType()), StructField("ot", TimestampType())])
+RIGHT = StructType(
+    [StructField("ship_id", StringType()), StructField("order_id", StringType()),
+     StructField("st", TimestampType())]
+)  # fmt: skip
+ON = "L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st"
+WATERMARK = "1 hour"
+
+
+def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int) -> None:
+    """Order i at second i; its shipments up to an hour later (some after the 4 h bound)."""
+    keys = max(1, rows // per_key)
+    base = spark.range(rows)
+    base.select(
+        F.concat(F.lit("o"), (F.col("id") % keys).cast("string")).alias("order_id"),
+        F.timestamp_seconds(F.col("id")).alias("ot"),
+    ).write.parquet(str(work / "left"))
+    base.select(
+        F.concat(F.lit("s"), F.col("id").cast("string")).alias("ship_id"),
+        F.concat(F.lit("o"), (F.col("id") % keys).cast("string")).alias("order_id"),
+        F.timestamp_seconds(F.col("id") + F.col("id") % 3600).alias("st"),
+    ).write.parquet(str(work / "right"))
+
+
+def inputs(spark: SparkSession, work: Path) -> tuple[DataFrame, DataFrame]:
+    left = spark.readStream.schema(LEFT).parquet(str(work / "left"))
+    right = spark.readStream.schema(RIGHT).parquet(str(work / "right"))
+    return left.withWatermark("ot", WATERMARK), right.withWatermark("st", WATERMARK)
+
+
+def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
+    """As `streamjoin run` feeds the join: one changelog, event time as plain epoch ms."""
+    left, right = inputs(spark, work)
+    null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
+    changes = left.select(
+        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        F.monotonically_increasing_id().alias("seq"), F.unix_millis("ot").alias("ts"),
+        F.struct(*LEFT.names).alias("left"), null_right.alias("right"),
+    ).unionByName(right.select(
+        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        F.monotonically_increasing_id().alias("seq"), F.unix_millis("st").alias("ts"),
+        null_left.alias("left"), F.struct(*RIGHT.names).alias("right"),
+    ))  # fmt: skip
+    spec = IntervalJoinSpec(kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)),
+                            "ot", "st")  # fmt: skip
+    return interval_join(changes, spec, LEFT, RIGHT)
+
+
+def native(spark: SparkSession, work: Path, kind: str) -> DataFrame:
+    left, right = inputs(spark, work)
+    right = right.withColumnRenamed("order_id", "r_order_id")
+    condition = F.expr("order_id = r_order_id AND ot BETWEEN st - INTERVAL 4 HOURS AND st")
+    return left.join(right, condition, {"left": "left_outer", "full": "full_outer"}.get(kind, kind))
+
+
+def main() -> None:
+    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    per_key = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_inputs(spark, work, rows, per_key)
+        print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side)")
+        for kind in ("inner", "left", "full"):
+            results = {}
+            for name, plan in (("native", native), ("streamjoin", ours)):
+                timed(plan(spark, work, kind), work / f"warm-{name}-{kind}")
+                results[name] = timed(plan(spark, work, kind), work / f"ck-{name}-{kind}")
+            base = 2 * rows / results["native"][0]
+            for name, (seconds, output_rows) in results.items():
+                rate = 2 * rows / seconds
+                print(f"  {kind:5s} {name:10s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio "
+                      f"{rate / base:5.2f}  ({output_rows} output rows)")  # fmt: skip
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

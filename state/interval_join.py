@@ -1,0 +1,193 @@
+"""Flink's time-interval join (`TimeIntervalJoin`) in plain Python, one key at a time.
+
+Each side caches its rows by time, each with a "joined" flag. An arriving row joins the other
+side's cached rows within its bounds, expiring while it iterates the ones the operator time has
+left behind (null-padded if outer and never joined), and is cached only while the other side can
+still produce a match; otherwise, unmatched and outer, it is emitted padded at once. Late rows
+are not dropped: they meet whatever is still cached. Per-key cleanup timers expire the rest.
+
+Flink keeps the two "expiration times" in fields of the operator instance, shared by the keys of
+a subtask; here they are shared by the keys of a state bucket (`Bucket`), which is the same
+thing when a key is alone in its subtask and is deterministic across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Row = tuple[Any, ...]
+Pair = tuple[Row | None, Row | None]  # one output row: (left, right), None = padded with nulls
+Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
+MAX_TIME = 2**63 - 1
+
+
+@dataclass
+class KeyState:
+    """One key's caches and its two cleanup timers (None: no timer).
+
+    As in Flink, `left_timer` is registered by right rows and cleans the right cache, and
+    `right_timer` the other way round.
+    """
+
+    left: Cache = field(default_factory=dict)
+    right: Cache = field(default_factory=dict)
+    left_timer: int | None = None
+    right_timer: int | None = None
+
+    def timers(self) -> list[int]:
+        return sorted({t for t in (self.left_timer, self.right_timer) if t is not None})
+
+    def rows(self) -> int:
+        return sum(len(rows) for cache in (self.left, self.right) for rows in cache.values())
+
+
+@dataclass
+class Bucket:
+    """The keys of one state value and the expiration times they share."""
+
+    keys: dict[Any, KeyState] = field(default_factory=dict)
+    left_expiration: int = 0
+    right_expiration: int = 0
+    spark_timer: int | None = None  # the pending engine timer, if any
+
+    def next_timer(self) -> int | None:
+        return min((t for key in self.keys.values() for t in key.timers()), default=None)
+
+
+class IntervalJoin:
+    """`lower <= L.t - R.t <= upper`, for INNER, LEFT, RIGHT and FULL joins."""
+
+    def __init__(
+        self,
+        kind: str,
+        lower_ms: int,
+        upper_ms: int,
+        matches: Callable[[Row, Row], bool],
+        min_cleanup_ms: int = 0,
+        allowed_lateness_ms: int = 0,
+    ) -> None:
+        """`min_cleanup_ms` is Flink's `table.exec.interval-join.min-cleanup-interval` (0)."""
+        self.left_outer = kind in ("left", "full")
+        self.right_outer = kind in ("right", "full")
+        self.left_size = -lower_ms
+        self.right_size = upper_ms
+        self.empty = lower_ms > upper_ms
+        self.min_cleanup = max(0, min_cleanup_ms)
+        self.lateness = allowed_lateness_ms
+        self.matches = matches
+
+    def _expiration(self, operator_time: int, size: int) -> int:
+        if operator_time >= MAX_TIME:
+            return MAX_TIME
+        return operator_time - size - self.lateness - 1
+
+    def _cleanup_time(self, row_time: int, left_row: bool) -> int:
+        size = self.left_size if left_row else self.right_size
+        return row_time + size + self.min_cleanup + self.lateness + 1
+
+    def process(
+        self, bucket: Bucket, key: Any, side: int, row: Row, row_time: int, operator_time: int
+    ) -> list[Pair]:
+        """One arriving row (`side` 0 left, 1 right); `operator_time` is the watermark (>= 0).
+
+        Bounds that admit no pair (lower > upper) join nothing: as in Flink, outer rows are
+        padded at once and nothing is cached.
+        """
+        if self.empty:
+            outer = self.left_outer if side == 0 else self.right_outer
+            return [self._padded(side == 0, row)] if outer else []
+        state = bucket.keys.setdefault(key, KeyState())
+        left = side == 0
+        own, other = (state.left, state.right) if left else (state.right, state.left)
+        size_other = self.right_size if left else self.left_size
+        lower = row_time - size_other
+        upper = row_time + (self.left_size if left else self.right_size)
+        pad_other = self.right_outer if left else self.left_outer
+        out: list[Pair] = []
+        emitted = False
+        expiration = bucket.right_expiration if left else bucket.left_expiration
+        if expiration < upper:
+            expiration = self._expiration(operator_time, size_other)
+            if left:
+                bucket.right_expiration = expiration
+            else:
+                bucket.left_expiration = expiration
+            for time in list(other):
+                cached = other[time]
+                if lower <= time <= upper:
+                    for entry in cached:
+                        pair = (row, entry[0]) if left else (entry[0], row)
+                        if self.matches(*pair):
+                            out.append(pair)
+                            emitted = True
+                            entry[1] = entry[1] or pad_other
+                if time <= expiration:
+                    if pad_other:
+                        out.extend(self._padded(not left, e[0]) for e in cached if not e[1])
+                    del other[time]
+        if operator_time < upper:
+            own.setdefault(row_time, []).append([row, emitted])
+            timer = "right_timer" if left else "left_timer"
+            if getattr(state, timer) is None:
+                setattr(state, timer, self._cleanup_time(row_time, left))
+        elif not emitted and (self.left_outer if left else self.right_outer):
+            out.append(self._padded(left, row))
+        self._forget_if_empty(bucket, key)
+        return out
+
+    def on_timer(self, bucket: Bucket, key: Any, timestamp: int, operator_time: int) -> list[Pair]:
+        """A cleanup timer of `key` at `timestamp` fired at `operator_time`."""
+        state = bucket.keys.get(key)
+        out: list[Pair] = []
+        if state is None:
+            return out
+        if state.left_timer == timestamp:
+            bucket.right_expiration = self._expiration(operator_time, self.right_size)
+            out += self._remove_expired(state, bucket.right_expiration, left=False)
+        if state.right_timer == timestamp:
+            bucket.left_expiration = self._expiration(operator_time, self.left_size)
+            out += self._remove_expired(state, bucket.left_expiration, left=True)
+        self._forget_if_empty(bucket, key)
+        return out
+
+    def fire_due(self, bucket: Bucket, operator_time: int) -> list[Pair]:
+        """Every key's cleanup timers at or before `operator_time`, as Flink fires them."""
+        out: list[Pair] = []
+        due = sorted(
+            (t, key) for key, s in bucket.keys.items() for t in s.timers() if t <= operator_time
+        )
+        for timestamp, key in due:
+            out += self.on_timer(bucket, key, timestamp, operator_time)
+        return out
+
+    def _remove_expired(self, state: KeyState, expiration: int, left: bool) -> list[Pair]:
+        cache = state.left if left else state.right
+        pad = self.left_outer if left else self.right_outer
+        out: list[Pair] = []
+        earliest = -1
+        for time in list(cache):
+            if time <= expiration:
+                if pad:
+                    out.extend(self._padded(left, e[0]) for e in cache[time] if not e[1])
+                del cache[time]
+            elif time < earliest or earliest < 0:
+                earliest = time
+        timer = "right_timer" if left else "left_timer"
+        if earliest > 0:
+            setattr(state, timer, self._cleanup_time(earliest, left))
+        else:  # as in Flink, also when the rows left have times <= 0
+            setattr(state, timer, None)
+            cache.clear()
+        return out
+
+    @staticmethod
+    def _padded(left: bool, row: Row) -> Pair:
+        return (row, None) if left else (None, row)
+
+    @staticmethod
+    def _forget_if_empty(bucket: Bucket, key: Any) -> None:
+        state = bucket.keys[key]
+        if not state.left and not state.right and not state.timers():
+            del bucket.keys[key]

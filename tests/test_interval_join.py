@@ -1,0 +1,111 @@
+"""Flink's time-interval join semantics, in plain Python (no Spark)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from state.interval_join import MAX_TIME, Bucket, IntervalJoin
+
+HOUR = 3_600_000
+
+
+def matches(left, right) -> bool:
+    return True  # rows of one key always match: no residual here
+
+
+def join(kind: str, lower: int = -4 * HOUR, upper: int = 0) -> IntervalJoin:
+    return IntervalJoin(kind, lower, upper, matches)
+
+
+def test_rows_within_the_bounds_join_whichever_side_comes_first() -> None:
+    op, bucket = join("inner"), Bucket()
+    assert op.process(bucket, "o1", 0, ("o1",), 3 * HOUR, 0) == []
+    assert op.process(bucket, "o1", 1, ("s1",), 5 * HOUR, 0) == [(("o1",), ("s1",))]
+    assert op.process(bucket, "o1", 1, ("s2",), 8 * HOUR, 0) == []  # 5 h after: outside
+    assert op.process(bucket, "o1", 0, ("o2",), 6 * HOUR, 0) == [(("o2",), ("s2",))]
+
+
+def test_an_outer_row_that_never_matched_is_padded_when_its_timer_fires() -> None:
+    op, bucket = join("full"), Bucket()
+    op.process(bucket, "k", 0, ("o1",), HOUR, 0)
+    op.process(bucket, "k", 0, ("o2",), 2 * HOUR, 0)
+    op.process(bucket, "k", 1, ("s1",), 3 * HOUR, 0)  # joins both
+    op.process(bucket, "k", 1, ("s9",), 20 * HOUR, 0)  # joins none
+    assert op.fire_due(bucket, 10 * HOUR) == []  # joined rows leave without padding
+    assert Counter(op.fire_due(bucket, MAX_TIME)) == Counter({(None, ("s9",)): 1})
+    assert bucket.keys == {}
+
+
+def test_a_late_row_meets_what_is_still_cached_and_is_padded_at_once_if_unmatched() -> None:
+    op, bucket = join("left"), Bucket()
+    op.process(bucket, "k", 1, ("s1",), 10 * HOUR, 0)
+    # the watermark is at 11 h: a left row of 7 h is late but s1 (cached) is in its bounds
+    assert op.process(bucket, "k", 0, ("o1",), 7 * HOUR, 11 * HOUR) == [(("o1",), ("s1",))]
+    # one of 1 h finds nothing in its bounds: not cached, padded right away
+    assert op.process(bucket, "k", 0, ("o2",), HOUR, 11 * HOUR) == [(("o2",), None)]
+    assert all(not s.left for s in bucket.keys.values())
+
+
+def test_rows_the_watermark_passed_expire_while_a_new_row_iterates_the_cache() -> None:
+    op, bucket = join("right"), Bucket()
+    op.process(bucket, "k", 1, ("s1",), HOUR, 0)
+    # right rows are needed until L.t = R.t; at watermark 9 h a left row expires s1, padded
+    out = op.process(bucket, "k", 0, ("o1",), 9 * HOUR, 9 * HOUR - 1)
+    assert out == [(None, ("s1",))]
+
+
+def test_a_cached_row_leaves_when_the_watermark_passes_its_cleanup_timer() -> None:
+    op, bucket = join("left", -HOUR, HOUR), Bucket()
+    op.process(bucket, "k", 1, ("r1",), 10 * HOUR, 0)
+    assert bucket.keys["k"].left_timer == 11 * HOUR + 1  # R.t + upper + 1 ms
+    assert op.fire_due(bucket, 11 * HOUR) == []
+    assert op.fire_due(bucket, 11 * HOUR + 1) == []  # unmatched right rows of a LEFT join
+    assert bucket.keys == {}
+
+
+def test_cached_rows_are_bounded_by_the_interval_over_an_endless_stream() -> None:
+    op, bucket = join("full", -10 * 60_000, 0), Bucket()
+    sizes = []
+    for i in range(2000):
+        t = i * 60_000  # one row per minute per side, 200 intervals long
+        op.fire_due(bucket, max(t - 60_000, 0))
+        op.process(bucket, f"k{i % 7}", i % 2, (i,), t, max(t - 60_000, 0))
+        sizes.append(sum(state.rows() for state in bucket.keys.values()))
+    assert max(sizes[1000:]) <= max(sizes[:200]) + 2
+    assert max(sizes) < 40
+
+
+def reference(kind: str, lower: int, upper: int, left: list, right: list) -> Counter:
+    """Every pair within the bounds; unmatched rows padded on outer sides."""
+    out: Counter = Counter()
+    for lt, lrow in left:
+        hits = [rrow for rt, rrow in right if lower <= lt - rt <= upper]
+        out.update((lrow, r) for r in hits)
+        if not hits and kind in ("left", "full"):
+            out[(lrow, None)] += 1
+    for rt, rrow in right:
+        if kind in ("right", "full") and not any(lower <= lt - rt <= upper for lt, _ in left):
+            out[(None, rrow)] += 1
+    return out
+
+
+@pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
+@pytest.mark.parametrize(("lower", "upper"), [(-40, 0), (5, 30), (-30, -10), (0, 0), (10, -10)])
+def test_without_watermark_until_the_end_the_result_is_every_pair_in_bounds(
+    kind: str, lower: int, upper: int
+) -> None:
+    rng = random.Random(f"{kind}{lower}{upper}")
+    for _ in range(20):
+        left = [(rng.randrange(1, 200), ("L", i)) for i in range(rng.randrange(0, 15))]
+        right = [(rng.randrange(1, 200), ("R", i)) for i in range(rng.randrange(0, 15))]
+        op, bucket, out = join(kind, lower, upper), Bucket(), Counter()
+        arrivals = [(0, t, r) for t, r in left] + [(1, t, r) for t, r in right]
+        rng.shuffle(arrivals)
+        for side, t, row in arrivals:
+            out.update(op.process(bucket, "k", side, row, t, 0))
+        out.update(op.fire_due(bucket, MAX_TIME))
+        assert out == reference(kind, lower, upper, left, right)
+        assert bucket.keys == {}
