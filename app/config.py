@@ -66,6 +66,7 @@ class JoinConfig:
     on: str | None
     select: str | None
     state_ttl_ms: int
+    state_buckets: int = 128  # interval join: state values its keys are hashed into
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,9 @@ def load_config(env: Mapping[str, str]) -> Config:
             select=read.raw("JOIN_SELECT"),
             state_ttl_ms=read.parsed(
                 "STATE_TTL", "a duration like 1h (0 keeps state forever)", parse_duration_ms, "0"
+            ),
+            state_buckets=read.parsed(
+                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, "128"
             ),
         ),
         output=OutputConfig(

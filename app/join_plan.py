@@ -13,7 +13,18 @@ import logging
 from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from app.plan import JoinSpec
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
@@ -81,22 +92,32 @@ def regular_join(
     )
 
 
+def _kind(data_type: DataType) -> str:
+    if isinstance(data_type, ByteType | ShortType | IntegerType | LongType):
+        return "integral"
+    return "timestamp" if isinstance(data_type, TimestampType | TimestampNTZType) else ""
+
+
 def interval_join(
     changes: DataFrame, spec: IntervalJoinSpec, left: StructType, right: StructType
 ) -> DataFrame:
     """The interval join's append-only output (`op` is always `+I`) of the input changelog.
 
-    Rows are grouped by a hash bucket of their join key, not by the key itself: see
-    `state.interval_processor` for why.
+    Rows are grouped by a hash bucket of their join key, not by the key itself, and cross to
+    Python as flat columns: see `state.interval_processor` for why.
     """
     keys = _join_key(spec, left)
     schema = output_schema(spec, left, right)
     bucket = F.pmod(F.xxhash64(*keys), F.lit(spec.buckets)).alias("bucket")
+    flat = [F.col("left")[f.name].alias(f"L_{f.name}") for f in left]
+    flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
+    kinds = {f.name: _kind(f.dataType) for f in schema}
+    kinds |= {f"k{i}": _kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
     return (
-        changes.select(bucket, *keys, "side", "op", "seq", "ts", "left", "right")
+        changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
         .groupBy("bucket")
-        .transformWithState(
-            IntervalJoinProcessor(spec, schema.names),
+        .transformWithStateInPandas(
+            IntervalJoinProcessor(spec, schema.names, kinds),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

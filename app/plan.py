@@ -28,7 +28,8 @@ def join_spec(config: Config) -> JoinSpec:
     right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
     if config.join.type == "interval":
         return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
-                                config.left.time, config.right.time)  # fmt: skip
+                                config.left.time, config.right.time,
+                                config.join.state_buckets)  # fmt: skip
     return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
                            state_ttl_ms=config.join.state_ttl_ms)  # fmt: skip
 

@@ -1,12 +1,13 @@
 """Interval-join throughput: streamjoin's transformWithState join vs Spark's native one.
 
-Usage: python bench/interval_join.py [ROWS_PER_SIDE] [ROWS_PER_KEY_PER_SIDE]
+Usage: python bench/interval_join.py [ROWS_PER_SIDE] [ROWS_PER_KEY_PER_SIDE] [BATCHES]
 
 Both run in one SparkSession over the same input files, read as streams with the same
 watermarks, with the same condition (`L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL
-4 HOURS AND R.st`) and join kind; one micro-batch (`availableNow`), so Kafka is out of the
-picture and only the join is compared. Each query runs once to warm up, then is timed; rows/s
-counts input rows.
+4 HOURS AND R.st`) and join kind, so Kafka is out of the picture and only the join is compared.
+The input is cut in BATCHES files per side in time order, one per micro-batch (`availableNow`):
+from the second batch on, the watermark moves and both joins evict state. Each query runs once
+to warm up, then is timed; rows/s counts input rows.
 """
 
 from __future__ import annotations
@@ -37,24 +38,32 @@ ON = "L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st
 WATERMARK = "1 hour"
 
 
-def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int) -> None:
-    """Order i at second i; its shipments up to an hour later (some after the 4 h bound)."""
-    keys = max(1, rows // per_key)
-    base = spark.range(rows)
-    base.select(
-        F.concat(F.lit("o"), (F.col("id") % keys).cast("string")).alias("order_id"),
-        F.timestamp_seconds(F.col("id")).alias("ot"),
-    ).write.parquet(str(work / "left"))
-    base.select(
-        F.concat(F.lit("s"), F.col("id").cast("string")).alias("ship_id"),
-        F.concat(F.lit("o"), (F.col("id") % keys).cast("string")).alias("order_id"),
-        F.timestamp_seconds(F.col("id") + F.col("id") % 3600).alias("st"),
-    ).write.parquet(str(work / "right"))
+def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int, batches: int) -> None:
+    """Order i at second i; its shipments up to an hour later (some after the 4 h bound).
+
+    A key's rows are consecutive (order ids i // per_key), so keys come and go over time."""
+    chunk = -(-rows // batches)
+    for start in range(0, rows, chunk):
+        base = spark.range(start, min(rows, start + chunk)).coalesce(1)
+        base.select(
+            F.concat(F.lit("o"), (F.col("id") / per_key).cast("long").cast("string")).alias(
+                "order_id"
+            ),
+            F.timestamp_seconds(F.col("id")).alias("ot"),
+        ).write.mode("append").parquet(str(work / "left"))
+        base.select(
+            F.concat(F.lit("s"), F.col("id").cast("string")).alias("ship_id"),
+            F.concat(F.lit("o"), (F.col("id") / per_key).cast("long").cast("string")).alias(
+                "order_id"
+            ),
+            F.timestamp_seconds(F.col("id") + F.col("id") % 3600).alias("st"),
+        ).write.mode("append").parquet(str(work / "right"))
 
 
 def inputs(spark: SparkSession, work: Path) -> tuple[DataFrame, DataFrame]:
-    left = spark.readStream.schema(LEFT).parquet(str(work / "left"))
-    right = spark.readStream.schema(RIGHT).parquet(str(work / "right"))
+    reader = spark.readStream.option("maxFilesPerTrigger", 1)
+    left = reader.schema(LEFT).parquet(str(work / "left"))
+    right = reader.schema(RIGHT).parquet(str(work / "right"))
     return left.withWatermark("ot", WATERMARK), right.withWatermark("st", WATERMARK)
 
 
@@ -64,11 +73,11 @@ def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
     changes = left.select(
         F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        F.monotonically_increasing_id().alias("seq"), F.unix_millis("ot").alias("ts"),
+        (F.unix_millis("ot") * 2).alias("seq"), F.unix_millis("ot").alias("ts"),
         F.struct(*LEFT.names).alias("left"), null_right.alias("right"),
     ).unionByName(right.select(
         F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        F.monotonically_increasing_id().alias("seq"), F.unix_millis("st").alias("ts"),
+        (F.unix_millis("st") * 2 + 1).alias("seq"), F.unix_millis("st").alias("ts"),
         null_left.alias("left"), F.struct(*RIGHT.names).alias("right"),
     ))  # fmt: skip
     spec = IntervalJoinSpec(kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)),
@@ -86,11 +95,13 @@ def native(spark: SparkSession, work: Path, kind: str) -> DataFrame:
 def main() -> None:
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     per_key = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    batches = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        write_inputs(spark, work, rows, per_key)
-        print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side)")
+        write_inputs(spark, work, rows, per_key, batches)
+        print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side, "
+              f"{batches} micro-batches)")  # fmt: skip
         for kind in ("inner", "left", "full"):
             results = {}
             for name, plan in (("native", native), ("streamjoin", ours)):

@@ -207,6 +207,10 @@ def compile_matcher(
         else None
     )
 
+    if len(left_keys) == 1 and residual is None:  # the common case, on every candidate pair
+        i, j = left_keys[0], right_keys[0]
+        return lambda left, right: left[i] is not None and right[j] is not None
+
     def matches(left: Sequence[Any], right: Sequence[Any]) -> bool:
         if any(left[i] is None for i in left_keys) or any(right[j] is None for j in right_keys):
             return False

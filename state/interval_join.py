@@ -98,7 +98,9 @@ class IntervalJoin:
         if self.empty:
             outer = self.left_outer if side == 0 else self.right_outer
             return [self._padded(side == 0, row)] if outer else []
-        state = bucket.keys.setdefault(key, KeyState())
+        state = bucket.keys.get(key)
+        if state is None:
+            state = bucket.keys[key] = KeyState()
         left = side == 0
         own, other = (state.left, state.right) if left else (state.right, state.left)
         size_other = self.right_size if left else self.left_size
@@ -128,10 +130,15 @@ class IntervalJoin:
                         out.extend(self._padded(not left, e[0]) for e in cached if not e[1])
                     del other[time]
         if operator_time < upper:
-            own.setdefault(row_time, []).append([row, emitted])
-            timer = "right_timer" if left else "left_timer"
-            if getattr(state, timer) is None:
-                setattr(state, timer, self._cleanup_time(row_time, left))
+            same_time = own.get(row_time)
+            if same_time is None:
+                own[row_time] = [[row, emitted]]
+            else:
+                same_time.append([row, emitted])
+            if left and state.right_timer is None:
+                state.right_timer = self._cleanup_time(row_time, True)
+            elif not left and state.left_timer is None:
+                state.left_timer = self._cleanup_time(row_time, False)
         elif not emitted and (self.left_outer if left else self.right_outer):
             out.append(self._padded(left, row))
         self._forget_if_empty(bucket, key)
