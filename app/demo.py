@@ -1,8 +1,10 @@
 """`streamjoin demo`: the seed's orders / product_changelog example, end to end through Kafka.
 
 It starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names one), writes exactly the
-seed's rows (orders as JSON, the products table's changes as Debezium JSON), runs the service's
-own pipeline over them until the input is processed, and prints what reached the output topic.
+seed's rows (orders as JSON, the products table's changes as Debezium JSON, whose `source.ts_ms`
+is when each change happened), runs the service's own pipeline with the seed's event-time
+temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is processed, and prints
+the result table read back from the output topic, as the seed shows it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from contextlib import ExitStack
 from datetime import datetime, timezone
+from decimal import Decimal
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -33,15 +36,20 @@ ORDERS = [
     ("o_004", "p_002", 12 * HOUR_MS),
     ("o_005", "p_001", 18 * HOUR_MS),
 ]
-# (Debezium op, before, after, source.ts_ms) for the products table
+# (Debezium op, before, after, source.ts_ms) for the products table, whose rows keep the time
+# of their last update (the seed's update_time)
 _SCOOTER, _BASKETBALL = ("p_001", "scooter"), ("p_002", "basketball")
+_OLD_SCOOTER = (*_SCOOTER, "11.11", 1 * MINUTE_MS)
+_NEW_SCOOTER = (*_SCOOTER, "12.99", 12 * HOUR_MS)
+_OLD_BASKETBALL = (*_BASKETBALL, "23.11", 2 * MINUTE_MS)
 PRODUCT_CHANGES = [
-    ("c", None, (*_SCOOTER, "11.11"), 1 * MINUTE_MS),
-    ("c", None, (*_BASKETBALL, "23.11"), 2 * MINUTE_MS),
-    ("u", (*_SCOOTER, "11.11"), (*_SCOOTER, "12.99"), 12 * HOUR_MS),
-    ("u", (*_BASKETBALL, "23.11"), (*_BASKETBALL, "19.99"), 12 * HOUR_MS),
-    ("d", (*_SCOOTER, "12.99"), None, 18 * HOUR_MS),
+    ("c", None, _OLD_SCOOTER, 1 * MINUTE_MS),
+    ("c", None, _OLD_BASKETBALL, 2 * MINUTE_MS),
+    ("u", _OLD_SCOOTER, _NEW_SCOOTER, 12 * HOUR_MS),
+    ("u", _OLD_BASKETBALL, (*_BASKETBALL, "19.99", 12 * HOUR_MS), 12 * HOUR_MS),
+    ("d", _NEW_SCOOTER, None, 18 * HOUR_MS),
 ]
+SELECT = "L.order_id, L.order_time, R.product_name, R.update_time, R.price"
 
 
 def _sql_timestamp(ms: int) -> str:
@@ -49,12 +57,12 @@ def _sql_timestamp(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def _product(row: tuple[str, str, str] | None) -> dict[str, str] | None:
-    return (
-        None
-        if row is None
-        else dict(zip(("product_id", "product_name", "price"), row, strict=True))
-    )
+def _product(row: tuple[str, str, str, int] | None) -> dict[str, str] | None:
+    if row is None:
+        return None
+    product_id, name, price, updated = row
+    return {"product_id": product_id, "product_name": name, "price": price,
+            "update_time": _sql_timestamp(updated)}  # fmt: skip
 
 
 def seed_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
@@ -88,10 +96,17 @@ def demo_env(bootstrap: str, suffix: str, checkpoint: str) -> dict[str, str]:
         "LEFT_TIME": "order_time",
         "RIGHT_TOPIC": f"product_changelog{suffix}",
         "RIGHT_FORMAT": "debezium-json",
-        "RIGHT_SCHEMA": "product_id STRING, product_name STRING, price DECIMAL(10,2)",
+        "RIGHT_SCHEMA": "product_id STRING, product_name STRING, price DECIMAL(10,2), "
+        "update_time TIMESTAMP(3)",
         "RIGHT_PRIMARY_KEY": "product_id",
-        "RIGHT_TIME": "kafka_timestamp",
+        "RIGHT_TIME": "source_ts_ms",
+        "JOIN_TYPE": "temporal",
+        "JOIN_KIND": "left",
+        "JOIN_ON": "L.product_id = R.product_id",
+        "JOIN_SELECT": SELECT,
+        "OUTPUT_ENCODING": "append",
         "OUTPUT_TOPIC": f"orders_enriched{suffix}",
+        "METRICS_PORT": "0",
         "CHECKPOINT_LOCATION": checkpoint,
         "TRIGGER_INTERVAL": "available-now",
         "SPARK_MASTER": "local[2]",
@@ -136,6 +151,23 @@ def _read_output(bootstrap: str, topic: str) -> list[bytes]:
     return values
 
 
+def table_lines(values: list[bytes]) -> list[str]:
+    """The joined rows as the seed prints them: times of day, NULL for what is missing."""
+
+    def cell(value: object, time: bool = False) -> str:
+        if value is None:
+            return "NULL"
+        return str(value)[11:19] if time else str(value)
+
+    lines = []
+    for value in values:
+        row = json.loads(value, parse_float=Decimal)
+        product, updated = cell(row["product_name"]), cell(row["update_time"], time=True)
+        lines.append(f"{row['order_id']} {cell(row['order_time'], time=True)} {product:<10} "
+                     f"{updated:<8} {cell(row['price'])}")  # fmt: skip
+    return sorted(lines)
+
+
 def demo(env: Mapping[str, str]) -> int:
     from app import pipeline
     from app.spark import build_session
@@ -154,13 +186,19 @@ def demo(env: Mapping[str, str]) -> int:
                                   "product_changelog": config.right.topic})  # fmt: skip
         spark = build_session(config.spark_master, config.spark_conf)
         stack.callback(spark.stop)
-        query = pipeline.start(spark, config, ServiceMetrics(spark.sparkContext))
+        metrics = ServiceMetrics(spark.sparkContext)
+        port = metrics.serve(config.metrics_port)
+        query = pipeline.start(spark, config, metrics)
         query.awaitTermination()
         if query.exception() is not None:
             print(f"streamjoin demo: the query failed: {query.exception()}", file=sys.stderr)
             return 1
+        metrics.update()
         output = _read_output(bootstrap, config.output.topic)
-        print(f"streamjoin demo: {len(output)} records reached {config.output.topic}:")
-        for value in output:
-            print("  " + value.decode(errors="replace"))
+        print(f"streamjoin demo: {len(output)} rows of `SELECT {SELECT} FROM orders AS L LEFT "
+              "JOIN product_changelog FOR SYSTEM_TIME AS OF L.order_time AS R ON L.product_id = "
+              f"R.product_id` reached {config.output.topic}:")  # fmt: skip
+        for line in table_lines(output):
+            print("  " + line)
+        print(f"streamjoin demo: metrics were served at http://127.0.0.1:{port}/metrics")
     return 0

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 from app.plan import JoinSpec
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
 from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
+from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,14 @@ def _kind(data_type: DataType) -> str:
     return "timestamp" if isinstance(data_type, TimestampType | TimestampNTZType) else ""
 
 
-def interval_join(
-    changes: DataFrame, spec: IntervalJoinSpec, left: StructType, right: StructType
-) -> DataFrame:
-    """The interval join's append-only output (`op` is always `+I`) of the input changelog.
+def bucketed_join(
+    changes: DataFrame, spec: IntervalJoinSpec | TemporalJoinSpec, left: StructType,
+    right: StructType,
+) -> DataFrame:  # fmt: skip
+    """An interval or temporal join's append-only output (`op` is always `+I`).
 
     Rows are grouped by a hash bucket of their join key, not by the key itself, and cross to
-    Python as flat columns: see `state.interval_processor` for why.
+    Python as flat columns: see `state.bucketed_processor` for why.
     """
     keys = _join_key(spec, left)
     schema = output_schema(spec, left, right)
@@ -113,11 +115,14 @@ def interval_join(
     flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
     kinds = {f.name: _kind(f.dataType) for f in schema}
     kinds |= {f"k{i}": _kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
+    processor_type = (
+        IntervalJoinProcessor if isinstance(spec, IntervalJoinSpec) else TemporalJoinProcessor
+    )
     return (
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            IntervalJoinProcessor(spec, schema.names, kinds),
+            processor_type(spec, schema.names, kinds),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

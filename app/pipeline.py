@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config import Config, InputConfig
-from app.join_plan import interval_join, regular_join
+from app.join_plan import bucketed_join, regular_join
 from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
 from app.projection import project
 from ops.metrics import ServiceMetrics
@@ -28,8 +28,8 @@ from serdes.decode import Format, Tally, decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
-from state.interval_processor import IntervalJoinSpec
 from state.normalize import NormalizeProcessor
+from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
 FORMATS = {
@@ -118,10 +118,10 @@ def normalized(changes: DataFrame, source: InputConfig) -> DataFrame:
     row_schema = row_type(source)
     schema = StructType(
         [StructField("op", StringType()), StructField("seq", LongType()),
-         StructField("row", row_schema)]
+         StructField("ts", LongType()), StructField("row", row_schema)]
     )  # fmt: skip
     return (
-        changes.select(*keys, "op", "seq", "row")
+        changes.select(*keys, "op", "seq", "ts", "row")
         .groupBy(*[f"pk{i}" for i in range(len(keys))])
         .transformWithState(
             NormalizeProcessor(row_schema.names),
@@ -142,7 +142,7 @@ def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     good = good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
     if source.format in NORMALIZED_FORMATS:
-        good = normalized(good.drop("ts"), source).withColumn("ts", F.lit(None).cast("long"))
+        good = normalized(good, source)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return good.select(
@@ -177,12 +177,12 @@ def joined_output(
         _changes(decode_input(raw_right, config, config.right), config.right, left_type, right_type)
     )
     spec = join_spec(config)
-    if isinstance(spec, IntervalJoinSpec):
-        joined = interval_join(changes, spec, left_type, right_type)
-    else:
+    if isinstance(spec, RegularJoinSpec):
         joined = regular_join(
             changes, spec, left_type, right_type, metrics.expired_rows.accumulator
         )
+    else:
+        joined = bucketed_join(changes, spec, left_type, right_type)
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:
         joined = project(joined, config.join.select, keep=[KEY_COLUMN])

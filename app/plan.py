@@ -11,13 +11,14 @@ from app.config import Config, ConfigError
 from state.condition import ConditionError
 from state.interval_processor import PROCTIME, IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec, SideSpec
+from state.temporal_processor import TemporalJoinSpec
 
-JoinSpec = RegularJoinSpec | IntervalJoinSpec
+JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec
+TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 
 AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
 AVRO_FORMATS = ("avro-confluent", "debezium-avro-confluent")
 NORMALIZED_FORMATS = ("debezium-json", "debezium-avro-confluent", "upsert")
-AVAILABLE_JOIN_TYPES = ("regular", "interval")
 INSERT_ONLY_FORMATS = ("json", "avro-confluent")
 OUTER_KINDS = ("inner", "left", "right", "full")
 
@@ -30,14 +31,18 @@ def join_spec(config: Config) -> JoinSpec:
         return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
                                 config.left.time, config.right.time,
                                 config.join.state_buckets)  # fmt: skip
+    if config.join.type in TEMPORAL_TYPES:
+        probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
+        return TemporalJoinSpec(config.join.kind, config.join.on or "", left, right, probe_time,
+                                config.join.state_buckets)  # fmt: skip
     return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
                            state_ttl_ms=config.join.state_ttl_ms)  # fmt: skip
 
 
 def produces_updates(config: Config) -> bool:
     """Whether the join's result changelog can hold more than inserts."""
-    if config.join.type == "interval":
-        return False  # its outer rows are emitted once, padded, when they can no longer match
+    if config.join.type == "interval" or config.join.type in TEMPORAL_TYPES:
+        return False  # outer rows are emitted once, padded, when nothing can match them any more
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
     return inputs_update or config.join.kind != "inner"
 
@@ -62,15 +67,44 @@ def _check_interval(config: Config) -> None:
                           config.right.time)  # fmt: skip
 
 
+def _check_temporal(config: Config) -> None:
+    """An insert-only probe side; a build side with a primary key, versioned by event time
+    (`temporal`), or an append-only history (`temporal-function`)."""
+    kind, right = config.join.type, config.right
+    if config.join.kind not in ("inner", "left"):
+        raise ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
+    if config.left.format not in INSERT_ONLY_FORMATS:
+        raise ConfigError("LEFT_FORMAT", "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS)
+                          + "): the probe side of a temporal join", config.left.format)  # fmt: skip
+    if not right.primary_key:
+        raise ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
+                          "looks up versions of")  # fmt: skip
+    if kind == "temporal" and right.format not in NORMALIZED_FORMATS:
+        raise ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(NORMALIZED_FORMATS)
+                          + ") for the versioned table; an append-only history is "
+                          "JOIN_TYPE=temporal-function", right.format)  # fmt: skip
+    if kind == "temporal-function" and right.format not in INSERT_ONLY_FORMATS:
+        raise ConfigError("RIGHT_FORMAT", "an append-only format (" + "|".join(INSERT_ONLY_FORMATS)
+                          + ") for a temporal table function's history",
+                          right.format)  # fmt: skip
+    event_time = kind == "temporal" or (
+        kind == "temporal-function" and config.left.time != PROCTIME
+    )
+    for source in (config.left, right) if event_time else ():
+        if source.time == PROCTIME:
+            raise ConfigError(f"{source.side.upper()}_TIME", f"an event time (a column, "
+                              f"kafka_timestamp or source_ts_ms) for a {kind} join as of the "
+                              "probe row's event time", source.time)  # fmt: skip
+
+
 def check_plan(config: Config) -> None:
     """Raise ConfigError, naming the variable, for a join this service cannot run."""
     if not config.join.on:
         return  # forwarding both inputs needs nothing more
-    if config.join.type not in AVAILABLE_JOIN_TYPES:
-        raise ConfigError("JOIN_TYPE", "|".join(AVAILABLE_JOIN_TYPES) + " (the join types "
-                          "available in this version)", config.join.type)  # fmt: skip
     if config.join.type == "interval":
         _check_interval(config)
+    if config.join.type in TEMPORAL_TYPES:
+        _check_temporal(config)
     for source in (config.left, config.right):
         prefix = source.side.upper()
         if source.format not in AVAILABLE_FORMATS:

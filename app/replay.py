@@ -22,11 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StructField, StructType, TimestampType
 
-from app.join_plan import changelog_schema, interval_join, regular_join
+from app.join_plan import bucketed_join, changelog_schema, regular_join
 from app.projection import project
 from serdes.schema import parse_schema
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec, SideSpec
+from state.temporal_processor import TemporalJoinSpec
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
@@ -120,7 +121,13 @@ def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
         if not all(times):
             raise CaseError("an interval join needs a rowtime on both streams")
         spec = IntervalJoinSpec(kind, join["on"], *sides, *times)
-        joined = interval_join(changes, spec, left, right)
+        joined = bucketed_join(changes, spec, left, right)
+    elif join_type == "temporal":
+        probe_time = streams[join["left"]].get("rowtime")
+        if not probe_time or not streams[join["right"]].get("rowtime"):
+            raise CaseError("an event-time temporal join needs a rowtime on both streams")
+        temporal = TemporalJoinSpec(kind, join["on"], *sides, probe_time)
+        joined = bucketed_join(changes, temporal, left, right)
     else:
         raise CaseError(f"join type {join_type!r} is not supported yet")
     return project(joined, join.get("select")) if join.get("select") else joined

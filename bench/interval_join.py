@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from regular_join import timed
 
-from app.join_plan import interval_join
+from app.join_plan import bucketed_join
 from app.spark import build_session
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import SideSpec
@@ -82,7 +82,7 @@ def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     ))  # fmt: skip
     spec = IntervalJoinSpec(kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)),
                             "ot", "st")  # fmt: skip
-    return interval_join(changes, spec, LEFT, RIGHT)
+    return bucketed_join(changes, spec, LEFT, RIGHT)
 
 
 def native(spark: SparkSession, work: Path, kind: str) -> DataFrame:

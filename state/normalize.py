@@ -42,14 +42,17 @@ def normalize(last: tuple | None, op: str, row: tuple) -> tuple[list[Change], tu
 
 
 class NormalizeProcessor(StatefulProcessor):
-    """Keyed by the primary key; rows `op`, `seq`, `row` in and out."""
+    """Keyed by the primary key; rows `op`, `seq`, `ts`, `row` in and out.
+
+    Every change an input row causes carries that row's `ts`: an update's `-U` and `+U` both
+    happen at the time of the update, as with Debezium's `source.ts_ms`."""
 
     def __init__(self, row_names: list[str]) -> None:
         self.row_names = row_names
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("last", LAST_ROW_STATE)
-        self.out = Row("op", "seq", "row")
+        self.out = Row("op", "seq", "ts", "row")
 
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
@@ -60,7 +63,7 @@ class NormalizeProcessor(StatefulProcessor):
         for row in sorted(rows, key=lambda r: r.seq):
             changes, last = normalize(last, row.op, struct_values(row.row))
             output += [
-                self.out(op, row.seq, dict(zip(self.row_names, values, strict=True)))
+                self.out(op, row.seq, row.ts, dict(zip(self.row_names, values, strict=True)))
                 for op, values in changes
             ]
         if last is None:

@@ -40,11 +40,16 @@ def test_a_retraction_deletes_the_stored_row_as_flink_does() -> None:
 
 def test_the_processor_keeps_the_last_row_between_batches() -> None:
     tester = TwsTester(NormalizeProcessor(["id", "v"]))
-    In = Row("op", "seq", "row")
-    first = tester.test(("a",), [In("+U", 4, Row(id="a", v=2)), In("+U", 2, Row(id="a", v=1))])
-    assert [(r.op, tuple(r.row.values())) for r in first] == [("+I", A1), ("-U", A1), ("+U", A2)]
-    second = tester.test(("a",), [In("-D", 6, Row(id="a", v=None))])
-    assert [(r.op, tuple(r.row.values())) for r in second] == [("-D", A2)]
+    In = Row("op", "seq", "ts", "row")
+    first = tester.test(
+        ("a",), [In("+U", 4, 20, Row(id="a", v=2)), In("+U", 2, 10, Row(id="a", v=1))]
+    )
+    # an update's -U and +U carry the time of the update
+    assert [(r.op, r.ts, tuple(r.row.values())) for r in first] == [
+        ("+I", 10, A1), ("-U", 20, A1), ("+U", 20, A2)
+    ]  # fmt: skip
+    second = tester.test(("a",), [In("-D", 6, 30, Row(id="a", v=None))])
+    assert [(r.op, r.ts, tuple(r.row.values())) for r in second] == [("-D", 30, A2)]
     assert tester.peekValueState("last", ("a",)) is None
 
 

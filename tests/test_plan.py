@@ -50,7 +50,6 @@ def test_append_is_refused_for_a_join_that_updates() -> None:
         ({"RIGHT_PRIMARY_KEY": None}, "RIGHT_PRIMARY_KEY"),
         ({"RIGHT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
         ({"JOIN_ON": "L.product_id = R.sku"}, "JOIN_ON"),
-        ({"JOIN_TYPE": "temporal"}, "JOIN_TYPE"),
         ({"OUTPUT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
     ],
 )
@@ -99,3 +98,48 @@ def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
 )  # fmt: skip
 def test_an_interval_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
     assert interval_refusal(**changes).startswith(start)
+
+
+TEMPORAL = {
+    **JOIN,
+    "LEFT_SCHEMA": "order_id STRING, product_id STRING, order_time TIMESTAMP(3)",
+    "LEFT_TIME": "order_time",
+    "RIGHT_TIME": "source_ts_ms",
+    "JOIN_TYPE": "temporal",
+    "JOIN_KIND": "left",
+    "OUTPUT_ENCODING": "append",
+}
+
+
+def temporal_refusal(**changes: str | None) -> str:
+    env = {k: v for k, v in {**TEMPORAL, **changes}.items() if v is not None}
+    with pytest.raises(ConfigError) as caught:
+        check_plan(load_config(env))
+    return str(caught.value)
+
+
+def test_the_seeds_temporal_join_is_accepted_with_an_append_only_output() -> None:
+    check_plan(load_config(TEMPORAL))
+    check_plan(load_config({**TEMPORAL, "JOIN_TYPE": "temporal-proctime", "LEFT_TIME": None}))
+    check_plan(load_config({**TEMPORAL, "JOIN_TYPE": "temporal-function", "RIGHT_FORMAT": "json",
+                            "RIGHT_TIME": "kafka_timestamp"}))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "start"),
+    [
+        ({"RIGHT_SCHEMA": "product_id STRING, sku STRING", "JOIN_ON": "L.product_id = R.sku"},
+         "JOIN_ON: expected a condition over the inputs' columns (a temporal join's key must "
+         "contain the versioned table's primary key (R.product_id missing"),
+        ({"RIGHT_FORMAT": "json"}, "RIGHT_FORMAT: expected a changelog format"),
+        ({"JOIN_TYPE": "temporal-function"}, "RIGHT_FORMAT: expected an append-only format"),
+        ({"RIGHT_PRIMARY_KEY": None, "RIGHT_FORMAT": "json", "JOIN_TYPE": "temporal-function"},
+         "RIGHT_PRIMARY_KEY: expected the primary key"),
+        ({"JOIN_KIND": "right"}, "JOIN_KIND: expected inner|left"),
+        ({"LEFT_TIME": "proctime"}, "LEFT_TIME: expected an event time"),
+        ({"LEFT_FORMAT": "debezium-json", "LEFT_PRIMARY_KEY": "order_id"},
+         "LEFT_FORMAT: expected an insert-only format"),
+    ],
+)  # fmt: skip
+def test_a_temporal_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
+    assert temporal_refusal(**changes).startswith(start)

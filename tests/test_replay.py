@@ -159,3 +159,54 @@ def test_interval_join_state_levels_off_over_a_stream_twenty_intervals_long(
     assert len(state_rows) >= 8
     assert max(state_rows[len(state_rows) // 2 :]) <= max(state_rows[: len(state_rows) // 2])
     assert max(state_rows) <= 12
+
+
+def test_event_time_temporal_joins_emit_flinks_rows(spark, tmp_path: Path) -> None:
+    """Golden cases, the seed's product_changelog example, and the seed's RatesHistory as a
+    temporal table function (an append-only history with a primary key)."""
+    cases = cases_of_type("temporal") + load_cases(FIXTURES / "temporal_rates.json")
+    flink = (
+        flink_changes("golden_flink.jsonl")
+        | flink_changes("c_temporal.jsonl")
+        | flink_changes("temporal_rates.jsonl")
+    )
+    assert {c["join"]["kind"] for c in cases} == {"INNER", "LEFT"}
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    ours = our_changes(lines)
+    assert set(ours) == {c["id"] for c in cases}
+    for case_id, changes in ours.items():
+        assert changes == flink[case_id], case_id
+    yen = sorted(json.loads(row)["yen"] for _op, row in ours["rates_history_function"])
+    assert yen == [50, 102, 228, 348, 510]
+
+
+def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
+    spark, tmp_path: Path
+) -> None:
+    minute = 60_000
+    orders = [{"ts": i * minute, "v": [f"o{i}", f"p{i % 5}"]} for i in range(300)]
+    prices = [{"ts": 0, "op": "+I", "v": [f"p{k}", k]} for k in range(5)]
+    for i in range(5, 300, 15):  # every quarter of an hour a product changes price
+        old = next(p for p in reversed(prices) if p["v"][0] == f"p{i % 5}")
+        prices += [{"ts": i * minute, "op": "-U", "v": old["v"]},
+                   {"ts": i * minute, "op": "+U", "v": [f"p{i % 5}", i]}]  # fmt: skip
+    case = {
+        "id": "temporal_soak",
+        "options": {"replay_batch_rows": 40},
+        "streams": {
+            "orders": {"fields": [["id", "STRING"], ["p", "STRING"]], "rowtime": "t",
+                       "watermark": {"delay_ms": 0}, "rows": orders},
+            "prices": {"fields": [["p", "STRING"], ["price", "INT"]], "rowtime": "t",
+                       "primary_key": ["p"], "watermark": {"delay_ms": 0}, "rows": prices},
+        },
+        "join": {"type": "temporal", "kind": "LEFT", "left": "orders", "right": "prices",
+                 "on": "L.p = R.p"},
+    }  # fmt: skip
+    progress: list[dict] = []
+    changes = run_case(spark, case, tmp_path, progress)
+    assert len(changes) == 300  # every order once, joined with the price valid at its time
+    assert all(row["R_price"] is not None for _op, row in changes)
+    state_rows = [p["stateOperators"][0]["numRowsTotal"] for p in progress if p]
+    assert len(state_rows) >= 8
+    assert max(state_rows[len(state_rows) // 2 :]) <= max(state_rows[: len(state_rows) // 2])

@@ -1,0 +1,211 @@
+"""A `transformWithStateInPandas` processor keyed by buckets of join keys, for the time-based joins.
+
+Spark charges a socket round trip per grouping key for every state call and for switching keys,
+which with one or two rows per key and batch costs far more than a join itself. So the interval
+and temporal joins group their input by a bucket of join keys (a hash of the key modulo the
+spec's `buckets`): per bucket and micro-batch the processor reads one value, writes one, and
+registers at most one timer (at the earliest timer of its keys), whatever the number of keys and
+rows. A subclass says what a bucket holds and what the join does with it.
+
+Whole columns cross between Arrow and Python at once (`tolist`), not a `Row` per row: that
+conversion, not the join, is most of the cost of a Row-based processor. Event time is the
+`ts` column (epoch ms), without Spark's watermark metadata, so Spark drops no late row before
+the join sees it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from state.interval_join import Pair, Row
+from state.regular_processor import SideSpec
+from state.worker_gc import relax_garbage_collector
+
+BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
+_NAT = np.iinfo(np.int64).min  # NaT's bit pattern
+
+
+class BucketedSpec(Protocol):
+    left: SideSpec
+    right: SideSpec
+    buckets: int
+
+    @property
+    def equi_keys(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def proctime(self) -> bool: ...
+
+
+class Bucket(Protocol):
+    keys: dict[Any, Any]
+    spark_timer: int | None
+
+    def next_timer(self) -> int | None: ...
+
+
+def python_values(series: pd.Series, kind: str) -> list[Any]:
+    """A pandas column as Python values, NULL as None (pandas has NaN and NaT for it).
+
+    Timestamps become epoch microseconds: plain ints are far cheaper than pandas Timestamps to
+    make, pickle and compare, and go back to timestamps column-wise on output.
+    """
+    if kind == "timestamp":
+        micros = series.to_numpy(dtype="datetime64[us]").view(np.int64).tolist()
+        return [None if v == _NAT else v for v in micros]
+    values = series.tolist()
+    if kind == "integral" and series.dtype.kind == "f":
+        return [None if v != v else int(v) for v in values]
+    return values
+
+
+def pandas_column(values: list[Any], kind: str) -> Any:
+    if kind == "timestamp":
+        micros = np.array([_NAT if v is None else v for v in values], dtype=np.int64)
+        return micros.view("datetime64[us]")
+    return pd.Series(values, dtype=object)
+
+
+@dataclass
+class InputRows:
+    """One bucket's input of a micro-batch, column by column."""
+
+    sides: list[int]
+    ops: list[str]
+    seqs: list[int]
+    times: list[int | None]
+    keys: list[tuple[Any, ...]]
+    lefts: list[Row]
+    rights: list[Row]
+
+    def order(self) -> list[int]:
+        """Row positions in arrival order."""
+        return sorted(range(len(self.sides)), key=self.seqs.__getitem__)
+
+    def row(self, i: int) -> Row:
+        return self.lefts[i] if self.sides[i] == 0 else self.rights[i]
+
+
+class BucketedJoinProcessor(StatefulProcessor):
+    """Input columns: `side`, `op`, `seq` (order), `ts` (event time, ms), the join key
+    `k0..kN`, then `L_<col>` and `R_<col>` for every column of each side (one side's null).
+    Output: `op` (`+I`, append-only) and the same `L_`/`R_` columns."""
+
+    def __init__(self, spec: BucketedSpec, output_names: list[str], kinds: dict[str, str]) -> None:
+        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT."""
+        self.spec = spec
+        self.output_names = output_names
+        self.kinds = kinds
+
+    @abstractmethod
+    def new_bucket(self) -> Bucket: ...
+
+    @abstractmethod
+    def fire_due(self, bucket: Any, now: int) -> list[Pair]:
+        """What the keys' timers due at `now` emit."""
+
+    @abstractmethod
+    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Pair]:
+        """What the bucket's input rows of a micro-batch emit."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        relax_garbage_collector()
+        self.handle = handle
+        self.state = handle.getValueState("bucket", BUCKET_STATE)
+        self.left_columns = [f"L_{name}" for name in self.spec.left.fields]
+        self.right_columns = [f"R_{name}" for name in self.spec.right.fields]
+        self.key_columns = [f"k{i}" for i in range(max(1, len(self.spec.equi_keys)))]
+
+    def _operator_time(self, timer_values: TimerValues) -> int:
+        if self.spec.proctime:
+            return timer_values.getCurrentProcessingTimeInMs()
+        return max(timer_values.getCurrentWatermarkInMs(), 0)
+
+    def _load(self) -> tuple[Any, bytes | None]:
+        stored = self.state.get()
+        if stored is None:
+            return self.new_bucket(), None
+        return pickle.loads(stored[0]), stored[0]
+
+    def _save(self, bucket: Any, before: bytes | None, now: int) -> None:
+        """Write the bucket back if it changed, and keep one engine timer at its next timer."""
+        next_timer = bucket.next_timer()
+        pending = bucket.spark_timer
+        if next_timer is not None and (pending is None or pending <= now or next_timer < pending):
+            # a timer due already (a late row's) fires at the next watermark, as in Flink
+            bucket.spark_timer = max(next_timer, now + 1)
+            self.handle.registerTimer(bucket.spark_timer)
+        elif next_timer is None:
+            bucket.spark_timer = None
+        if not bucket.keys:
+            if before is not None:
+                self.state.clear()
+            return
+        blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
+        if blob != before:
+            self.state.update((blob,))
+
+    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
+        return python_values(frame[name], self.kinds.get(name, ""))
+
+    def _input(self, frame: pd.DataFrame) -> InputRows:
+        return InputRows(
+            sides=frame["side"].tolist(),
+            ops=frame["op"].tolist(),
+            seqs=frame["seq"].tolist(),
+            times=python_values(frame["ts"], "integral"),
+            keys=list(zip(*(self._column(frame, c) for c in self.key_columns), strict=True)),
+            lefts=list(zip(*(self._column(frame, c) for c in self.left_columns), strict=True)),
+            rights=list(zip(*(self._column(frame, c) for c in self.right_columns), strict=True)),
+        )
+
+    def _frame(self, pairs: list[Pair]) -> pd.DataFrame:
+        columns: dict[str, Any] = {"op": ["+I"] * len(pairs)}
+        for side, names in ((0, self.left_columns), (1, self.right_columns)):
+            rows = [pair[side] for pair in pairs]
+            blank = (None,) * len(names)
+            for i, name in enumerate(names):
+                values = [(row or blank)[i] for row in rows]
+                columns[name] = pandas_column(values, self.kinds.get(name, ""))
+        return pd.DataFrame(columns, columns=self.output_names)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        frames = list(rows)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        bucket, before = self._load()
+        now = self._operator_time(timerValues)
+        pairs = self.fire_due(bucket, now)
+        pairs += self.apply(bucket, self._input(frame), now)
+        self._save(bucket, before, now)
+        if pairs:
+            yield self._frame(pairs)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        bucket, before = self._load()
+        now = self._operator_time(timerValues)
+        bucket.spark_timer = None
+        pairs = self.fire_due(bucket, now)
+        self._save(bucket, before, now)
+        if pairs:
+            yield self._frame(pairs)
+
+    def close(self) -> None:
+        """No resources beyond the state handles, which Spark closes."""

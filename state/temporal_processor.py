@@ -1,0 +1,127 @@
+"""The temporal table joins as bucketed `transformWithStateInPandas` processors.
+
+See `state.temporal_join` for the semantics and `state.bucketed_processor` for the wiring. The
+probe (left) input must be insert-only; the build (right) input is a changelog with a primary
+key (a versioned table) or, for the temporal table function form, an append-only history whose
+declared primary key makes each row a new version of its key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from state.bucketed_processor import BucketedJoinProcessor, InputRows
+from state.condition import (
+    ConditionError,
+    JoinCondition,
+    compile_matcher,
+    parse_condition,
+    split_condition,
+)
+from state.interval_join import Pair, Row
+from state.interval_processor import PROCTIME
+from state.regular_processor import SideSpec
+from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
+
+
+@dataclass(frozen=True)
+class TemporalJoinSpec:
+    """`L [LEFT] JOIN R FOR SYSTEM_TIME AS OF L.<left_time> ON ...`, small and picklable.
+
+    `left_time` is `proctime` for the processing-time join (the latest version).
+    """
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    left_time: str
+    buckets: int = 128
+
+    @cached_property
+    def condition(self) -> JoinCondition:
+        found = split_condition(parse_condition(self.on))
+        keyed = {b for _, b in found.equi}
+        missing = [c for c in self.right.unique_key if c not in keyed]
+        if not self.right.unique_key or missing:
+            raise ConditionError(
+                "a temporal join's key must contain the versioned table's primary key ("
+                + (", ".join(f"R.{c}" for c in missing) or "none is declared")
+                + " missing from the equalities)"
+            )
+        return found
+
+    @property
+    def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        return self.condition.equi
+
+    @property
+    def projects_right(self) -> bool:
+        return True
+
+    @property
+    def proctime(self) -> bool:
+        return self.left_time == PROCTIME
+
+    @property
+    def time_mode(self) -> str:
+        return "ProcessingTime" if self.proctime else "EventTime"
+
+    def operator(self) -> EventTimeTemporalJoin | ProcessingTimeTemporalJoin:
+        matcher = compile_matcher(self.condition, self.left.fields, self.right.fields)
+        if self.proctime:
+            return ProcessingTimeTemporalJoin(self.kind, matcher)
+        return EventTimeTemporalJoin(self.kind, matcher)
+
+
+@dataclass
+class LatestBucket:
+    """The processing-time join's state of a bucket: each key's latest build row."""
+
+    keys: dict[Any, Row] = field(default_factory=dict)
+    spark_timer: int | None = None
+
+    def next_timer(self) -> int | None:
+        return None
+
+
+def _probe_rows_only_inserts(rows: InputRows) -> None:
+    if any(side == 0 and op != "+I" for side, op in zip(rows.sides, rows.ops, strict=True)):
+        raise ValueError("a temporal join's probe (left) input must be insert-only")
+
+
+class TemporalJoinProcessor(BucketedJoinProcessor):
+    """Event time: probe rows wait for the watermark; processing time: the latest version."""
+
+    def __init__(
+        self, spec: TemporalJoinSpec, output_names: list[str], kinds: dict[str, str]
+    ) -> None:
+        super().__init__(spec, output_names, kinds)
+        self.join = spec.operator()
+
+    def new_bucket(self) -> VersionedBucket | LatestBucket:
+        return LatestBucket() if self.spec.proctime else VersionedBucket()
+
+    def fire_due(self, bucket: Any, now: int) -> list[Pair]:
+        if isinstance(self.join, ProcessingTimeTemporalJoin):
+            return []
+        return self.join.fire_due(bucket, now)
+
+    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Pair]:
+        _probe_rows_only_inserts(rows)
+        pairs: list[Pair] = []
+        join = self.join
+        for i in rows.order():
+            key, row, probe = rows.keys[i], rows.row(i), rows.sides[i] == 0
+            if isinstance(join, ProcessingTimeTemporalJoin):
+                if probe:
+                    pairs += join.probe(bucket.keys, key, row)
+                else:
+                    join.version(bucket.keys, key, rows.ops[i], row)
+            elif probe:
+                join.probe(bucket, key, rows.seqs[i], rows.times[i], row)
+            else:
+                join.version(bucket, key, rows.ops[i], rows.times[i], row)
+        return pairs

@@ -1,0 +1,86 @@
+"""Flink's temporal table joins, in plain Python (no Spark), on the seed's examples."""
+
+from __future__ import annotations
+
+from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
+
+HOUR, MINUTE = 3_600_000, 60_000
+
+
+def at(hour: int, minute: int = 0) -> int:
+    return hour * HOUR + minute * MINUTE
+
+
+def matches(left, right) -> bool:
+    return True
+
+
+def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> None:
+    """The seed's LatestRates: the Euro moves from 114 to 116 at 10:52."""
+    join, latest = ProcessingTimeTemporalJoin("inner", matches), {}
+    join.version(latest, "Euro", "+I", ("Euro", 114))
+    join.version(latest, "US Dollar", "+I", ("US Dollar", 102))
+    yen = []
+    for amount, currency, new_euro_rate in ((2, "Euro", None), (1, "US Dollar", None),
+                                            (2, "Euro", 116)):  # fmt: skip
+        if new_euro_rate:  # 10:52: the rate changes, then the order comes
+            join.version(latest, "Euro", "-U", ("Euro", 114))
+            join.version(latest, "Euro", "+U", ("Euro", new_euro_rate))
+        [(_order, rate)] = join.probe(latest, currency, (amount, currency))
+        yen.append(amount * rate[1])
+    assert yen == [228, 102, 232]
+    join.version(latest, "Euro", "-D", ("Euro", 116))
+    assert join.probe(latest, "Euro", (1, "Euro")) == []
+    assert ProcessingTimeTemporalJoin("left", matches).probe(latest, "Euro", (1, "Euro")) == [
+        ((1, "Euro"), None)
+    ]
+
+
+RATES_HISTORY = [  # the seed's RatesHistory: an append-only history, primary key currency
+    (at(9), "US Dollar", 102), (at(9), "Euro", 114), (at(9), "Yen", 1),
+    (at(10, 45), "Euro", 116), (at(11, 15), "Euro", 119), (at(11, 49), "Pounds", 108),
+]  # fmt: skip
+ORDERS = [(at(10, 15), 2, "Euro"), (at(10, 30), 1, "US Dollar"), (at(10, 32), 50, "Yen"),
+          (at(10, 52), 3, "Euro"), (at(11, 4), 5, "US Dollar")]  # fmt: skip
+
+
+def test_a_temporal_table_function_joins_the_rate_valid_at_the_orders_time() -> None:
+    join, bucket = EventTimeTemporalJoin("inner", matches), VersionedBucket()
+    for seq, (time, amount, currency) in enumerate(ORDERS):
+        join.probe(bucket, currency, seq, time, (amount, currency))
+    for time, currency, rate in RATES_HISTORY:  # rates arriving after the orders: no matter
+        join.version(bucket, currency, "+I", time, (currency, rate))
+    assert join.fire_due(bucket, at(10)) == []  # no order is due before 10:15
+    out = join.fire_due(bucket, at(12))
+    assert sorted(order[0] * rate[1] for order, rate in out) == sorted([228, 102, 50, 348, 510])
+    # each currency keeps only the last version at or before the watermark
+    assert {k: len(s.versions) for k, s in bucket.keys.items()} == {
+        "US Dollar": 1, "Euro": 1, "Yen": 1, "Pounds": 1
+    }  # fmt: skip
+
+
+def test_a_deleted_version_means_no_match_and_results_wait_for_the_watermark() -> None:
+    inner, left = EventTimeTemporalJoin("inner", matches), EventTimeTemporalJoin("left", matches)
+    for join in (inner, left):
+        bucket = VersionedBucket()
+        join.version(bucket, "p1", "+I", at(0, 1), ("p1", "scooter"))
+        join.version(bucket, "p1", "-D", at(18), ("p1", "scooter"))
+        join.probe(bucket, "p1", 0, at(12), ("o3",))
+        join.probe(bucket, "p1", 1, at(18), ("o5",))
+        assert join.fire_due(bucket, at(17)) == [(("o3",), ("p1", "scooter"))]
+        expected = [] if join is inner else [(("o5",), None)]
+        assert join.fire_due(bucket, at(18)) == expected
+        assert bucket.keys["p1"].probes == []
+
+
+def test_versions_of_a_slowly_changing_table_stay_bounded() -> None:
+    join, bucket = EventTimeTemporalJoin("left", matches), VersionedBucket()
+    sizes = []
+    for minute in range(0, 20 * 60):
+        now = at(0, minute)
+        if minute % 10 == 0:
+            join.version(bucket, f"p{minute % 3}", "+U", now, (minute,))
+        join.probe(bucket, f"p{minute % 3}", minute, now, (minute,))
+        join.fire_due(bucket, now - MINUTE)
+        sizes.append(sum(len(s.versions) + len(s.probes) for s in bucket.keys.values()))
+    assert max(sizes[600:]) <= max(sizes[:60]) + 1 and max(sizes) <= 10

@@ -1,0 +1,54 @@
+"""The temporal join processors through pyspark's TwsTester (pandas, no Spark query)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from state.regular_processor import SideSpec
+from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
+
+SPEC = TemporalJoinSpec(
+    "inner",
+    "L.currency = R.currency",
+    SideSpec(("amount", "currency")),
+    SideSpec(("currency", "rate"), ("currency",)),
+    "proctime",
+)
+OUT = ["op", "L_amount", "L_currency", "R_currency", "R_rate"]
+
+
+def changes(*rows: tuple) -> pd.DataFrame:
+    """(side, op, seq, row) -> the processor's input columns."""
+    records = []
+    for side, op, seq, row in rows:
+        left = row if side == 0 else (None, None)
+        right = row if side == 1 else (None, None)
+        key = row[1] if side == 0 else row[0]  # the currency
+        records.append({"side": side, "op": op, "seq": seq, "ts": None, "k0": key,
+                        "L_amount": left[0], "L_currency": left[1],
+                        "R_currency": right[0], "R_rate": right[1]})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def yen(frame: pd.DataFrame) -> list[int]:
+    return [a * r for a, r in zip(frame["L_amount"], frame["R_rate"], strict=True)]
+
+
+def test_the_seeds_latest_rates_through_the_processing_time_processor() -> None:
+    """LatestRates: the Euro moves from 114 to 116 at 10:52; orders at 10:15, 10:30, 10:52."""
+    tester = TwsTester(
+        TemporalJoinProcessor(SPEC, OUT, {"L_amount": "integral", "R_rate": "integral"}),
+        timeMode="ProcessingTime",
+    )
+    tester.testInPandas(0, changes((1, "+I", 1, ("Euro", 114)), (1, "+I", 3, ("US Dollar", 102))))
+    first = tester.testInPandas(
+        0, changes((0, "+I", 10, (2, "Euro")), (0, "+I", 12, (1, "US Dollar")))
+    )
+    assert yen(first) == [228, 102]
+    later = tester.testInPandas(
+        0,
+        changes((1, "-U", 20, ("Euro", 114)), (1, "+U", 21, ("Euro", 116)),
+                (0, "+I", 22, (2, "Euro"))),
+    )  # fmt: skip
+    assert yen(later) == [232]
