@@ -8,8 +8,9 @@ whose result updates (Flink refuses that plan too).
 from __future__ import annotations
 
 from app.config import Config, ConfigError
+from state.bucketed_processor import PROCTIME
 from state.condition import ConditionError
-from state.interval_processor import PROCTIME, IntervalJoinSpec
+from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec, SideSpec
 from state.temporal_processor import TemporalJoinSpec
 

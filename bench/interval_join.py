@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import as_changelog, numbers, report, timed
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
-from regular_join import timed
 
 from app.join_plan import bucketed_join
 from app.spark import build_session
@@ -70,16 +70,7 @@ def inputs(spark: SparkSession, work: Path) -> tuple[DataFrame, DataFrame]:
 def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     """As `streamjoin run` feeds the join: one changelog, event time as plain epoch ms."""
     left, right = inputs(spark, work)
-    null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
-    changes = left.select(
-        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis("ot") * 2).alias("seq"), F.unix_millis("ot").alias("ts"),
-        F.struct(*LEFT.names).alias("left"), null_right.alias("right"),
-    ).unionByName(right.select(
-        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis("st") * 2 + 1).alias("seq"), F.unix_millis("st").alias("ts"),
-        null_left.alias("left"), F.struct(*RIGHT.names).alias("right"),
-    ))  # fmt: skip
+    changes = as_changelog(left, right, LEFT, RIGHT, "ot", "st")
     spec = IntervalJoinSpec(kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)),
                             "ot", "st")  # fmt: skip
     return bucketed_join(changes, spec, LEFT, RIGHT)
@@ -93,9 +84,7 @@ def native(spark: SparkSession, work: Path, kind: str) -> DataFrame:
 
 
 def main() -> None:
-    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    per_key = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    batches = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    rows, per_key, batches = numbers(100_000, 2, 1)
     spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -109,9 +98,7 @@ def main() -> None:
                 results[name] = timed(plan(spark, work, kind), work / f"ck-{name}-{kind}")
             base = 2 * rows / results["native"][0]
             for name, (seconds, output_rows) in results.items():
-                rate = 2 * rows / seconds
-                print(f"  {kind:5s} {name:10s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio "
-                      f"{rate / base:5.2f}  ({output_rows} output rows)")  # fmt: skip
+                report(f"{kind} {name}", seconds, 2 * rows, base, output_rows)
     spark.stop()
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import numbers, report, timed
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -59,21 +60,6 @@ def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int) -> No
     changes.write.parquet(str(work / "changes"))
 
 
-def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int]:
-    """Seconds for one availableNow run, and the number of output rows."""
-    counted: list[int] = []
-    start = time.monotonic()
-    query = (
-        output.writeStream.foreachBatch(lambda df, _id: counted.append(df.count()))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None, query.exception()
-    return time.monotonic() - start, sum(counted)
-
-
 def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     spec = RegularJoinSpec(
         kind, "L.product_id = R.product_id", SideSpec(tuple(LEFT.names), ("order_id",)),
@@ -94,8 +80,7 @@ def native(spark: SparkSession, work: Path) -> DataFrame:
 
 
 def main() -> None:
-    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    per_key = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    rows, per_key = numbers(100_000, 2)
     spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -110,9 +95,7 @@ def main() -> None:
         base = 2 * rows / results["native inner"][0]
         print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side)")
         for name, (seconds, output_rows) in results.items():
-            rate = 2 * rows / seconds
-            print(f"  {name:18s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio {rate / base:5.2f}"
-                  f"  ({output_rows} output rows)")  # fmt: skip
+            report(name, seconds, 2 * rows, base, output_rows)
     spark.stop()
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import as_changelog, numbers, timed
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
-from regular_join import timed
 
 from app.join_plan import bucketed_join
 from app.spark import build_session
@@ -67,25 +67,14 @@ def ours(spark: SparkSession, work: Path) -> DataFrame:
     reader = spark.readStream.option("maxFilesPerTrigger", 1)
     left = reader.schema(LEFT).parquet(str(work / "left")).withWatermark("ot", "1 minute")
     right = reader.schema(RIGHT).parquet(str(work / "right")).withWatermark("ut", "1 minute")
-    null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
-    changes = left.select(
-        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis("ot") * 2).alias("seq"), F.unix_millis("ot").alias("ts"),
-        F.struct(*LEFT.names).alias("left"), null_right.alias("right"),
-    ).unionByName(right.select(
-        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis("ut") * 2 + 1).alias("seq"), F.unix_millis("ut").alias("ts"),
-        null_left.alias("left"), F.struct(*RIGHT.names).alias("right"),
-    ))  # fmt: skip
+    changes = as_changelog(left, right, LEFT, RIGHT, "ot", "ut")
     spec = TemporalJoinSpec("left", "L.product_id = R.product_id", SideSpec(tuple(LEFT.names)),
                             SideSpec(tuple(RIGHT.names), ("product_id",)), "ot")  # fmt: skip
     return bucketed_join(changes, spec, LEFT, RIGHT)
 
 
 def main() -> None:
-    orders = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-    products = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    batches = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    orders, products, batches = numbers(200_000, 1000, 4)
     spark = build_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pickle
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from state.condition import JoinCondition, compile_matcher
 from state.interval_join import Pair, Row
 from state.regular_processor import SideSpec
 from state.worker_gc import relax_garbage_collector
@@ -39,16 +40,44 @@ BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 
 
-class BucketedSpec(Protocol):
+PROCTIME = "proctime"
+
+
+class TimedJoinSpec:
+    """What the interval and temporal join specs share: their clock is the left input's time
+    attribute (`proctime` for processing time), and they output both sides' columns."""
+
     left: SideSpec
     right: SideSpec
+    left_time: str
     buckets: int
 
     @property
-    def equi_keys(self) -> tuple[tuple[str, str], ...]: ...
+    def join_condition(self) -> JoinCondition:
+        raise NotImplementedError
 
     @property
-    def proctime(self) -> bool: ...
+    def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        return self.join_condition.equi
+
+    @property
+    def projects_right(self) -> bool:
+        return True
+
+    @property
+    def proctime(self) -> bool:
+        return self.left_time == PROCTIME
+
+    @property
+    def time_mode(self) -> str:
+        return "ProcessingTime" if self.proctime else "EventTime"
+
+    def matcher(self) -> Callable[[Row, Row], bool]:
+        return compile_matcher(self.join_condition, self.left.fields, self.right.fields)
+
+    def operator(self) -> Any:
+        """The join of one bucket's keys (`state.interval_join`, `state.temporal_join`)."""
+        raise NotImplementedError
 
 
 class Bucket(Protocol):
@@ -105,11 +134,12 @@ class BucketedJoinProcessor(StatefulProcessor):
     `k0..kN`, then `L_<col>` and `R_<col>` for every column of each side (one side's null).
     Output: `op` (`+I`, append-only) and the same `L_`/`R_` columns."""
 
-    def __init__(self, spec: BucketedSpec, output_names: list[str], kinds: dict[str, str]) -> None:
+    def __init__(self, spec: TimedJoinSpec, output_names: list[str], kinds: dict[str, str]) -> None:
         """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT."""
         self.spec = spec
         self.output_names = output_names
         self.kinds = kinds
+        self.join = spec.operator()
 
     @abstractmethod
     def new_bucket(self) -> Bucket: ...

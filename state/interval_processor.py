@@ -17,17 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from state.bucketed_processor import BucketedJoinProcessor, InputRows
-from state.condition import compile_matcher, parse_condition
+from state.bucketed_processor import BucketedJoinProcessor, InputRows, TimedJoinSpec
+from state.condition import JoinCondition, parse_condition
 from state.interval_bounds import IntervalCondition, split_interval
 from state.interval_join import Bucket, IntervalJoin, Pair
 from state.regular_processor import SideSpec
 
-PROCTIME = "proctime"
-
 
 @dataclass(frozen=True)
-class IntervalJoinSpec:
+class IntervalJoinSpec(TimedJoinSpec):
     """Everything the processor needs, small and picklable: it travels to the executors.
 
     `left_time` / `right_time` name each input's time attribute as the condition refers to it;
@@ -47,34 +45,16 @@ class IntervalJoinSpec:
         return split_interval(parse_condition(self.on), self.left_time, self.right_time)
 
     @property
-    def equi_keys(self) -> tuple[tuple[str, str], ...]:
-        return self.condition.condition.equi
-
-    @property
-    def projects_right(self) -> bool:
-        return True
-
-    @property
-    def proctime(self) -> bool:
-        return self.left_time == PROCTIME
-
-    @property
-    def time_mode(self) -> str:
-        return "ProcessingTime" if self.proctime else "EventTime"
+    def join_condition(self) -> JoinCondition:
+        return self.condition.condition
 
     def operator(self) -> IntervalJoin:
-        matcher = compile_matcher(self.condition.condition, self.left.fields, self.right.fields)
-        return IntervalJoin(self.kind, self.condition.lower_ms, self.condition.upper_ms, matcher)
+        bounds = self.condition
+        return IntervalJoin(self.kind, bounds.lower_ms, bounds.upper_ms, self.matcher())
 
 
 class IntervalJoinProcessor(BucketedJoinProcessor):
     """Flink's interval join (`state.interval_join`) per key, over buckets of keys."""
-
-    def __init__(
-        self, spec: IntervalJoinSpec, output_names: list[str], kinds: dict[str, str]
-    ) -> None:
-        super().__init__(spec, output_names, kinds)
-        self.join = spec.operator()
 
     def new_bucket(self) -> Bucket:
         return Bucket()

@@ -12,22 +12,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from state.bucketed_processor import BucketedJoinProcessor, InputRows
+from state.bucketed_processor import BucketedJoinProcessor, InputRows, TimedJoinSpec
 from state.condition import (
     ConditionError,
     JoinCondition,
-    compile_matcher,
     parse_condition,
     split_condition,
 )
 from state.interval_join import Pair, Row
-from state.interval_processor import PROCTIME
 from state.regular_processor import SideSpec
 from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
 
 
 @dataclass(frozen=True)
-class TemporalJoinSpec:
+class TemporalJoinSpec(TimedJoinSpec):
     """`L [LEFT] JOIN R FOR SYSTEM_TIME AS OF L.<left_time> ON ...`, small and picklable.
 
     `left_time` is `proctime` for the processing-time join (the latest version).
@@ -41,7 +39,7 @@ class TemporalJoinSpec:
     buckets: int = 128
 
     @cached_property
-    def condition(self) -> JoinCondition:
+    def join_condition(self) -> JoinCondition:
         found = split_condition(parse_condition(self.on))
         keyed = {b for _, b in found.equi}
         missing = [c for c in self.right.unique_key if c not in keyed]
@@ -53,27 +51,10 @@ class TemporalJoinSpec:
             )
         return found
 
-    @property
-    def equi_keys(self) -> tuple[tuple[str, str], ...]:
-        return self.condition.equi
-
-    @property
-    def projects_right(self) -> bool:
-        return True
-
-    @property
-    def proctime(self) -> bool:
-        return self.left_time == PROCTIME
-
-    @property
-    def time_mode(self) -> str:
-        return "ProcessingTime" if self.proctime else "EventTime"
-
     def operator(self) -> EventTimeTemporalJoin | ProcessingTimeTemporalJoin:
-        matcher = compile_matcher(self.condition, self.left.fields, self.right.fields)
         if self.proctime:
-            return ProcessingTimeTemporalJoin(self.kind, matcher)
-        return EventTimeTemporalJoin(self.kind, matcher)
+            return ProcessingTimeTemporalJoin(self.kind, self.matcher())
+        return EventTimeTemporalJoin(self.kind, self.matcher())
 
 
 @dataclass
@@ -94,12 +75,6 @@ def _probe_rows_only_inserts(rows: InputRows) -> None:
 
 class TemporalJoinProcessor(BucketedJoinProcessor):
     """Event time: probe rows wait for the watermark; processing time: the latest version."""
-
-    def __init__(
-        self, spec: TemporalJoinSpec, output_names: list[str], kinds: dict[str, str]
-    ) -> None:
-        super().__init__(spec, output_names, kinds)
-        self.join = spec.operator()
 
     def new_bucket(self) -> VersionedBucket | LatestBucket:
         return LatestBucket() if self.spec.proctime else VersionedBucket()

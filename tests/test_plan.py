@@ -22,11 +22,16 @@ JOIN = {
 }
 
 
-def refusal(**changes: str | None) -> str:
-    env = {k: v for k, v in {**JOIN, **changes}.items() if v is not None}
+def refused(base: dict[str, str | None], **changes: str | None) -> str:
+    """The start-up error of `base` with `changes` (None removes a variable)."""
+    env = {k: v for k, v in {**base, **changes}.items() if v is not None}
     with pytest.raises(ConfigError) as caught:
         check_plan(load_config(env))
     return str(caught.value)
+
+
+def refusal(**changes: str | None) -> str:
+    return refused(JOIN, **changes)
 
 
 def test_a_complete_join_is_accepted() -> None:
@@ -72,13 +77,6 @@ INTERVAL = {
 }
 
 
-def interval_refusal(**changes: str | None) -> str:
-    env = {k: v for k, v in {**INTERVAL, **changes}.items() if v is not None}
-    with pytest.raises(ConfigError) as caught:
-        check_plan(load_config(env))
-    return str(caught.value)
-
-
 def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
     check_plan(load_config({k: v for k, v in INTERVAL.items() if v is not None}))
 
@@ -97,7 +95,7 @@ def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
     ],
 )  # fmt: skip
 def test_an_interval_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
-    assert interval_refusal(**changes).startswith(start)
+    assert refused(INTERVAL, **changes).startswith(start)
 
 
 TEMPORAL = {
@@ -109,13 +107,6 @@ TEMPORAL = {
     "JOIN_KIND": "left",
     "OUTPUT_ENCODING": "append",
 }
-
-
-def temporal_refusal(**changes: str | None) -> str:
-    env = {k: v for k, v in {**TEMPORAL, **changes}.items() if v is not None}
-    with pytest.raises(ConfigError) as caught:
-        check_plan(load_config(env))
-    return str(caught.value)
 
 
 def test_the_seeds_temporal_join_is_accepted_with_an_append_only_output() -> None:
@@ -142,4 +133,4 @@ def test_the_seeds_temporal_join_is_accepted_with_an_append_only_output() -> Non
     ],
 )  # fmt: skip
 def test_a_temporal_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
-    assert temporal_refusal(**changes).startswith(start)
+    assert refused(TEMPORAL, **changes).startswith(start)

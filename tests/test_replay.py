@@ -79,6 +79,19 @@ def our_changes(lines: list[dict]) -> dict[str, Counter]:
     return changes
 
 
+def run_as_flink_did(
+    spark, cases: list[dict], flink: dict[str, Counter], tmp_path: Path
+) -> dict[str, Counter]:
+    """Replay `cases`; every case must emit the multiset of rows Flink emitted."""
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    ours = our_changes(lines)
+    assert set(ours) == {c["id"] for c in cases}
+    for case_id, changes in ours.items():
+        assert changes == flink[case_id], case_id
+    return ours
+
+
 def without_watermark_column(cases: list[dict], flink: dict[str, Counter]) -> None:
     """The examples also select CURRENT_WATERMARK, which depends on how Flink's two sources
     happened to interleave (its inner and left runs of the same rows disagree); compare the
@@ -103,12 +116,7 @@ def test_interval_joins_emit_flinks_rows(spark, tmp_path: Path) -> None:
     flink = flink_changes("golden_flink.jsonl") | flink_changes("b_interval.jsonl")
     without_watermark_column(cases, flink)
     assert {c["join"]["kind"] for c in cases} == {"INNER", "LEFT", "RIGHT", "FULL"}
-    code, lines = run(spark, cases, tmp_path)
-    assert code == 0, [line for line in lines if "error" in line]
-    ours = our_changes(lines)
-    assert set(ours) == {c["id"] for c in cases}
-    for case_id, changes in ours.items():
-        assert changes == flink[case_id], case_id
+    run_as_flink_did(spark, cases, flink, tmp_path)
 
 
 def test_late_rows_are_joined_with_what_is_cached_or_padded_at_once_as_in_flink(
@@ -171,12 +179,7 @@ def test_event_time_temporal_joins_emit_flinks_rows(spark, tmp_path: Path) -> No
         | flink_changes("temporal_rates.jsonl")
     )
     assert {c["join"]["kind"] for c in cases} == {"INNER", "LEFT"}
-    code, lines = run(spark, cases, tmp_path)
-    assert code == 0, [line for line in lines if "error" in line]
-    ours = our_changes(lines)
-    assert set(ours) == {c["id"] for c in cases}
-    for case_id, changes in ours.items():
-        assert changes == flink[case_id], case_id
+    ours = run_as_flink_did(spark, cases, flink, tmp_path)
     yen = sorted(json.loads(row)["yen"] for _op, row in ours["rates_history_function"])
     assert yen == [50, 102, 228, 348, 510]
 

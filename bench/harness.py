@@ -1,0 +1,55 @@
+"""What the benchmarks share: arguments, timing one query, reporting, the joins' input."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+
+def numbers(*defaults: int) -> list[int]:
+    """The command line's numbers, each defaulting as given."""
+    given = [int(a) for a in sys.argv[1 : 1 + len(defaults)]]
+    return given + list(defaults[len(given) :])
+
+
+def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int]:
+    """Seconds for one availableNow run, and the number of output rows."""
+    counted: list[int] = []
+    start = time.monotonic()
+    query = (
+        output.writeStream.foreachBatch(lambda df, _id: counted.append(df.count()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    return time.monotonic() - start, sum(counted)
+
+
+def report(name: str, seconds: float, input_rows: int, base_rate: float, output_rows: int) -> None:
+    rate = input_rows / seconds
+    print(f"  {name:18s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio {rate / base_rate:5.2f}"
+          f"  ({output_rows} output rows)")  # fmt: skip
+
+
+def as_changelog(
+    left: DataFrame, right: DataFrame, left_type: StructType, right_type: StructType,
+    left_time: str, right_time: str,
+) -> DataFrame:  # fmt: skip
+    """Inserts of both sides, ordered by event time, which travels as plain epoch ms."""
+    null_left, null_right = F.lit(None).cast(left_type), F.lit(None).cast(right_type)
+    return left.select(
+        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        (F.unix_millis(left_time) * 2).alias("seq"), F.unix_millis(left_time).alias("ts"),
+        F.struct(*left_type.names).alias("left"), null_right.alias("right"),
+    ).unionByName(right.select(
+        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
+        (F.unix_millis(right_time) * 2 + 1).alias("seq"), F.unix_millis(right_time).alias("ts"),
+        null_left.alias("left"), F.struct(*right_type.names).alias("right"),
+    ))  # fmt: skip
