@@ -36,10 +36,11 @@ def run(env: Mapping[str, str]) -> int:
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
         drain_marker = Path(runtime) / "draining"
         try:
-            metrics = ServiceMetrics(spark.sparkContext)
+            metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000)
             metrics.serve(config.metrics_port)
             query = pipeline.start(spark, config, metrics, drain_marker)
-            exit_code = supervise(query, stop, drain_marker, on_poll=metrics.update)
+            metrics.readiness.started()
+            exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query))
         finally:
             stop_session(spark, exit_code)
     return exit_code

@@ -91,6 +91,7 @@ class Config:
     starting_offsets: str
     max_records_per_trigger: int | None
     metrics_port: int
+    readiness_timeout_ms: int
     kafka_properties: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
     schema_registry_url: str | None = None
@@ -316,6 +317,9 @@ def load_config(env: Mapping[str, str]) -> Config:
             "MAX_RECORDS_PER_TRIGGER", "a positive whole number", _positive_int, None
         ),
         metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464"),
+        readiness_timeout_ms=read.parsed(
+            "READINESS_TIMEOUT", "a duration like 10m", parse_duration_ms, "10m"
+        ),
         kafka_properties=_prefixed(env, "KAFKA_", _KAFKA_NAMED),
         schema_registry_url=read.parsed("SCHEMA_REGISTRY_URL", "an http(s):// URL", _url, None),
         schema_registry_properties=_prefixed(env, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}),

@@ -22,6 +22,7 @@ from app.join_plan import bucketed_join, regular_join
 from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
 from app.projection import project
 from ops.metrics import ServiceMetrics
+from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.avro_out import as_avro
 from serdes.decode import Format, Tally, decoded_schema, decoder
@@ -183,6 +184,10 @@ def joined_output(
         )
     else:
         joined = bucketed_join(changes, spec, left_type, right_type)
+    joined = joined.observe(
+        CHANGES_OBSERVATION,
+        *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],
+    )
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:
         joined = project(joined, config.join.select, keep=[KEY_COLUMN])

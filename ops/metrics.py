@@ -7,10 +7,16 @@ whenever it polls the query.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 from pyspark import Accumulator, AccumulatorParam, SparkContext
+from pyspark.sql.streaming import StreamingQuery
+
+from ops.endpoints import Readiness, serve
+from ops.progress import ProgressMetrics
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +65,12 @@ class LabelledAccumulatedCounter:
 
 
 class ServiceMetrics:
-    def __init__(self, context: SparkContext) -> None:
+    """Everything `/metrics` shows, and the readiness `/readyz` reports."""
+
+    def __init__(self, context: SparkContext, stall_timeout_s: float = 600.0) -> None:
         self.registry = CollectorRegistry()
+        self.progress = ProgressMetrics(self.registry)
+        self.readiness = Readiness(stall_timeout_s)
         self.expired_rows = AccumulatedCounter(
             Counter(
                 "streamjoin_state_expired_rows",
@@ -80,12 +90,28 @@ class ServiceMetrics:
         )
 
     def serve(self, port: int) -> int:
-        """Serve `/metrics`; return the port (a free one when `port` is 0)."""
-        server, _thread = start_http_server(port, registry=self.registry)
-        bound = server.server_address[1]
-        log.info("metrics served at http://0.0.0.0:%d/metrics", bound)
-        return bound
+        """Serve `/metrics`, `/healthz`, `/readyz`; return the port (a free one for 0)."""
+        return serve(self.registry, self.readiness, port)
 
     def update(self) -> None:
         self.expired_rows.update()
         self.dead_letters.update()
+
+    def watch(self, query: StreamingQuery) -> None:
+        """Poll the query: counts from tasks, new progress reports, readiness.
+
+        A query waiting for data is fine however long it waits; one stuck inside a batch past
+        the readiness timeout, or dead, is not.
+        """
+        self.update()
+        if not query.isActive:
+            failure = query.exception()
+            self.readiness.failed(str(failure).splitlines()[0] if failure else "query stopped")
+            return
+        for report in query.recentProgress:
+            try:
+                self.progress.observe(json.loads(report.json), time.time())
+            except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
+                log.warning("progress report not understood: %s", err)
+        if not query.status.get("isTriggerActive", False):
+            self.readiness.progressed()

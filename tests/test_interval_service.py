@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, service_env
+from tests.test_join_service import scrape
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -51,14 +56,40 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
     try:
         wait_for(lambda: {("o1", "s1"), ("o3", "s3"), ("o3", "s4")} <= set(output()),
                  240, "the matches never came", service)  # fmt: skip
+        wait_for(lambda: metric(service, "streamjoin_watermark_seconds") is not None, 60,
+                 "no watermark on /metrics", service)  # fmt: skip
+        first_watermark = metric(service, "streamjoin_watermark_seconds")
         produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode()
                                 for o, t in LATER_ORDERS])  # fmt: skip
         produce(kafka, shipments, [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode()
                                    for s, o, t in LATER_SHIPMENTS])  # fmt: skip
         wait_for(lambda: expected <= set(output()), 120,
                  "the unmatched orders were never padded", service)  # fmt: skip
+        wait_for(lambda: metric(service, "streamjoin_watermark_seconds") > first_watermark, 60,
+                 "the watermark on /metrics did not move", service)  # fmt: skip
+        page = scrape(service)
+        assert re.search(r"^streamjoin_watermark_lag_seconds \d", page, re.M)
+        assert metric(service, 'streamjoin_changes_total{kind="\\+I"}') >= 5
+        assert re.search(r'^streamjoin_state_rows\{operator="\d+-\w+"\} \d', page, re.M)
+        if shutil.which("promtool"):
+            checked = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
+                                     capture_output=True)  # fmt: skip
+            assert checked.returncode == 0 and not checked.stdout + checked.stderr, checked
+        assert endpoint(service, "/readyz") == "ready\n"
+        assert endpoint(service, "/healthz") == "ok\n"
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     rows = output()
     assert sorted((r for r in rows if r[0] != "o9"), key=str) == sorted(expected, key=str)
     assert all(r.header("op") == b"+I" for r in read_topic(kafka, out))
+
+
+def metric(service: Service, name: str) -> float | None:
+    found = re.search(rf"^{name} (\S+)$", scrape(service), re.M)
+    return float(found.group(1)) if found else None
+
+
+def endpoint(service: Service, path: str) -> str:
+    port = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", service.log()).group(1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+        return answer.read().decode()

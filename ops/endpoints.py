@@ -1,0 +1,85 @@
+"""The service's HTTP endpoints, on METRICS_PORT: `/metrics`, `/healthz` and `/readyz`.
+
+`/healthz` answers 200 while the process serves at all (Kubernetes' liveness). `/readyz` answers
+200 only while the query is active, has no exception and made progress recently; a query that
+died or stalled longer than the configured time answers 503 with the reason, so Kubernetes
+restarts the pod (which resumes from the checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger(__name__)
+
+
+class Readiness:
+    """Whether the query is fit to serve: set by the driver's poll loop, read by `/readyz`."""
+
+    def __init__(self, stall_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stall_timeout_s = stall_timeout_s
+        self.clock = clock
+        self._problem: str | None = "the query has not started"
+        self._last_progress = clock()
+
+    def started(self) -> None:
+        self._problem = None
+        self._last_progress = self.clock()
+
+    def progressed(self) -> None:
+        self._last_progress = self.clock()
+
+    def failed(self, reason: str) -> None:
+        self._problem = reason
+
+    def problem(self) -> str | None:
+        """Why the service is not ready, or None."""
+        if self._problem is not None:
+            return self._problem
+        stalled = self.clock() - self._last_progress
+        if stalled > self.stall_timeout_s:
+            return f"no progress for {stalled:.0f}s (READINESS_TIMEOUT {self.stall_timeout_s:.0f}s)"
+        return None
+
+
+def serve(registry: CollectorRegistry, readiness: Readiness, port: int) -> int:
+    """Serve the endpoints in a daemon thread; return the port (a free one when `port` is 0)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._answer(200, b"ok\n")
+            elif path == "/readyz":
+                problem = readiness.problem()
+                if problem is None:
+                    self._answer(200, b"ready\n")
+                else:
+                    self._answer(503, f"not ready: {problem}\n".encode())
+            else:
+                self._answer(404, b"not found\n")
+
+        def _answer(self, status: int, body: bytes, kind: str = "text/plain") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Probes every few seconds are not worth a log line each."""
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="endpoints", daemon=True).start()
+    bound = server.server_address[1]
+    log.info("metrics served at http://0.0.0.0:%d/metrics (and /healthz, /readyz)", bound)
+    return bound

@@ -1,0 +1,129 @@
+"""Metrics read off the streaming query's progress reports (one per micro-batch).
+
+Spark's progress JSON carries what an operator watches: the watermark, input rates, batch
+durations and, per stateful operator, its state rows and bytes. Each new report (by batch id)
+is folded into Prometheus gauges, counters and a histogram once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+# The join's output counted by change kind, as the query observes it (`Dataset.observe`).
+CHANGES_OBSERVATION = "changes"
+CHANGE_KINDS = {"insert": "+I", "update_before": "-U", "update_after": "+U", "delete": "-D"}
+
+
+def _epoch_seconds(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class ProgressMetrics:
+    """`streamjoin_*` metrics of the query's progress reports."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.watermark = Gauge(
+            "streamjoin_watermark_seconds",
+            "Combined event-time watermark (the minimum of both inputs'), epoch seconds",
+            registry=registry,
+        )
+        self.watermark_lag = Gauge(
+            "streamjoin_watermark_lag_seconds",
+            "Wall clock minus the combined watermark, when the last batch ran",
+            registry=registry,
+        )
+        self.max_event_time = Gauge(
+            "streamjoin_event_time_max_seconds",
+            "Largest event time seen in the last batch with input, epoch seconds",
+            registry=registry,
+        )
+        self.state_rows = Gauge(
+            "streamjoin_state_rows",
+            "Rows in a stateful operator's state store (join keys or buckets, and timers)",
+            ["operator"],
+            registry=registry,
+        )
+        self.state_bytes = Gauge(
+            "streamjoin_state_memory_bytes",
+            "Memory a stateful operator's state store uses",
+            ["operator"],
+            registry=registry,
+        )
+        self.state_sst_bytes = Gauge(
+            "streamjoin_state_sst_bytes",
+            "Size of a stateful operator's RocksDB SST files",
+            ["operator"],
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            "streamjoin_input_rows",
+            "Input records read from Kafka, both inputs",
+            registry=registry,
+        )
+        self.input_rate = Gauge(
+            "streamjoin_input_rows_per_second",
+            "Input records per second over the last batch",
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            "streamjoin_batch_duration_seconds",
+            "Duration of a micro-batch (trigger execution)",
+            buckets=BATCH_SECONDS,
+            registry=registry,
+        )
+        self.changes = Counter(
+            "streamjoin_changes",
+            "Changes the join emitted, by kind (+I -U +U -D)",
+            ["kind"],
+            registry=registry,
+        )
+        self.last_batch = Gauge(
+            "streamjoin_last_batch_id", "Id of the last micro-batch", registry=registry
+        )
+        self.last_progress = Gauge(
+            "streamjoin_last_progress_timestamp_seconds",
+            "When the last micro-batch started, epoch seconds",
+            registry=registry,
+        )
+        self._seen_batch = -1
+
+    def observe(self, progress: dict[str, Any], now: float) -> None:
+        """Fold in one progress report (ignored if its batch was seen already)."""
+        batch = int(progress.get("batchId", -1))
+        if batch <= self._seen_batch:
+            return
+        self._seen_batch = batch
+        self.last_batch.set(batch)
+        started = _epoch_seconds(progress.get("timestamp"))
+        if started is not None:
+            self.last_progress.set(started)
+        event_time = progress.get("eventTime") or {}
+        watermark = _epoch_seconds(event_time.get("watermark"))
+        if watermark is not None:
+            self.watermark.set(watermark)
+            self.watermark_lag.set(now - watermark)
+        latest = _epoch_seconds(event_time.get("max"))
+        if latest is not None:
+            self.max_event_time.set(latest)
+        self.input_rows.inc(int(progress.get("numInputRows") or 0))
+        self.input_rate.set(float(progress.get("inputRowsPerSecond") or 0.0))
+        duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        if duration_ms is not None:
+            self.batch_duration.observe(duration_ms / 1000)
+        observed = (progress.get("observedMetrics") or {}).get(CHANGES_OBSERVATION) or {}
+        for column, kind in CHANGE_KINDS.items():
+            if observed.get(column):
+                self.changes.labels(kind).inc(int(observed[column]))
+        for i, operator in enumerate(progress.get("stateOperators") or ()):
+            name = f"{i}-{operator.get('operatorName', 'state')}"
+            self.state_rows.labels(name).set(operator.get("numRowsTotal", 0))
+            self.state_bytes.labels(name).set(operator.get("memoryUsedBytes", 0))
+            sst = (operator.get("customMetrics") or {}).get("rocksdbSstFileSize")
+            if sst is not None:
+                self.state_sst_bytes.labels(name).set(sst)

@@ -1,0 +1,101 @@
+"""Metrics from progress reports, and the health endpoints (no Spark query needed)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from ops.endpoints import Readiness, serve
+from ops.progress import ProgressMetrics
+
+PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join query
+    "id": "q",
+    "batchId": 7,
+    "timestamp": "2026-11-22T10:00:00.000Z",
+    "numInputRows": 1200,
+    "inputRowsPerSecond": 400.0,
+    "durationMs": {"triggerExecution": 1500},
+    "eventTime": {"max": "2026-11-22T09:59:50.000Z", "watermark": "2026-11-22T09:59:00.000Z"},
+    "observedMetrics": {"changes": {"insert": 5, "update_before": 0, "update_after": 0,
+                                    "delete": 2}},
+    "stateOperators": [
+        {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 42,
+         "memoryUsedBytes": 1024, "customMetrics": {"rocksdbSstFileSize": 4096}},
+    ],
+}  # fmt: skip
+NOW = 1795341600.0  # 2026-11-22T10:00:00Z
+
+
+def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None:
+    registry = CollectorRegistry()
+    metrics = ProgressMetrics(registry)
+    metrics.observe(PROGRESS, NOW)
+    metrics.observe(PROGRESS, NOW + 5)  # the same batch again: counted once
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("streamjoin_watermark_lag_seconds") == 60.0
+    assert value("streamjoin_event_time_max_seconds") == NOW - 10
+    assert value("streamjoin_input_rows_total") == 1200
+    assert value("streamjoin_last_batch_id") == 7
+    operator = "0-transformWithStateInPandasExec"
+    assert value("streamjoin_state_rows", operator=operator) == 42
+    assert value("streamjoin_state_sst_bytes", operator=operator) == 4096
+    assert value("streamjoin_batch_duration_seconds_count") == 1
+    assert value("streamjoin_changes_total", kind="+I") == 5
+    assert value("streamjoin_changes_total", kind="-D") == 2
+    assert value("streamjoin_batch_duration_seconds_bucket", le="2.0") == 1
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
+def test_promtool_finds_no_problem_in_the_metrics() -> None:
+    registry = CollectorRegistry()
+    ProgressMetrics(registry).observe(PROGRESS, NOW)
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=generate_latest(registry), capture_output=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout + checked.stderr == b""
+
+
+def test_readiness_fails_when_the_query_stalls_or_dies() -> None:
+    now = [0.0]
+    readiness = Readiness(60, clock=lambda: now[0])
+    assert readiness.problem() == "the query has not started"
+    readiness.started()
+    now[0] = 59
+    assert readiness.problem() is None
+    now[0] = 61
+    assert readiness.problem() == "no progress for 61s (READINESS_TIMEOUT 60s)"
+    readiness.progressed()
+    assert readiness.problem() is None
+    readiness.failed("query stopped")
+    assert readiness.problem() == "query stopped"
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_health_endpoints_answer_beside_the_metrics() -> None:
+    registry = CollectorRegistry()
+    ProgressMetrics(registry).observe(PROGRESS, NOW)
+    readiness = Readiness(60)
+    port = serve(registry, readiness, 0)
+    assert get(port, "/healthz") == (200, "ok\n")
+    assert get(port, "/readyz") == (503, "not ready: the query has not started\n")
+    readiness.started()
+    assert get(port, "/readyz") == (200, "ready\n")
+    status, page = get(port, "/metrics")
+    assert status == 200 and "streamjoin_watermark_lag_seconds 60.0" in page
+    assert get(port, "/nothing")[0] == 404
