@@ -22,7 +22,7 @@ from app.join_plan import bucketed_join, regular_join
 from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
 from app.projection import project
 from ops.metrics import ServiceMetrics
-from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION
+from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.avro_out import as_avro
 from serdes.decode import Format, Tally, decoded_schema, decoder
@@ -138,7 +138,12 @@ def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
         # The input's watermark: the largest event time seen, minus the configured delay.
-        good = good.withWatermark("event_time", f"{source.watermark_delay_ms} milliseconds")
+        good = good.withWatermark(
+            "event_time", f"{source.watermark_delay_ms} milliseconds"
+        ).observe(
+            EVENT_TIME_OBSERVATION.format(side=source.side),
+            F.max(F.unix_millis("event_time")).alias("max_ms"),
+        )
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     good = good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")

@@ -7,6 +7,7 @@ is folded into Prometheus gauges, counters and a histogram once.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,16 @@ BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 # The join's output counted by change kind, as the query observes it (`Dataset.observe`).
 CHANGES_OBSERVATION = "changes"
 CHANGE_KINDS = {"insert": "+I", "update_before": "-U", "update_after": "+U", "delete": "-D"}
+# Each input's largest event time in a batch (epoch ms), observed per side.
+EVENT_TIME_OBSERVATION = "{side}_event_time"
+SIDES = ("left", "right")
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A source's offsets in a progress report: `{topic: {partition: offset}}`."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
 
 
 def _epoch_seconds(iso: str | None) -> float | None:
@@ -40,7 +51,14 @@ class ProgressMetrics:
         )
         self.max_event_time = Gauge(
             "streamjoin_event_time_max_seconds",
-            "Largest event time seen in the last batch with input, epoch seconds",
+            "Largest event time of an input in its last batch with rows, epoch seconds",
+            ["side"],
+            registry=registry,
+        )
+        self.kafka_lag = Gauge(
+            "streamjoin_kafka_lag_records",
+            "Records of a topic-partition not processed yet (log end minus processed offset)",
+            ["topic", "partition"],
             registry=registry,
         )
         self.state_rows = Gauge(
@@ -108,18 +126,26 @@ class ProgressMetrics:
         if watermark is not None:
             self.watermark.set(watermark)
             self.watermark_lag.set(now - watermark)
-        latest = _epoch_seconds(event_time.get("max"))
-        if latest is not None:
-            self.max_event_time.set(latest)
+        observed = progress.get("observedMetrics") or {}
+        for side in SIDES:
+            latest_ms = (observed.get(EVENT_TIME_OBSERVATION.format(side=side)) or {}).get("max_ms")
+            if latest_ms is not None:
+                self.max_event_time.labels(side).set(latest_ms / 1000)
+        for source in progress.get("sources") or ():
+            done, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+            for topic, partitions in latest.items():
+                for partition, end in partitions.items():
+                    processed = done.get(topic, {}).get(partition, 0)
+                    self.kafka_lag.labels(topic, partition).set(max(0, end - processed))
         self.input_rows.inc(int(progress.get("numInputRows") or 0))
         self.input_rate.set(float(progress.get("inputRowsPerSecond") or 0.0))
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)
-        observed = (progress.get("observedMetrics") or {}).get(CHANGES_OBSERVATION) or {}
+        changes = observed.get(CHANGES_OBSERVATION) or {}
         for column, kind in CHANGE_KINDS.items():
-            if observed.get(column):
-                self.changes.labels(kind).inc(int(observed[column]))
+            if changes.get(column):
+                self.changes.labels(kind).inc(int(changes[column]))
         for i, operator in enumerate(progress.get("stateOperators") or ()):
             name = f"{i}-{operator.get('operatorName', 'state')}"
             self.state_rows.labels(name).set(operator.get("numRowsTotal", 0))

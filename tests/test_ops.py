@@ -21,8 +21,15 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
     "inputRowsPerSecond": 400.0,
     "durationMs": {"triggerExecution": 1500},
     "eventTime": {"max": "2026-11-22T09:59:50.000Z", "watermark": "2026-11-22T09:59:00.000Z"},
-    "observedMetrics": {"changes": {"insert": 5, "update_before": 0, "update_after": 0,
-                                    "delete": 2}},
+    "sources": [
+        {"description": "streamjoin-kafka", "endOffset": '{"orders": {"0": 90, "1": 100}}',
+         "latestOffset": '{"orders": {"0": 120, "1": 100}}'},
+    ],
+    "observedMetrics": {
+        "changes": {"insert": 5, "update_before": 0, "update_after": 0, "delete": 2},
+        "left_event_time": {"max_ms": 1795341590000},
+        "right_event_time": {"max_ms": None},
+    },
     "stateOperators": [
         {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 42,
          "memoryUsedBytes": 1024, "customMetrics": {"rocksdbSstFileSize": 4096}},
@@ -41,7 +48,10 @@ def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None
         return registry.get_sample_value(name, labels)
 
     assert value("streamjoin_watermark_lag_seconds") == 60.0
-    assert value("streamjoin_event_time_max_seconds") == NOW - 10
+    assert value("streamjoin_event_time_max_seconds", side="left") == NOW - 10
+    assert value("streamjoin_event_time_max_seconds", side="right") is None  # no rows yet
+    assert value("streamjoin_kafka_lag_records", topic="orders", partition="0") == 30
+    assert value("streamjoin_kafka_lag_records", topic="orders", partition="1") == 0
     assert value("streamjoin_input_rows_total") == 1200
     assert value("streamjoin_last_batch_id") == 7
     operator = "0-transformWithStateInPandasExec"

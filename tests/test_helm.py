@@ -1,0 +1,95 @@
+"""The Helm chart lints, renders and validates against Kubernetes' schemas, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+CHART = Path(__file__).parent.parent / "helm" / "streamjoin"
+SCALE_OUT = yaml.safe_load((CHART / "values-scale-out.yaml").read_text())
+KUBERNETES = "1.30"
+
+
+def rendered(values: dict | None) -> dict[str, dict]:
+    """Every manifest of the chart by `Kind/name`."""
+    manifests = {}
+    for text in helm.Chart.load(CHART).render(values, name="sj", namespace="stream").values():
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                manifests[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return manifests
+
+
+@pytest.mark.parametrize("values", [None, SCALE_OUT], ids=["default", "scale-out"])
+def test_the_chart_lints_and_every_manifest_validates(values: dict | None) -> None:
+    report = helm.lint(CHART, values, strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    for name, manifest in rendered(values).items():
+        if manifest["kind"] == "ServiceMonitor":  # a CRD: not in Kubernetes' own schemas
+            assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(manifest, KUBERNETES, strict=True)
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "streamjoin", name
+        assert labels["app.kubernetes.io/instance"] == "sj", name
+
+
+def test_default_values_run_one_local_driver_with_a_checkpoint_volume() -> None:
+    manifests = rendered(None)
+    pod = manifests["StatefulSet/sj-streamjoin"]["spec"]
+    container = pod["template"]["spec"]["containers"][0]
+    config = manifests["ConfigMap/sj-streamjoin"]["data"]
+    assert pod["replicas"] == 1
+    assert pod["volumeClaimTemplates"][0]["metadata"]["name"] == "checkpoint"
+    assert config["CHECKPOINT_LOCATION"] == "/var/lib/streamjoin/checkpoint"
+    assert config["SPARK_MASTER"] == "local[*]"
+    assert config["JOIN_TYPE"] == "temporal" and config["METRICS_PORT"] == "9464"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["template"]["spec"]["enableServiceLinks"] is False
+    assert pod["template"]["spec"]["terminationGracePeriodSeconds"] >= 300
+    assert not any(k.startswith("Role") for k in manifests)
+
+
+def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> None:
+    manifests = rendered(SCALE_OUT)
+    config = manifests["ConfigMap/sj-streamjoin"]["data"]
+    pod = manifests["StatefulSet/sj-streamjoin"]["spec"]
+    container = pod["template"]["spec"]["containers"][0]
+    assert config["SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
+    assert config["SPARK_CONF_spark.executor.instances"] == "4"
+    assert (
+        config["SPARK_CONF_spark.driver.host"] == "sj-streamjoin-0.sj-streamjoin-driver.stream.svc"
+    )
+    assert config["CHECKPOINT_LOCATION"] == "s3a://streamjoin-checkpoints/orders-enriched"
+    assert "volumeClaimTemplates" not in pod
+    assert "Role/sj-streamjoin-spark-driver" in manifests
+    assert "RoleBinding/sj-streamjoin-spark-driver" in manifests
+    assert "ServiceMonitor/sj-streamjoin" in manifests
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
+               if "valueFrom" in e}  # fmt: skip
+    assert secrets["KAFKA_SASL_PASSWORD"] == {"name": "kafka-credentials", "key": "password"}
+    assert not any("PASSWORD" in k or "USER_INFO" in k for k in config)  # never a ConfigMap
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"metrics": {"port": "http"}},
+        {"config": {"JOIN_KIND": "sideways"}},
+        {"config": {"CHECKPOINT_LOCATION": "/data"}},
+        {"sparkOnKubernetes": {"executor": {"memory": "lots"}}},
+        {"replicas": 3},
+    ],
+)
+def test_a_wrong_value_fails_at_install_time(values: dict) -> None:
+    chart = helm.Chart.load(CHART)
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(chart.merge_values(values))
