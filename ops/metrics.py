@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from pyspark import Accumulator, AccumulatorParam, SparkContext
@@ -97,6 +98,17 @@ class ServiceMetrics:
         self.expired_rows.update()
         self.dead_letters.update()
 
+    def _new_reports(self, query: StreamingQuery) -> list[Any]:
+        """Progress reports of batches not folded in yet: usually just the last one (one JVM
+        call); all recent ones (a hundred, each parsed) only when batches were missed."""
+        last = query.lastProgress
+        seen = self.progress.seen_batch
+        if last is None or last.batchId <= seen:
+            return []
+        if last.batchId == seen + 1:
+            return [last]
+        return [r for r in query.recentProgress if r.batchId > seen]
+
     def watch(self, query: StreamingQuery) -> None:
         """Poll the query: counts from tasks, new progress reports, readiness.
 
@@ -108,7 +120,7 @@ class ServiceMetrics:
             failure = query.exception()
             self.readiness.failed(str(failure).splitlines()[0] if failure else "query stopped")
             return
-        for report in query.recentProgress:
+        for report in self._new_reports(query):
             try:
                 self.progress.observe(json.loads(report.json), time.time())
             except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join

@@ -109,14 +109,14 @@ class ProgressMetrics:
             "When the last micro-batch started, epoch seconds",
             registry=registry,
         )
-        self._seen_batch = -1
+        self.seen_batch = -1  # the last batch folded in
 
     def observe(self, progress: dict[str, Any], now: float) -> None:
         """Fold in one progress report (ignored if its batch was seen already)."""
         batch = int(progress.get("batchId", -1))
-        if batch <= self._seen_batch:
+        if batch <= self.seen_batch:
             return
-        self._seen_batch = batch
+        self.seen_batch = batch
         self.last_batch.set(batch)
         started = _epoch_seconds(progress.get("timestamp"))
         if started is not None:

@@ -38,8 +38,6 @@ from state.worker_gc import relax_garbage_collector
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
-
-
 PROCTIME = "proctime"
 
 
@@ -80,7 +78,9 @@ class TimedJoinSpec:
         raise NotImplementedError
 
 
-class Bucket(Protocol):
+class BucketState(Protocol):
+    """What a subclass keeps per bucket: its keys' state and the pending engine timer."""
+
     keys: dict[Any, Any]
     spark_timer: int | None
 
@@ -142,7 +142,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         self.join = spec.operator()
 
     @abstractmethod
-    def new_bucket(self) -> Bucket: ...
+    def new_bucket(self) -> BucketState: ...
 
     @abstractmethod
     def fire_due(self, bucket: Any, now: int) -> list[Pair]:

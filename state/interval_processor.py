@@ -1,15 +1,9 @@
-"""The interval join as a Spark `transformWithStateInPandas` processor over state buckets.
+"""The interval join's spec and its bucketed `transformWithStateInPandas` processor.
 
-Spark charges a socket round trip per key for every state call and for switching keys, which
-with one or two rows per key and batch costs far more than the join itself. So the processor
-is keyed by a bucket of join keys (a hash of the key modulo `buckets`, 128 by default): per
-bucket and micro-batch it reads one value, writes one, and registers at most one timer,
-whatever the number of keys and rows. The value holds the cached rows of its keys, whose size
-the interval bounds; the join's semantics, per key, are those of `state.interval_join`.
-
-Event time: the operator time is Spark's watermark, the minimum of both inputs' watermarks.
-The rows' time column carries no watermark metadata, so Spark does not drop late rows before
-they reach the processor: like Flink, the join decides what a late row still meets.
+The join's semantics, per key, are those of `state.interval_join`; why keys are grouped in
+buckets and cross to Python as columns is in `state.bucketed_processor`. Event time: the
+operator time is Spark's watermark, the minimum of both inputs'; late rows reach the join,
+which decides what they still meet, as Flink's does.
 """
 
 from __future__ import annotations
