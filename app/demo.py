@@ -113,10 +113,13 @@ def demo_env(bootstrap: str, suffix: str, checkpoint: str) -> dict[str, str]:
     }
 
 
-def _create_topics(bootstrap: str, names: list[str]) -> None:
+def _create_topics(bootstrap: str, names: list[str], compacted: list[str]) -> None:
     """One partition each, so that the printed output keeps the order it was written in."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    created = admin.create_topics([NewTopic(t, 1, 1, config={"retention.ms": "-1"}) for t in names])
+    created = admin.create_topics(
+        [NewTopic(t, 1, 1, config={"retention.ms": "-1"}) for t in names]
+        + [NewTopic(t, 1, 1, config={"cleanup.policy": "compact"}) for t in compacted]
+    )
     for future in created.values():
         future.result()
 
@@ -181,13 +184,18 @@ def demo(env: Mapping[str, str]) -> int:
             print(f"streamjoin demo: embedded Kafka-protocol broker at {bootstrap}")
         checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamjoin-demo-"))
         config = load_config(demo_env(bootstrap, suffix, checkpoint))
-        _create_topics(bootstrap, [config.left.topic, config.right.topic, config.output.topic])
+        _create_topics(
+            bootstrap,
+            [config.left.topic, config.right.topic, config.output.topic, config.output.dlq_topic],
+            [config.output.marker_topic],
+        )
         _write_inputs(bootstrap, {"orders": config.left.topic,
                                   "product_changelog": config.right.topic})  # fmt: skip
         spark = build_session(config.spark_master, config.spark_conf)
         stack.callback(spark.stop)
         metrics = ServiceMetrics(spark.sparkContext)
         port = metrics.serve(config.metrics_port)
+        metrics.listen(spark)
         query = pipeline.start(spark, config, metrics)
         query.awaitTermination()
         if query.exception() is not None:

@@ -101,7 +101,7 @@ def _kind(data_type: DataType) -> str:
 
 def bucketed_join(
     changes: DataFrame, spec: IntervalJoinSpec | TemporalJoinSpec, left: StructType,
-    right: StructType,
+    right: StructType, late_rows: Accumulator[dict] | None = None,
 ) -> DataFrame:  # fmt: skip
     """An interval or temporal join's append-only output (`op` is always `+I`).
 
@@ -122,7 +122,7 @@ def bucketed_join(
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            processor_type(spec, schema.names, kinds),
+            processor_type(spec, schema.names, kinds, late_rows),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

@@ -188,7 +188,7 @@ def joined_output(
             changes, spec, left_type, right_type, metrics.expired_rows.accumulator
         )
     else:
-        joined = bucketed_join(changes, spec, left_type, right_type)
+        joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator)
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],
@@ -238,6 +238,10 @@ def start(
         .options(**kafka_options(config.kafka_client_config()))
         .option("checkpointLocation", config.checkpoint_location)
     )
+    if config.output.delivery == "exactly-once":
+        writer = writer.option("transactionalId", config.output.transactional_id).option(
+            "markerTopic", config.output.marker_topic
+        )
     if config.trigger_interval_ms is None:
         writer = writer.trigger(availableNow=True)
     else:

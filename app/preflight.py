@@ -39,13 +39,21 @@ def check_kafka(config: Config) -> None:
             f"KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster answered at {config.bootstrap_servers} "
             f"within {METADATA_TIMEOUT_S:.0f}s ({err.args[0].str()})"
         ) from None
-    for variable, topic in (
-        ("LEFT_TOPIC", config.left.topic),
-        ("RIGHT_TOPIC", config.right.topic),
-        ("OUTPUT_TOPIC", config.output.topic),
-    ):
+    topics = [
+        ("LEFT_TOPIC", config.left.topic, ""),
+        ("RIGHT_TOPIC", config.right.topic, ""),
+        ("OUTPUT_TOPIC", config.output.topic, ""),
+    ]
+    if config.output.delivery == "exactly-once":
+        topics.append(
+            ("OUTPUT_MARKER_TOPIC", config.output.marker_topic,
+             " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
+             "cleanup.policy=compact)")
+        )  # fmt: skip
+    for variable, topic, why in topics:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             raise StartupError(
-                f"{variable}: Kafka topic {topic!r} does not exist at {config.bootstrap_servers}"
+                f"{variable}: Kafka topic {topic!r} does not exist at "
+                f"{config.bootstrap_servers}{why}"
             )

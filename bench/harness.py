@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
+from app.broker import EmbeddedBroker
+from tests.kafka_io import create_topics, output_topics, unique
+
+
+def service_topics(stack: ExitStack, partitions: int = 4) -> tuple[str, Path, str, str, str]:
+    """For a benchmark of `streamjoin run`: the broker (KAFKA_BOOTSTRAP_SERVERS or an embedded
+    one, stopped with `stack`), a work directory, and fresh left, right and output topics."""
+    bootstrap = (
+        os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or stack.enter_context(EmbeddedBroker()).bootstrap
+    )
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    left, right, out = unique("left"), unique("right"), unique("out")
+    create_topics(bootstrap, [left, right], partitions)
+    output_topics(bootstrap, out, partitions)
+    return bootstrap, work, left, right, out
 
 
 def numbers(*defaults: int) -> list[int]:

@@ -1,6 +1,7 @@
 """Source -> sink pass-through throughput of `streamjoin run` (records/s), on a real broker.
 
-Usage: python bench/passthrough.py [RECORDS_PER_SIDE]   (KAFKA_BOOTSTRAP_SERVERS or embedded)
+Usage: python bench/passthrough.py [RECORDS_PER_SIDE] [DELIVERY]   (KAFKA_BOOTSTRAP_SERVERS or
+embedded Tansu; DELIVERY is OUTPUT_DELIVERY's value, exactly-once by default)
 
 Measures the steady state: the service is started, its first (cold) batch is waited out, then
 the timed load is produced and the clock runs until the last record reaches the output topic.
@@ -8,33 +9,27 @@ the timed load is produced and the clock runs until the last record reaches the 
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.broker import EmbeddedBroker
-from tests.kafka_io import create_topics, produce, read_topic, unique
+from bench.harness import service_topics
+from tests.kafka_io import produce, read_topic
 from tests.service import Service, service_env
 
 
 def main() -> None:
     per_side = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    delivery = sys.argv[2] if len(sys.argv) > 2 else "exactly-once"
     with ExitStack() as stack:
-        bootstrap = (
-            os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-            or stack.enter_context(EmbeddedBroker()).bootstrap
-        )
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        left, right, out = unique("bl"), unique("br"), unique("bo")
-        create_topics(bootstrap, [left, right, out], partitions=4)
+        bootstrap, work, left, right, out = service_topics(stack)
         env = service_env(
             KAFKA_BOOTSTRAP_SERVERS=bootstrap, LEFT_TOPIC=left, RIGHT_TOPIC=right,
             OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(work / "ck"), TRIGGER_INTERVAL="0",
+            OUTPUT_DELIVERY=delivery,
         )  # fmt: skip
         service = Service(env, work / "service.log")
         stack.callback(service.terminate)
@@ -49,7 +44,7 @@ def main() -> None:
         elapsed = time.monotonic() - start
         total = 2 * per_side
         print(
-            f"pass-through: {total} records of ~110 B in {elapsed:.1f}s = "
+            f"pass-through ({delivery}): {total} records of ~110 B in {elapsed:.1f}s = "
             f"{total / elapsed:,.0f} records/s (producing alone took {produced_s:.1f}s)"
         )
 

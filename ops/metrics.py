@@ -2,7 +2,7 @@
 
 Counts that arise inside Spark tasks (on executors, in Python workers) reach the driver as
 Spark accumulators; the driver adds each accumulator's growth to its Prometheus counter
-whenever it polls the query.
+whenever it polls the query. Progress reports arrive through a `StreamingQueryListener`.
 """
 
 from __future__ import annotations
@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from pyspark import Accumulator, AccumulatorParam, SparkContext
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
 
 from ops.endpoints import Readiness, serve
 from ops.progress import ProgressMetrics
@@ -65,6 +71,29 @@ class LabelledAccumulatedCounter:
             self._seen[labels] = value
 
 
+class ProgressListener(StreamingQueryListener):
+    """Folds each progress report into the metrics as Spark posts it (none is missed, and the
+    driver does not poll the JVM for reports)."""
+
+    def __init__(self, progress: ProgressMetrics) -> None:
+        self.progress = progress
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """Nothing to measure before the first batch."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        try:
+            self.progress.observe(json.loads(event.progress.json), time.time())
+        except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
+            log.warning("progress report not understood: %s", err)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        """An idle query is reported by readiness, not here."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """The supervisor's poll (`ServiceMetrics.watch`) reports the end."""
+
+
 class ServiceMetrics:
     """Everything `/metrics` shows, and the readiness `/readyz` reports."""
 
@@ -90,27 +119,31 @@ class ServiceMetrics:
             context,
         )
 
+        self.late_rows = LabelledAccumulatedCounter(
+            Counter(
+                "streamjoin_late_rows",
+                "Event-time rows that arrived behind the combined watermark (interval and "
+                "temporal joins): joined or padded as Flink does, never dropped",
+                ["side"],
+                registry=self.registry,
+            ),
+            context,
+        )
+
     def serve(self, port: int) -> int:
         """Serve `/metrics`, `/healthz`, `/readyz`; return the port (a free one for 0)."""
         return serve(self.registry, self.readiness, port)
 
     def update(self) -> None:
-        self.expired_rows.update()
-        self.dead_letters.update()
+        for counter in (self.expired_rows, self.dead_letters, self.late_rows):
+            counter.update()
 
-    def _new_reports(self, query: StreamingQuery) -> list[Any]:
-        """Progress reports of batches not folded in yet: usually just the last one (one JVM
-        call); all recent ones (a hundred, each parsed) only when batches were missed."""
-        last = query.lastProgress
-        seen = self.progress.seen_batch
-        if last is None or last.batchId <= seen:
-            return []
-        if last.batchId == seen + 1:
-            return [last]
-        return [r for r in query.recentProgress if r.batchId > seen]
+    def listen(self, spark: SparkSession) -> None:
+        """Take the progress of the session's queries from a `StreamingQueryListener`."""
+        spark.streams.addListener(ProgressListener(self.progress))
 
     def watch(self, query: StreamingQuery) -> None:
-        """Poll the query: counts from tasks, new progress reports, readiness.
+        """Poll the query: counts from tasks, and readiness.
 
         A query waiting for data is fine however long it waits; one stuck inside a batch past
         the readiness timeout, or dead, is not.
@@ -120,10 +153,5 @@ class ServiceMetrics:
             failure = query.exception()
             self.readiness.failed(str(failure).splitlines()[0] if failure else "query stopped")
             return
-        for report in self._new_reports(query):
-            try:
-                self.progress.observe(json.loads(report.json), time.time())
-            except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
-                log.warning("progress report not understood: %s", err)
         if not query.status.get("isTriggerActive", False):
             self.readiness.progressed()

@@ -2,7 +2,8 @@
 
 Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or JSON);
 `maxrecordspertrigger`; `drainmarker` (a file whose existence means: offer no more records);
-and `kafka.<property>` for every librdkafka client property.
+`transactionalid` and `markertopic` (the sink writes exactly-once when given; see
+`serdes.kafka_transactions`); and `kafka.<property>` for every librdkafka client property.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pyspark.sql.types import StructType
 
 from serdes.kafka_sink import KafkaStreamWriter
 from serdes.kafka_source import SPARK_SCHEMA, KafkaStreamReader
+from serdes.kafka_transactions import ExactlyOnce
 
 NAME = "streamjoin-kafka"
 
@@ -43,4 +45,8 @@ class KafkaDataSource(DataSource):
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        return KafkaStreamWriter(self.options["topic"], self._client_config())
+        transactional_id = self.options.get("transactionalid")
+        exactly_once = (
+            ExactlyOnce(transactional_id, self.options["markertopic"]) if transactional_id else None
+        )
+        return KafkaStreamWriter(self.options["topic"], self._client_config(), exactly_once)

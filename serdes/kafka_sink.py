@@ -1,9 +1,11 @@
-"""Kafka as a PySpark streaming sink: an idempotent producer per task, failing loudly.
+"""Kafka as a PySpark streaming sink: exactly-once by default, at-least-once on request.
 
 Records are keyed and partitioned with the Java client's murmur2 hash, so every change of one
 key lands on one partition, in order, and Java consumers agree on where a key lives. A record
 that cannot be delivered fails the task and with it the micro-batch; Spark then re-runs the
-batch from its checkpointed offsets, so nothing is dropped.
+batch from its checkpointed offsets, so nothing is dropped. Exactly-once (see
+`serdes.kafka_transactions`) also makes that re-run write nothing twice; at-least-once (an
+idempotent producer, for brokers without transactions) may write a re-run batch's records again.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Message, Producer
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from serdes.kafka_produce import OutputRecord, produce, producer_config
+from serdes.kafka_transactions import BATCH_ID_PROPERTY, ExactlyOnce
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -24,38 +30,22 @@ class DeliveryError(RuntimeError):
 
 @dataclass
 class SinkCommit(WriterCommitMessage):
-    records: int
-
-
-def producer_config(client_config: dict[str, str]) -> dict[str, object]:
-    return {
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        **client_config,
-        "enable.idempotence": True,
-        "acks": "all",
-        "partitioner": "murmur2_random",
-    }
+    records: int  # records this task wrote (0 when its batch had been committed before)
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Writes rows of `key binary, value binary[, headers][, topic]`: to the row's topic, if
     the row names one, else to the sink's topic (the dead letters travel beside the output)."""
 
-    def __init__(self, topic: str, client_config: dict[str, str]) -> None:
+    def __init__(
+        self, topic: str, client_config: dict[str, str], exactly_once: ExactlyOnce | None
+    ) -> None:
         self.topic = topic
         self.client_config = client_config
+        self.exactly_once = exactly_once
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        producer = Producer(producer_config(self.client_config))
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
-        records = 0
-        for batch in iterator:
+    def records(self, batches: Iterator[pa.RecordBatch]) -> Iterator[OutputRecord]:
+        for batch in batches:
             columns = batch.to_pydict()
             absent = [None] * batch.num_rows
             for key, value, headers, topic in zip(
@@ -66,29 +56,47 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 strict=True,
             ):
                 pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-                self._produce(producer, topic or self.topic, key, value, pairs, delivered)
-            records += batch.num_rows
-            producer.poll(0)
+                yield topic or self.topic, key, value, pairs
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        if self.exactly_once is None:
+            return SinkCommit(self._deliver(self.records(iterator)))
+        # All of the task's input is consumed even when its batch was written before: the
+        # stateful operators upstream commit their state only once their input is exhausted.
+        records = list(self.records(iterator))
+        if not records:
+            return SinkCommit(0)
+        task = TaskContext.get()
+        batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
+        written = self.exactly_once.write(self.client_config, task.partitionId(), batch, records)
+        return SinkCommit(len(records) if written else 0)
+
+    def _deliver(self, records: Iterator[OutputRecord]) -> int:
+        producer = Producer(producer_config(self.client_config))
+        failures: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        count = 0
+        for record in records:
+            produce(producer, record, delivered)
+            count += 1
+            if count % 1000 == 0:
+                producer.poll(0)
         undelivered = producer.flush(FLUSH_TIMEOUT_S)
         if failures or undelivered:
             first = failures[0] if failures else "flush timed out"
             raise DeliveryError(
-                f"{len(failures) + undelivered} of {records} records to {self.topic!r} "
+                f"{len(failures) + undelivered} of {count} records to {self.topic!r} "
                 f"were not delivered: {first}"
             )
-        return SinkCommit(records)
-
-    @staticmethod
-    def _produce(producer: Producer, topic: str, key, value, headers, on_delivery) -> None:
-        while True:
-            try:
-                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
-                return
-            except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.05)
+        return count
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records were acknowledged in `write`; nothing is left to do per batch."""
+        """Records were acknowledged (and committed) in `write`; nothing is left per batch."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """A failed batch is re-run from its checkpointed offsets; its partial output stays."""
+        """A failed batch is re-run from its checkpointed offsets: with exactly-once, its
+        uncommitted transactions are aborted then; with at-least-once, its output stays."""

@@ -39,12 +39,22 @@ def _string(value: Any) -> str:
     return str(value)
 
 
-def _integer(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    raise _wrong(value, "an integer")
+def _integer(bits: int) -> Converter:
+    """A whole number that fits the column's `bits` (as Flink's JSON format, which fails to
+    parse 2^31 for an INT column, instead of letting it wrap or fail the query later)."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def convert(value: Any) -> int:
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        raise _wrong(value, f"an integer of {bits} bits")
+
+    return convert
+
+
+_INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}
 
 
 def _float(value: Any) -> float:
@@ -148,8 +158,8 @@ def converter(spark_type: T.DataType, connect: dict[str, Any] | None = None) -> 
     connect = connect or {}
     if isinstance(spark_type, T.StringType):
         return _string
-    if isinstance(spark_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return _integer
+    if type(spark_type) in _INTEGER_BITS:
+        return _integer(_INTEGER_BITS[type(spark_type)])
     if isinstance(spark_type, T.FloatType | T.DoubleType):
         return _float
     if isinstance(spark_type, T.BooleanType):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pickle
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +40,13 @@ from state.worker_gc import relax_garbage_collector
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 PROCTIME = "proctime"
+SIDES = ("left", "right")
+
+
+class LateRows(Protocol):
+    """Where late rows are counted, `{(side,): count}`: a Spark accumulator on a cluster."""
+
+    def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
 class TimedJoinSpec:
@@ -134,11 +142,19 @@ class BucketedJoinProcessor(StatefulProcessor):
     `k0..kN`, then `L_<col>` and `R_<col>` for every column of each side (one side's null).
     Output: `op` (`+I`, append-only) and the same `L_`/`R_` columns."""
 
-    def __init__(self, spec: TimedJoinSpec, output_names: list[str], kinds: dict[str, str]) -> None:
-        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT."""
+    def __init__(
+        self,
+        spec: TimedJoinSpec,
+        output_names: list[str],
+        kinds: dict[str, str],
+        late_rows: LateRows | None = None,
+    ) -> None:
+        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT;
+        `late_rows` counts event-time rows that arrive behind the watermark, by side."""
         self.spec = spec
         self.output_names = output_names
         self.kinds = kinds
+        self.late_rows = late_rows
         self.join = spec.operator()
 
     @abstractmethod
@@ -203,6 +219,12 @@ class BucketedJoinProcessor(StatefulProcessor):
             rights=list(zip(*(self._column(frame, c) for c in self.right_columns), strict=True)),
         )
 
+    def _count_late(self, rows: InputRows, watermark: int) -> None:
+        late = Counter(SIDES[s] for s, t in zip(rows.sides, rows.times, strict=True)
+                       if t is not None and t < watermark)  # fmt: skip
+        if late and self.late_rows is not None:
+            self.late_rows.add({(side,): count for side, count in late.items()})
+
     def _frame(self, pairs: list[Pair]) -> pd.DataFrame:
         columns: dict[str, Any] = {"op": ["+I"] * len(pairs)}
         for side, names in ((0, self.left_columns), (1, self.right_columns)):
@@ -221,7 +243,10 @@ class BucketedJoinProcessor(StatefulProcessor):
         bucket, before = self._load()
         now = self._operator_time(timerValues)
         pairs = self.fire_due(bucket, now)
-        pairs += self.apply(bucket, self._input(frame), now)
+        rows = self._input(frame)
+        if self.late_rows is not None and not self.spec.proctime:
+            self._count_late(rows, now)
+        pairs += self.apply(bucket, rows, now)
         self._save(bucket, before, now)
         if pairs:
             yield self._frame(pairs)

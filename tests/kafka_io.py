@@ -2,30 +2,44 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
+from functools import cache
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from serdes.kafka_transactions import BATCH_HEADER
 
 
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
+def create_topics(
+    bootstrap: str, names: list[str], partitions: int = 1, compact: bool = False
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # Tansu answers only configs a topic was created with: give the ones clients ask for.
-    topics = [NewTopic(n, partitions, 1, config={"retention.ms": "-1"}) for n in names]
+    config = {"cleanup.policy": "compact"} if compact else {"retention.ms": "-1"}
+    topics = [NewTopic(n, partitions, 1, config=config) for n in names]
     for future in admin.create_topics(topics).values():
         future.result()
 
 
+def output_topics(bootstrap: str, out: str, partitions: int = 1) -> None:
+    """The output topic, its dead-letter topic and its (compacted) batch-marker topic."""
+    create_topics(bootstrap, [out, f"{out}.dlq"], partitions)
+    create_topics(bootstrap, [f"{out}.markers"], compact=True)
+
+
 def join_topics(bootstrap: str, partitions: int = 1) -> tuple[str, str, str]:
-    """Fresh left, right and output topics, and the output's dead-letter topic."""
+    """Fresh left and right topics, and the output's topics (see `output_topics`)."""
     left, right, out = unique("left"), unique("right"), unique("out")
-    create_topics(bootstrap, [left, right, out, f"{out}.dlq"], partitions)
+    create_topics(bootstrap, [left, right], partitions)
+    output_topics(bootstrap, out, partitions)
     return left, right, out
 
 
@@ -93,3 +107,41 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+@cache
+def broker_hides_aborted_records(bootstrap: str) -> bool:
+    """Whether `read_committed` consumers of this broker skip aborted transactions (Kafka does,
+    Tansu does not)."""
+    topic = unique("abort-probe")
+    create_topics(bootstrap, [topic])
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.flush(30)
+    producer.abort_transaction(30)
+    return not read_topic(bootstrap, topic)
+
+
+def committed_output(bootstrap: str, topic: str, markers: str, at_least: int = 0) -> list[Record]:
+    """`topic` as a `read_committed` consumer of Kafka sees what streamjoin wrote to it.
+
+    On a broker that shows aborted transactions to such consumers, a record counts only if the
+    last marker of its (partition, batch) — the attempt that committed — lists its offset.
+    """
+    records = read_topic(bootstrap, topic, at_least)
+    if broker_hides_aborted_records(bootstrap):
+        return records
+    committed: dict[bytes, dict[str, list[int]]] = {}
+    for marker in read_topic(bootstrap, markers):
+        written = json.loads(marker.value)
+        committed[b"%d:%d" % (written["partition"], written["batch"])] = written["offsets"]
+    kept = []
+    for record in records:
+        first, last = committed.get(record.header(BATCH_HEADER), {}).get(
+            f"{topic}/{record.partition}", (0, -1)
+        )
+        if first <= record.offset <= last:
+            kept.append(record)
+    return kept

@@ -96,6 +96,7 @@ def test_whole_captures_decode_in_order(name: str, fmt: DebeziumJsonFormat) -> N
         (b'{"op": "c", "after": null}', "missing-field"),
         (b'{"op": "c", "after": {"customer": "x"}}', "missing-field"),
         (b'{"op": "c", "after": {"id": "one"}}', "wrong-type"),
+        (b'{"op": "c", "after": {"id": 2147483648}}', "wrong-type"),  # 2^31 for an INT
         (b'{"op": "c", "after": {"id": 1, "amount": "DBw"}}', "wrong-type"),
     ],
 )

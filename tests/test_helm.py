@@ -47,6 +47,7 @@ def test_default_values_run_one_local_driver_with_a_checkpoint_volume() -> None:
     assert pod["replicas"] == 1
     assert pod["volumeClaimTemplates"][0]["metadata"]["name"] == "checkpoint"
     assert config["CHECKPOINT_LOCATION"] == "/var/lib/streamjoin/checkpoint"
+    assert config["OUTPUT_TRANSACTIONAL_ID"] == "streamjoin-stream-sj-streamjoin"
     assert config["SPARK_MASTER"] == "local[*]"
     assert config["JOIN_TYPE"] == "temporal" and config["METRICS_PORT"] == "9464"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -67,6 +67,11 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
                  "the unmatched orders were never padded", service)  # fmt: skip
         wait_for(lambda: metric(service, "streamjoin_watermark_seconds") > first_watermark, 60,
                  "the watermark on /metrics did not move", service)  # fmt: skip
+        # a shipment for an order long gone: behind the watermark, counted as late
+        produce(kafka, shipments, [json.dumps({"ship_id": "s0", "order_id": "o0",
+                                               "st": at(4)}).encode()])  # fmt: skip
+        wait_for(lambda: metric(service, 'streamjoin_late_rows_total{side="right"}') == 1, 60,
+                 "the late shipment was not counted", service)  # fmt: skip
         page = scrape(service)
         # the test rows are dated later today: the lag may be negative
         assert re.search(r"^streamjoin_watermark_lag_seconds -?\d", page, re.M)

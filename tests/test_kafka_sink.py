@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
+from confluent_kafka import KafkaException, Producer
 
+from serdes.kafka_produce import producer_config
 from serdes.kafka_sink import DeliveryError, KafkaStreamWriter
 from serdes.kafka_source import HEADER_TYPE
-from tests.kafka_io import create_topics, read_topic, unique
+from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
+from tests.kafka_io import committed_output, create_topics, output_topics, read_topic, unique
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE),
                     ("topic", pa.string())])  # fmt: skip
@@ -22,7 +27,7 @@ def batch(rows: list[tuple]) -> pa.RecordBatch:
 def test_records_go_to_their_own_topic_or_the_sinks_with_their_headers(kafka: str) -> None:
     main, side = unique("sink"), unique("sink-dlq")
     create_topics(kafka, [main, side])
-    writer = KafkaStreamWriter(main, {"bootstrap.servers": kafka})
+    writer = KafkaStreamWriter(main, {"bootstrap.servers": kafka}, None)
     header = [{"key": "h", "value": b"1"}]
     commit = writer.write(iter([batch([(b"k1", b"v1", header, None), (b"k2", b"v2", None, side),
                                        (b"k3", None, None, None)])]))  # fmt: skip
@@ -35,7 +40,58 @@ def test_records_go_to_their_own_topic_or_the_sinks_with_their_headers(kafka: st
 
 def test_undelivered_records_fail_the_write() -> None:
     writer = KafkaStreamWriter(
-        "t", {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": "1500"}
+        "t", {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": "1500"}, None
     )
     with pytest.raises(DeliveryError, match="1 of 1 records to 't' were not delivered"):
         writer.write(iter([batch([(b"k", b"v", None, None)])]))
+
+
+def transactional_topics(kafka: str) -> tuple[str, str]:
+    out = unique("eos")
+    output_topics(kafka, out)
+    return out, f"{out}.markers"
+
+
+def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafka: str) -> None:
+    out, markers = transactional_topics(kafka)
+    sink = ExactlyOnce(unique("txn"), markers)
+    config = {"bootstrap.servers": kafka}
+    first = [(out, b"k1", b"v1", None), (f"{out}.dlq", b"k2", b"bad", [("h", b"1")])]
+    assert sink.write(config, 3, 7, first)
+    assert not sink.write(config, 3, 7, first)  # the batch re-run after a crash
+    assert sink.write(config, 3, 8, [(out, b"k1", b"v2", None)])
+    assert sink.write(config, 4, 7, [(out, b"k4", b"v4", None)])  # its own marker
+
+    written = committed_output(kafka, out, markers)
+    assert [(r.value, r.header(BATCH_HEADER)) for r in written] == [
+        (b"v1", b"3:7"), (b"v2", b"3:8"), (b"v4", b"4:7")
+    ]  # fmt: skip
+    [dead] = committed_output(kafka, f"{out}.dlq", markers)
+    assert (dead.value, dead.header("h"), dead.header(BATCH_HEADER)) == (b"bad", b"1", b"3:7")
+    marked = [json.loads(m.value) for m in read_topic(kafka, markers)]
+    assert [(m["partition"], m["batch"], m["records"]) for m in marked] == [
+        (3, 7, 2), (3, 8, 1), (4, 7, 1)
+    ]  # fmt: skip
+    assert marked[0]["offsets"] == {f"{out}/0": [0, 0], f"{out}.dlq/0": [0, 0]}
+
+
+def test_an_attempt_that_died_mid_transaction_is_fenced_and_its_records_never_count(
+    kafka: str,
+) -> None:
+    out, markers = transactional_topics(kafka)
+    sink = ExactlyOnce(unique("txn"), markers)
+    dead = Producer(
+        {
+            **producer_config({"bootstrap.servers": kafka}),
+            "transactional.id": f"{sink.transactional_id}-0",
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, b"0:5")])
+    assert dead.flush(30) == 0  # the attempt "dies" here: no commit, no abort
+
+    assert sink.write({"bootstrap.servers": kafka}, 0, 5, [(out, b"k", b"whole", None)])
+    with pytest.raises(KafkaException):  # fenced (Tansu: no answer)
+        dead.commit_transaction(5)
+    assert [r.value for r in committed_output(kafka, out, markers)] == [b"whole"]

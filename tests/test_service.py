@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_io import Record, create_topics, produce, read_topic, unique
+from tests.kafka_io import Record, create_topics, output_topics, produce, read_topic, unique
 from tests.service import Service, run_to_exit, service_env
 
 pytestmark = pytest.mark.spark
@@ -19,7 +19,7 @@ PER_SIDE = 10_000
 def three_topics(kafka: str) -> tuple[str, str, str]:
     left, right, out = unique("left"), unique("right"), unique("out")
     create_topics(kafka, [left, right], partitions=4)
-    create_topics(kafka, [out], partitions=4)
+    output_topics(kafka, out, partitions=4)
     return left, right, out
 
 
@@ -73,7 +73,7 @@ def committed_ends(checkpoint: Path) -> dict[str, dict[str, int]]:
     return ends
 
 
-def test_sigkill_and_restart_lose_nothing_and_reread_no_committed_range(
+def test_at_least_once_sigkill_and_restart_lose_nothing_and_rewrite_only_uncommitted(
     kafka: str, tmp_path: Path
 ) -> None:
     left, right, out = three_topics(kafka)
@@ -82,6 +82,7 @@ def test_sigkill_and_restart_lose_nothing_and_reread_no_committed_range(
     env = service_env(
         KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
         CHECKPOINT_LOCATION=str(checkpoint), TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="1500",
+        OUTPUT_DELIVERY="at-least-once",
     )  # fmt: skip
     first = Service(env, tmp_path / "first.log")
     wait_for(lambda: len(committed_ends(checkpoint)) == 2, 240, "no batch committed", first)
@@ -115,6 +116,11 @@ def test_sigkill_and_restart_lose_nothing_and_reread_no_committed_range(
     [
         ({"LEFT_TOPIC": "no-such-topic"}, "LEFT_TOPIC: Kafka topic 'no-such-topic' does not exist"),
         ({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster"),
+        (
+            {"OUTPUT_MARKER_TOPIC": "no-markers"},
+            "OUTPUT_MARKER_TOPIC: Kafka topic 'no-markers' does not exist",
+        ),
+        ({"OUTPUT_DELIVERY": "twice"}, "OUTPUT_DELIVERY: expected one of"),
         ({"MAX_RECORDS_PER_TRIGGER": "lots"}, "MAX_RECORDS_PER_TRIGGER: expected a positive"),
         ({"KAFKA_NOT_A_PROPERTY": "1"}, "KAFKA_NOT_A_PROPERTY: not a usable Kafka client"),
     ],

@@ -1,0 +1,210 @@
+"""The service under faults and bad input, exactly-once: SIGKILLs at random points, a broker
+that crashes under the running query, and a poison stream."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from app.broker import EmbeddedBroker
+from tests.kafka_io import committed_output, join_topics, produce
+from tests.object_store import ObjectStore
+from tests.service import Service, run_to_exit
+from tests.test_join_service import (
+    debezium_changelog,
+    expected_left_join,
+    final_table,
+    join_env,
+    materialized,
+    produce_events,
+    scrape,
+)
+from tests.test_service import wait_for
+
+pytestmark = pytest.mark.spark
+
+# Two state partitions instead of the service's eight: a micro-batch's cost here is mostly a
+# fixed cost per state partition and operator, and these tests run many small batches.
+FEW_PARTITIONS = {"SPARK_CONF_spark.sql.shuffle.partitions": "2"}
+
+
+def product_row(rng: random.Random):
+    return lambda pid: {"product_id": pid, "name": f"n{rng.randrange(9)}",
+                        "price": f"{rng.randrange(100, 999) / 10:.2f}"}  # fmt: skip
+
+
+def order_row(rng: random.Random, products: int):
+    return lambda oid: {"order_id": oid, "product_id": f"p{rng.randrange(products)}",
+                        "qty": rng.randrange(1, 5)}  # fmt: skip
+
+
+def outputs(kafka: str, out: str, at_least: int = 0) -> tuple[Counter, Counter]:
+    """The committed output, materialized, and the dead letters by source coordinates."""
+    markers = f"{out}.markers"
+    table = materialized(committed_output(kafka, out, markers, at_least))
+    dead = Counter(
+        (r.header("streamjoin.source.topic"), r.header("streamjoin.source.offset"),
+         r.header("streamjoin.source.partition"))
+        for r in committed_output(kafka, f"{out}.dlq", markers)
+    )  # fmt: skip
+    return table, dead
+
+
+def commits(checkpoint: Path) -> int:
+    return len(list((checkpoint / "commits").glob("[0-9]*")))
+
+
+def test_sigkills_at_random_points_lose_nothing_and_duplicate_nothing(
+    kafka: str, tmp_path: Path
+) -> None:
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    print(f"kill points drawn with seed {seed}")
+    rng = random.Random(seed)
+    orders_events = debezium_changelog(rng, "o", 400, order_row(rng, 60))
+    products_events = debezium_changelog(rng, "p", 50, product_row(rng), key="product_id")
+    orders, products, out = join_topics(kafka, partitions=3)
+    produce_events(kafka, products, products_events, "product_id")
+    produce_events(kafka, orders, orders_events[:800], "order_id")
+    bad = produce(kafka, orders, [b"{not json", b"[1, 2]", b'{"op": "x"}'])
+    produce_events(kafka, orders, orders_events[800:], "order_id")
+
+    def env(topic: str, checkpoint: Path) -> dict[str, str]:
+        return join_env(kafka, orders, products, topic, checkpoint) | FEW_PARTITIONS | {
+            "TRIGGER_INTERVAL": "available-now", "MAX_RECORDS_PER_TRIGGER": "150"
+        }  # fmt: skip
+
+    _, _, reference = join_topics(kafka)
+    done = run_to_exit(env(reference, tmp_path / "reference"), timeout_s=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    batches = commits(tmp_path / "reference")
+
+    checkpoint = tmp_path / "killed"
+    kill_after = sorted(rng.sample(range(1, batches - 2), 3))
+    killed_mid_run = 0
+    for run, after in enumerate(kill_after):
+        service = Service(env(out, checkpoint), tmp_path / f"run{run}.log")
+        wait_for(lambda: commits(checkpoint) >= after, 300, "too few batches", service)  # noqa: B023
+        time.sleep(rng.uniform(0, 1.5))
+        if service.process.poll() is None:
+            service.kill()
+            killed_mid_run += 1
+    last = run_to_exit(env(out, checkpoint), timeout_s=600)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert killed_mid_run >= 2, f"only {killed_mid_run} kills came before the run ended"
+
+    expected_table, expected_dead = outputs(kafka, reference)
+    assert expected_table == expected_left_join(
+        final_table(orders_events, "order_id"), final_table(products_events, "product_id")
+    )
+    assert sum(expected_dead.values()) == len(bad)
+    assert outputs(kafka, out) == (expected_table, expected_dead)
+
+
+def test_a_broker_crash_under_the_running_service_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """Tansu keeps its data in an object store here, so that it outlives the broker process;
+    the test plays the supervisor (Kubernetes) and restarts the service if it exits."""
+    rng = random.Random(11)
+    orders_events = debezium_changelog(rng, "o", 200, order_row(rng, 30))
+    products_events = debezium_changelog(rng, "p", 25, product_row(rng), key="product_id")
+    half = len(orders_events) // 2
+    with ObjectStore() as store, EmbeddedBroker("s3://tansu/", store.tansu_env()) as broker:
+        kafka = broker.bootstrap
+        orders, products, out = join_topics(kafka, partitions=2)
+        produce_events(kafka, products, products_events, "product_id")
+        produce_events(kafka, orders, orders_events[:half], "order_id")
+        env = join_env(kafka, orders, products, out, tmp_path / "ck") | FEW_PARTITIONS
+        first_half = expected_left_join(
+            final_table(orders_events[:half], "order_id"),
+            final_table(products_events, "product_id"),
+        )
+        expected = expected_left_join(
+            final_table(orders_events, "order_id"), final_table(products_events, "product_id")
+        )
+        services = [Service(env, tmp_path / "service0.log")]
+        try:
+            wait_for(lambda: outputs(kafka, out)[0] == first_half, 300,
+                     "the first half never materialized", services[0])  # fmt: skip
+            produce_events(kafka, orders, orders_events[half:], "order_id")
+            broker.crash_and_restart()
+            deadline = time.monotonic() + 400
+            while outputs(kafka, out)[0] != expected:
+                assert time.monotonic() < deadline, services[-1].log()[-4000:]
+                if services[-1].process.poll() is not None:  # failed fast: restart it
+                    services.append(Service(env, tmp_path / f"service{len(services)}.log"))
+                time.sleep(1)
+        finally:
+            assert services[-1].terminate() == 0, services[-1].log()[-3000:]
+        print(f"service processes needed across the broker crash: {len(services)}")
+
+
+POISON = {
+    "bad-json": [b'{"order_id": "x', b"\xff\xfe not utf-8", b"", b"[1, 2, 3]", b'"a string"'],
+    "missing-field": [b'{"product_id": "p1", "qty": 1}'],
+    "wrong-type": [b'{"order_id": "x1", "product_id": "p1", "qty": "many"}',
+                   b'{"order_id": "x2", "product_id": "p1", "qty": true}',
+                   b'{"order_id": "x3", "product_id": "p1", "qty": 99999999999}'],
+    "null-value": [None],
+}  # fmt: skip
+POISON_CHANGELOG = {
+    "bad-json": [b"{", b"null"],
+    "unknown-op": [b'{"op": "z", "after": {"product_id": "p1", "name": "n", "price": "1.00"}}'],
+    "missing-field": [b'{"op": "c", "after": null}', b'{"op": "u", "before": null}'],
+    "bad-envelope": [b'{"payload": 5}'],
+    "wrong-type": [b'{"op": "c", "after": {"product_id": "p9", "name": "n", "price": "cheap"}}'],
+}
+
+
+def poisoned(rng: random.Random, good: list[bytes | None], kinds: dict[str, list], share: float):
+    """`good`, in its order, with bad records of every kind in `kinds` mixed in at random places,
+    `share` of the total."""
+    mixed = [(v, False) for v in good]
+    for i in range(round(len(good) * share / (1 - share))):
+        bad = rng.choice(kinds[list(kinds)[i % len(kinds)]])
+        mixed.insert(rng.randrange(len(mixed) + 1), (bad, True))
+    return mixed
+
+
+def test_a_poison_stream_leaves_every_good_record_joined_and_every_bad_one_dead_lettered(
+    kafka: str, tmp_path: Path
+) -> None:
+    rng = random.Random(5)
+    orders_rows = [order_row(rng, 20)(f"o{i}") for i in range(1900)]
+    products_events = debezium_changelog(rng, "p", 20, product_row(rng), key="product_id")
+    orders, products, out = join_topics(kafka, partitions=2)
+    left = poisoned(rng, [json.dumps(r).encode() for r in orders_rows], POISON, 0.05)
+    right = poisoned(rng, [json.dumps(e).encode() for e in products_events], POISON_CHANGELOG, 0.05)
+    produce(kafka, orders, [v for v, _ in left], partitions=2)
+    produce(kafka, products, [v for v, _ in right])  # one partition: a changelog keeps its order
+    bad = sum(is_bad for _, is_bad in left + right)
+    expected = expected_left_join(
+        {r["order_id"]: r for r in orders_rows}, final_table(products_events, "product_id")
+    )
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | FEW_PARTITIONS
+    env["LEFT_FORMAT"] = "json"
+    service = Service(env, tmp_path / "service.log")
+
+    def dead_lettered() -> float:
+        return sum(float(line.split()[-1]) for line in scrape(service).splitlines()
+                   if line.startswith("streamjoin_dead_letters_total{"))  # fmt: skip
+
+    try:
+        wait_for(lambda: outputs(kafka, out)[0] == expected and dead_lettered() >= bad,
+                 300, "the good records were not all joined or counted", service)  # fmt: skip
+        table, dead = outputs(kafka, out)
+        page = scrape(service)
+        counted = dead_lettered()
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert table == expected
+    assert sum(dead.values()) == len(dead) == bad  # each bad record once, by its coordinates
+    assert counted == bad
+    for reason in {*POISON, *POISON_CHANGELOG}:
+        assert f'reason="{reason}"' in page
