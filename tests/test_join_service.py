@@ -79,16 +79,21 @@ def expected_left_join(orders: dict[str, dict], products: dict[str, dict]) -> Co
     return table
 
 
+def joined_row(value: dict) -> str:
+    """An output row as `expected_left_join` spells it."""
+    price = value["R_price"]  # a JSON number; the events carry it as "12.30"
+    value = value | {"R_price": None if price is None else f"{Decimal(str(price)):.2f}"}
+    row = [value[f"L_{c}"] for c in ORDER_COLUMNS] + [value[f"R_{c}"] for c in PRODUCT_COLUMNS]
+    return json.dumps(row)
+
+
 def materialized(records) -> Counter:
     table: Counter = Counter()
     for record in records:
         value = json.loads(record.value, parse_float=Decimal)
         op = value.pop("op")
-        if value["R_price"] is not None:  # a JSON number; the events carry it as "12.30"
-            value["R_price"] = f"{value['R_price']:.2f}"
         assert record.header("op") == op.encode()
-        row = [value[f"L_{c}"] for c in ORDER_COLUMNS] + [value[f"R_{c}"] for c in PRODUCT_COLUMNS]
-        table[json.dumps(row)] += 1 if op in ("+I", "+U") else -1
+        table[joined_row(value)] += 1 if op in ("+I", "+U") else -1
     return +table
 
 
