@@ -85,6 +85,7 @@ def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> N
     [
         {"metrics": {"port": "http"}},
         {"config": {"JOIN_KIND": "sideways"}},
+        {"config": {"OUTPUT_DELIVERY": "twice"}},
         {"config": {"CHECKPOINT_LOCATION": "/data"}},
         {"sparkOnKubernetes": {"executor": {"memory": "lots"}}},
         {"replicas": 3},

@@ -59,6 +59,8 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         wait_for(lambda: metric(service, "streamjoin_watermark_seconds") is not None, 60,
                  "no watermark on /metrics", service)  # fmt: skip
         first_watermark = metric(service, "streamjoin_watermark_seconds")
+        wait_for(lambda: state_rows(service) > 0, 60, "no state rows on /metrics", service)
+        first_state_rows = state_rows(service)
         produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode()
                                 for o, t in LATER_ORDERS])  # fmt: skip
         produce(kafka, shipments, [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode()
@@ -67,6 +69,8 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
                  "the unmatched orders were never padded", service)  # fmt: skip
         wait_for(lambda: metric(service, "streamjoin_watermark_seconds") > first_watermark, 60,
                  "the watermark on /metrics did not move", service)  # fmt: skip
+        wait_for(lambda: state_rows(service) < first_state_rows, 60,
+                 "state rows on /metrics did not fall behind the watermark", service)  # fmt: skip
         # a shipment for an order long gone: behind the watermark, counted as late
         produce(kafka, shipments, [json.dumps({"ship_id": "s0", "order_id": "o0",
                                                "st": at(4)}).encode()])  # fmt: skip
@@ -91,6 +95,12 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
     rows = output()
     assert sorted((r for r in rows if r[0] != "o9"), key=str) == sorted(expected, key=str)
     assert all(r.header("op") == b"+I" for r in read_topic(kafka, out))
+
+
+def state_rows(service: Service) -> float:
+    """The rows in the state of every stateful operator, from `/metrics`."""
+    rows = re.findall(r"^streamjoin_state_rows\{.*\} (\S+)$", scrape(service), re.M)
+    return sum(map(float, rows))
 
 
 def metric(service: Service, name: str) -> float | None:
