@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -29,10 +30,12 @@ from serdes.decode import Format, Tally, decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
+from serdes.kafka_transactions import ExactlyOnce
 from state.normalize import NormalizeProcessor
 from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
+TOPICS_TIMEOUT_S = 30.0
 FORMATS = {
     "json": JsonFormat,
     "debezium-json": DebeziumJsonFormat,
@@ -217,6 +220,19 @@ def joined_output(
     return output
 
 
+def fence_open_transactions(spark: SparkSession, config: Config) -> None:
+    """Abort what an earlier run left open, for every task that may write a micro-batch: one
+    per state partition (the joined changes) and one per input partition (the dead letters, or
+    the forwarded records)."""
+    client_config = config.kafka_client_config()
+    topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
+    inputs = sum(len(topics[source.topic].partitions) for source in (config.left, config.right))
+    writers = int(spark.conf.get("spark.sql.shuffle.partitions") or 0) + inputs
+    ExactlyOnce(config.output.transactional_id, config.output.marker_topic).fence(
+        client_config, writers
+    )
+
+
 def start(
     spark: SparkSession,
     config: Config,
@@ -239,6 +255,7 @@ def start(
         .option("checkpointLocation", config.checkpoint_location)
     )
     if config.output.delivery == "exactly-once":
+        fence_open_transactions(spark, config)
         writer = writer.option("transactionalId", config.output.transactional_id).option(
             "markerTopic", config.output.marker_topic
         )

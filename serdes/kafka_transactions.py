@@ -19,15 +19,22 @@ committing, and fails the batch if it is not there. One transactional id per par
 means a second attempt of the same task fences the first (a zombie cannot commit after it) and
 aborts whatever the first left open. The records are gathered before the transaction begins,
 so a transaction stays open for as long as producing them takes, not for the whole batch.
+
+A process that dies mid-batch leaves its tasks' transactions open until their ids are initialised
+again; `fence` does that for every id at start-up, before any task writes (see there). The tasks
+of one host end their transactions one at a time (see `_ending_transactions`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -62,8 +69,8 @@ class ExactlyOnce:
         """Wait until the committed marker shows `batch`, or fail the batch.
 
         A committed transaction's offsets become visible shortly after the commit returns. Seen
-        on a broker that restarted mid-transaction: the commit was acknowledged, but nothing of
-        the transaction was there; failing the batch makes Spark re-run it.
+        on Tansu: a commit acknowledged and never applied (see `fence` and
+        `_ending_transactions`); failing the batch makes Spark re-run it rather than claim it.
         """
         deadline = time.monotonic() + CONFIRM_TIMEOUT_S
         while self.committed_batch(consumer) < batch:
@@ -74,16 +81,59 @@ class ExactlyOnce:
                 )
             time.sleep(CONFIRM_POLL_S)
 
+    def fence(self, client_config: dict[str, str], partitions: int) -> None:
+        """Abort the transactions a dead process left open, for the ids of tasks 0 to
+        `partitions - 1`: called at start-up, before any task writes.
+
+        The task of the re-run batch would abort its own, but only once it runs; until then
+        the open transaction holds back others on the same topic-partitions: Kafka hides what
+        follows it from `read_committed` consumers until it times out, and Tansu does not even
+        apply a later commit (seen: a re-run task waited for its marker while the task that
+        would have aborted the open transaction waited for a free slot). Flink's Kafka sink
+        aborts lingering transactions at start-up for the same reason.
+        """
+        for partition in range(partitions):
+            self._initialised_producer(client_config, partition)
+
+    @contextlib.contextmanager
+    def _ending_transactions(self) -> Iterator[None]:
+        """Hold this host's lock on ending the query's transactions (initialising a producer
+        ends what its id left open; committing; aborting).
+
+        Tansu (0.6) ends overlapping transactions together: a commit that overlaps one still
+        writing its end markers marks that one committed, and the marker it writes next is
+        recorded on a committed transaction, which then blocks every later commit on those
+        partitions for good (seen: every task's commit acknowledged and left in PrepareCommit).
+        Kafka needs no such care; one transaction ending at a time costs a few milliseconds.
+        """
+        path = Path(tempfile.gettempdir()) / f"streamjoin-{self.transactional_id}.lock"
+        with path.open("a") as lock:  # closing it (or the process dying) releases the lock
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _name(self, partition: int) -> str:
+        return f"{self.transactional_id}-{partition}"
+
+    def _initialised_producer(self, client_config: dict[str, str], partition: int) -> Producer:
+        """A producer with the partition's transactional id, initialised: any earlier
+        producer of the id is fenced, and the transaction it left open aborted."""
+        producer = Producer(
+            {**producer_config(client_config), "transactional.id": self._name(partition)}
+        )
+        with self._ending_transactions():
+            _call("initialising transactions", producer.init_transactions, TIMEOUT_S)
+        return producer
+
     def write(
         self, client_config: dict[str, str], partition: int, batch: int, records: list[OutputRecord]
     ) -> bool:
         """Write `records` as batch `batch` of `partition`, unless that batch is marked already;
         return whether they were written."""
-        name = f"{self.transactional_id}-{partition}"
-        producer = Producer({**producer_config(client_config), "transactional.id": name})
-        consumer = Consumer({**client_config, "group.id": name, "enable.auto.commit": False})
+        producer = self._initialised_producer(client_config, partition)
+        consumer = Consumer(
+            {**client_config, "group.id": self._name(partition), "enable.auto.commit": False}
+        )
         try:
-            _call("initialising transactions", producer.init_transactions, TIMEOUT_S)
             if self.committed_batch(consumer) >= batch:
                 return False
             producer.begin_transaction()
@@ -101,11 +151,13 @@ class ExactlyOnce:
                 consumer.consumer_group_metadata(),
                 TIMEOUT_S,
             )
-            _call("committing the transaction", producer.commit_transaction, TIMEOUT_S)
+            with self._ending_transactions():
+                _call("committing the transaction", producer.commit_transaction, TIMEOUT_S)
             self._confirm(consumer, partition, batch)
             return True
         except (TransactionError, KafkaException):
-            _abort(producer)
+            with self._ending_transactions():
+                _abort(producer)
             raise
         finally:
             consumer.close()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from app.broker import EmbeddedBroker
 from serdes.kafka_produce import producer_config
 from serdes.kafka_sink import DeliveryError, KafkaStreamWriter
 from serdes.kafka_source import HEADER_TYPE
 from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
 from tests.kafka_io import committed_output, create_topics, output_topics, read_topic, unique
+from tests.object_store import ObjectStore
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE),
                     ("topic", pa.string())])  # fmt: skip
@@ -75,23 +78,67 @@ def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafk
     assert marked[0]["offsets"] == {f"{out}/0": [0, 0], f"{out}.dlq/0": [0, 0]}
 
 
+def died_mid_transaction(kafka: str, sink: ExactlyOnce, partition: int, out: str) -> Producer:
+    """The producer of a task that wrote part of batch 5 and died: no commit, no abort."""
+    dead = Producer(
+        {
+            **producer_config({"bootstrap.servers": kafka}),
+            "transactional.id": f"{sink.transactional_id}-{partition}",
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, f"{partition}:5".encode())])
+    assert dead.flush(30) == 0
+    return dead
+
+
 def test_an_attempt_that_died_mid_transaction_is_fenced_and_its_records_never_count(
     kafka: str,
 ) -> None:
     out, markers = transactional_topics(kafka)
     sink = ExactlyOnce(unique("txn"), markers)
-    dead = Producer(
-        {
-            **producer_config({"bootstrap.servers": kafka}),
-            "transactional.id": f"{sink.transactional_id}-0",
-        }
-    )
-    dead.init_transactions(30)
-    dead.begin_transaction()
-    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, b"0:5")])
-    assert dead.flush(30) == 0  # the attempt "dies" here: no commit, no abort
+    dead = died_mid_transaction(kafka, sink, 0, out)
 
     assert sink.write({"bootstrap.servers": kafka}, 0, 5, [(out, b"k", b"whole", None)])
     with pytest.raises(KafkaException):  # fenced (Tansu: no answer)
         dead.commit_transaction(5)
     assert [r.value for r in committed_output(kafka, out, markers)] == [b"whole"]
+
+
+def test_transactions_a_dead_process_left_open_are_aborted_before_any_task_writes(
+    kafka: str,
+) -> None:
+    """Task 0 of the crashed run died mid-transaction; task 1 of the re-run writes first. Its
+    commit must not wait for task 0 of the re-run (Tansu would not apply it; Kafka would hide
+    it from read_committed consumers until the open transaction timed out)."""
+    out, markers = transactional_topics(kafka)
+    sink = ExactlyOnce(unique("txn"), markers)
+    died_mid_transaction(kafka, sink, 0, out)
+
+    sink.fence({"bootstrap.servers": kafka}, 2)
+    assert sink.write({"bootstrap.servers": kafka}, 1, 5, [(out, b"k", b"whole", None)])
+    assert [r.value for r in committed_output(kafka, out, markers)] == [b"whole"]
+
+
+def test_tasks_that_end_their_transactions_at_once_all_get_their_batches_committed() -> None:
+    """Four tasks write twelve batches each, their transactions overlapping on every partition.
+    On Tansu with an object store (where its commits are slow enough), a commit that lands
+    while another transaction writes its end markers wedged every later commit."""
+    tasks, batches, rows = 4, 12, 20
+    with ObjectStore() as store, EmbeddedBroker("s3://tansu/", store.tansu_env()) as broker:
+        kafka = broker.bootstrap
+        out = unique("eos")
+        output_topics(kafka, out, partitions=2)
+        sink = ExactlyOnce(unique("txn"), f"{out}.markers")
+
+        records = [(out, b"k%d" % i, b"v", None) for i in range(rows)]
+
+        def task(partition: int) -> int:
+            config = {"bootstrap.servers": kafka}
+            return sum(sink.write(config, partition, b, records) for b in range(batches))
+
+        with ThreadPoolExecutor(tasks) as pool:
+            assert list(pool.map(task, range(tasks))) == [batches] * tasks
+        written = committed_output(kafka, out, f"{out}.markers")
+        assert len(written) == tasks * batches * rows
