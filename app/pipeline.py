@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from app.checkpoint import shuffle_partitions
 from app.config import Config, InputConfig
 from app.join_plan import bucketed_join, regular_join
 from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
@@ -227,7 +228,7 @@ def fence_open_transactions(spark: SparkSession, config: Config) -> None:
     client_config = config.kafka_client_config()
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     inputs = sum(len(topics[source.topic].partitions) for source in (config.left, config.right))
-    writers = int(spark.conf.get("spark.sql.shuffle.partitions") or 0) + inputs
+    writers = shuffle_partitions(spark, config.checkpoint_location) + inputs
     ExactlyOnce(config.output.transactional_id, config.output.marker_topic).fence(
         client_config, writers
     )

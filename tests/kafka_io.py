@@ -11,7 +11,8 @@ from functools import cache
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from serdes.kafka_transactions import BATCH_HEADER
+from serdes.kafka_produce import producer_config
+from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
 
 
 def unique(name: str) -> str:
@@ -145,3 +146,18 @@ def committed_output(bootstrap: str, topic: str, markers: str, at_least: int = 0
         if first <= record.offset <= last:
             kept.append(record)
     return kept
+
+
+def died_mid_transaction(kafka: str, sink: ExactlyOnce, partition: int, out: str) -> Producer:
+    """The producer of a task that wrote part of batch 5 and died: no commit, no abort."""
+    dead = Producer(
+        {
+            **producer_config({"bootstrap.servers": kafka}),
+            "transactional.id": f"{sink.transactional_id}-{partition}",
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, f"{partition}:5".encode())])
+    assert dead.flush(30) == 0
+    return dead

@@ -7,14 +7,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from app.broker import EmbeddedBroker
-from serdes.kafka_produce import producer_config
 from serdes.kafka_sink import DeliveryError, KafkaStreamWriter
 from serdes.kafka_source import HEADER_TYPE
 from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
-from tests.kafka_io import committed_output, create_topics, output_topics, read_topic, unique
+from tests.kafka_io import (
+    committed_output,
+    create_topics,
+    died_mid_transaction,
+    output_topics,
+    read_topic,
+    unique,
+)
 from tests.object_store import ObjectStore
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE),
@@ -76,21 +82,6 @@ def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafk
         (3, 7, 2), (3, 8, 1), (4, 7, 1)
     ]  # fmt: skip
     assert marked[0]["offsets"] == {f"{out}/0": [0, 0], f"{out}.dlq/0": [0, 0]}
-
-
-def died_mid_transaction(kafka: str, sink: ExactlyOnce, partition: int, out: str) -> Producer:
-    """The producer of a task that wrote part of batch 5 and died: no commit, no abort."""
-    dead = Producer(
-        {
-            **producer_config({"bootstrap.servers": kafka}),
-            "transactional.id": f"{sink.transactional_id}-{partition}",
-        }
-    )
-    dead.init_transactions(30)
-    dead.begin_transaction()
-    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, f"{partition}:5".encode())])
-    assert dead.flush(30) == 0
-    return dead
 
 
 def test_an_attempt_that_died_mid_transaction_is_fenced_and_its_records_never_count(

@@ -1,0 +1,74 @@
+"""A restarted query keeps its checkpoint's shuffle partitions, and start-up fences every task
+id that query will write with, not the ids the session's setting would give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from app.checkpoint import SHUFFLE_PARTITIONS, shuffle_partitions
+from app.config import load_config
+from app.pipeline import fence_open_transactions
+from serdes.kafka_transactions import ExactlyOnce
+from tests.kafka_io import committed_output, died_mid_transaction, join_topics
+
+
+def checkpoint_of_a_stateful_query(spark: SparkSession, tmp_path: Path, partitions: int) -> str:
+    """The checkpoint of a counting query run once with `partitions` shuffle partitions."""
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "words.txt").write_text("a\nb\na\n")
+    checkpoint = str(tmp_path / "checkpoint")
+    session = spark.conf.get(SHUFFLE_PARTITIONS)
+    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+    try:
+        counts = spark.readStream.text(str(source)).groupBy("value").count()
+        query = (
+            counts.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, session)
+    return checkpoint
+
+
+def test_a_new_checkpoint_takes_the_sessions_shuffle_partitions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    assert shuffle_partitions(spark, str(tmp_path / "new")) == 2
+
+
+def test_an_existing_checkpoint_keeps_its_own_shuffle_partitions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checkpoint = checkpoint_of_a_stateful_query(spark, tmp_path, partitions=5)
+    assert shuffle_partitions(spark, checkpoint) == 5
+
+
+def test_start_up_fences_the_task_ids_of_the_checkpoints_partitions(
+    kafka: str, spark: SparkSession, tmp_path: Path
+) -> None:
+    """The checkpoint runs 4 state partitions, the session says 2; with one partition per
+    input, the restarted query's tasks are 0-5. Task 5 of the crashed run died mid-transaction;
+    unless start-up aborts it, task 1's commit is held back (see `ExactlyOnce.fence`)."""
+    left, right, out = join_topics(kafka)
+    config = load_config(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "LEFT_TOPIC": left,
+            "RIGHT_TOPIC": right,
+            "OUTPUT_TOPIC": out,
+            "CHECKPOINT_LOCATION": checkpoint_of_a_stateful_query(spark, tmp_path, partitions=4),
+        }
+    )
+    sink = ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
+    died_mid_transaction(kafka, sink, 5, out)
+
+    fence_open_transactions(spark, config)
+    assert sink.write({"bootstrap.servers": kafka}, 1, 5, [(out, b"k", b"whole", None)])
+    assert [r.value for r in committed_output(kafka, out, config.output.marker_topic)] == [b"whole"]
