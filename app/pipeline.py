@@ -21,7 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from app.checkpoint import shuffle_partitions
 from app.config import Config, InputConfig
 from app.join_plan import bucketed_join, regular_join
-from app.plan import AVRO_FORMATS, NORMALIZED_FORMATS, JoinSpec, join_spec
+from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized
 from app.projection import project
 from ops.metrics import ServiceMetrics
 from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
@@ -117,7 +117,7 @@ def dead_letters(decoded: DataFrame, dlq_topic: str) -> DataFrame:
     )
 
 
-def normalized(changes: DataFrame, source: InputConfig) -> DataFrame:
+def normalize_changes(changes: DataFrame, source: InputConfig) -> DataFrame:
     """The changelog rebuilt per primary key from the last row of each key."""
     keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
     row_schema = row_type(source)
@@ -151,8 +151,8 @@ def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     good = good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
-    if source.format in NORMALIZED_FORMATS:
-        good = normalized(good, source)
+    if normalized(source):
+        good = normalize_changes(good, source)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return good.select(

@@ -7,7 +7,7 @@ whose result updates (Flink refuses that plan too).
 
 from __future__ import annotations
 
-from app.config import Config, ConfigError
+from app.config import Config, ConfigError, InputConfig
 from state.bucketed_processor import PROCTIME
 from state.condition import ConditionError
 from state.interval_processor import IntervalJoinSpec
@@ -40,10 +40,21 @@ def join_spec(config: Config) -> JoinSpec:
                            state_ttl_ms=config.join.state_ttl_ms)  # fmt: skip
 
 
+def normalized(source: InputConfig) -> bool:
+    """Whether an input's changelog is rebuilt per primary key (`state.normalize`): upsert
+    inputs always, Debezium inputs when they declare a key. Without one, Flink takes a Debezium
+    input's changes as they come (the joins then keep its rows as a multiset), and so do we."""
+    return source.format == "upsert" or (
+        source.format in NORMALIZED_FORMATS and bool(source.primary_key)
+    )
+
+
 def produces_updates(config: Config) -> bool:
     """Whether the join's result changelog can hold more than inserts."""
-    if config.join.type == "interval" or config.join.type in TEMPORAL_TYPES:
+    if config.join.type == "interval":
         return False  # outer rows are emitted once, padded, when nothing can match them any more
+    if config.join.type in TEMPORAL_TYPES:
+        return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
     return inputs_update or config.join.kind != "inner"
 
@@ -69,14 +80,12 @@ def _check_interval(config: Config) -> None:
 
 
 def _check_temporal(config: Config) -> None:
-    """An insert-only probe side; a build side with a primary key, versioned by event time
-    (`temporal`), or an append-only history (`temporal-function`)."""
+    """A probe side of any format (a changelog's changes join with their kinds, as Flink's); a
+    build side with a primary key, versioned by event time (`temporal`), or an append-only
+    history (`temporal-function`)."""
     kind, right = config.join.type, config.right
     if config.join.kind not in ("inner", "left"):
         raise ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
-    if config.left.format not in INSERT_ONLY_FORMATS:
-        raise ConfigError("LEFT_FORMAT", "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS)
-                          + "): the probe side of a temporal join", config.left.format)  # fmt: skip
     if not right.primary_key:
         raise ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
                           "looks up versions of")  # fmt: skip
@@ -116,9 +125,9 @@ def check_plan(config: Config) -> None:
         if source.format in AVRO_FORMATS and not config.schema_registry_url:
             raise ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
                               f"{source.format}")  # fmt: skip
-        if source.format in NORMALIZED_FORMATS and not source.primary_key:
-            raise ConfigError(f"{prefix}_PRIMARY_KEY", f"the primary key of a {source.format} "
-                              "input: its changelog is normalized per key")  # fmt: skip
+        if source.format == "upsert" and not source.primary_key:
+            raise ConfigError(f"{prefix}_PRIMARY_KEY", "the primary key of an upsert input: "
+                              "its record key, by which its changelog is normalized")  # fmt: skip
     if config.output.format == "avro-confluent" and not config.schema_registry_url:
         raise ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
                           "avro-confluent")  # fmt: skip

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from state.condition import JoinCondition, compile_matcher
-from state.interval_join import Pair, Row
+from state.interval_join import Row
 from state.regular_processor import SideSpec
 from state.worker_gc import relax_garbage_collector
 
@@ -41,6 +41,7 @@ BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 PROCTIME = "proctime"
 SIDES = ("left", "right")
+Emitted = tuple[str, Row | None, Row | None]  # an output change: kind, left row, right row
 
 
 class LateRows(Protocol):
@@ -140,7 +141,7 @@ class InputRows:
 class BucketedJoinProcessor(StatefulProcessor):
     """Input columns: `side`, `op`, `seq` (order), `ts` (event time, ms), the join key
     `k0..kN`, then `L_<col>` and `R_<col>` for every column of each side (one side's null).
-    Output: `op` (`+I`, append-only) and the same `L_`/`R_` columns."""
+    Output: `op` and the same `L_`/`R_` columns (a side's columns NULL when it is padded)."""
 
     def __init__(
         self,
@@ -161,11 +162,11 @@ class BucketedJoinProcessor(StatefulProcessor):
     def new_bucket(self) -> BucketState: ...
 
     @abstractmethod
-    def fire_due(self, bucket: Any, now: int) -> list[Pair]:
+    def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
         """What the keys' timers due at `now` emit."""
 
     @abstractmethod
-    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Pair]:
+    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Emitted]:
         """What the bucket's input rows of a micro-batch emit."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -225,10 +226,10 @@ class BucketedJoinProcessor(StatefulProcessor):
         if late and self.late_rows is not None:
             self.late_rows.add({(side,): count for side, count in late.items()})
 
-    def _frame(self, pairs: list[Pair]) -> pd.DataFrame:
-        columns: dict[str, Any] = {"op": ["+I"] * len(pairs)}
-        for side, names in ((0, self.left_columns), (1, self.right_columns)):
-            rows = [pair[side] for pair in pairs]
+    def _frame(self, emitted: list[Emitted]) -> pd.DataFrame:
+        columns: dict[str, Any] = {"op": [change[0] for change in emitted]}
+        for side, names in ((1, self.left_columns), (2, self.right_columns)):
+            rows = [change[side] for change in emitted]
             blank = (None,) * len(names)
             for i, name in enumerate(names):
                 values = [(row or blank)[i] for row in rows]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from state.bucketed_processor import BucketedJoinProcessor, InputRows, TimedJoinSpec
+from state.bucketed_processor import BucketedJoinProcessor, Emitted, InputRows, TimedJoinSpec
 from state.condition import JoinCondition, parse_condition
 from state.interval_bounds import IntervalCondition, split_interval
 from state.interval_join import Bucket, IntervalJoin, Pair
@@ -53,14 +53,19 @@ class IntervalJoinProcessor(BucketedJoinProcessor):
     def new_bucket(self) -> Bucket:
         return Bucket()
 
-    def fire_due(self, bucket: Bucket, now: int) -> list[Pair]:
-        return self.join.fire_due(bucket, now)
+    def fire_due(self, bucket: Bucket, now: int) -> list[Emitted]:
+        return _inserts(self.join.fire_due(bucket, now))
 
-    def apply(self, bucket: Bucket, rows: InputRows, now: int) -> list[Pair]:
+    def apply(self, bucket: Bucket, rows: InputRows, now: int) -> list[Emitted]:
         if any(op != "+I" for op in rows.ops):
             raise ValueError("an interval join takes insert-only inputs, got an update or delete")
         pairs: list[Pair] = []
         for i in rows.order():
             time = now if self.spec.proctime else rows.times[i]
             pairs += self.join.process(bucket, rows.keys[i], rows.sides[i], rows.row(i), time, now)
-        return pairs
+        return _inserts(pairs)
+
+
+def _inserts(pairs: list[Pair]) -> list[Emitted]:
+    """An interval join's output is append-only."""
+    return [("+I", left, right) for left, right in pairs]

@@ -2,17 +2,32 @@
 
 Upsert topics carry only the new row (or a tombstone), and Debezium with REPLICA IDENTITY DEFAULT
 sends updates without their `before` image and deletes whose `before` holds only the key. The
-joins need the real old row to retract, so the last row of every key is kept and the changelog
-rebuilt from it (Flink's `processLastRowOnChangelog`):
+joins need the real old row to retract, so the last row of every key (and its event time) is
+kept and the changelog rebuilt from it (Flink's `processLastRowOnChangelog`):
 
-- +I/+U of a new key -> +I; of a known key -> -U(old row) +U(new row); the same row: nothing;
-- -U/-D of a known key -> -D(old row), the state is cleared; of an unknown key -> nothing.
+| input change                      | key unknown | key known, last row `old`              |
+|-----------------------------------|-------------|----------------------------------------|
+| +I / +U `new`                     | +I `new`    | -U `old`, +U `new` (nothing if equal)  |
+| -U directly followed by +U `new`  | +I `new`    | -U `old`, +U `new` (the update)        |
+| -U alone, -D                      | nothing     | -D `old`, the key is forgotten         |
+
+An update that arrives whole (Debezium's `-U before` `+U after`, one record) stays an update, as
+Flink passes a Debezium source's updates on without normalizing them: a versioned table drops
+the `-U` and keeps the old version valid until the new one, and a probe input's `-U` retracts
+what its old row joined. (Flink's normalizer alone would make it `-D old`, `+I new`.)
+
+Event times (`ts`): each change keeps its input's, except the old row re-emitted for an update
+that carried no `before` image (an upsert, REPLICA IDENTITY DEFAULT): it keeps the time it was
+stored with, as Flink's normalizer re-emits the stored row whole. A delete without a time of its
+own (an upsert tombstone has no columns but the key) takes the stored row's.
+Every output change has its own `seq` (input seq * 2 + its index), so a key's changes stay in
+order through later shuffles.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql import Row
@@ -27,25 +42,42 @@ from state.views import struct_values
 
 LAST_ROW_STATE = StructType([StructField("row", BinaryType())])
 
-Change = tuple[str, tuple[Any, ...]]
+# (op, seq, ts, row) of one change
+Change = tuple[str, int, int | None, tuple[Any, ...]]
+Last = tuple[tuple[Any, ...], int | None]  # the key's last row and its event time
 
 
-def normalize(last: tuple | None, op: str, row: tuple) -> tuple[list[Change], tuple | None]:
-    """The changes to emit for one input change, and the key's new last row."""
-    if op in ("+I", "+U"):
-        if last is None:
-            return [("+I", row)], row
-        if last == row:
-            return [], row
-        return [("-U", last), ("+U", row)], row
-    return ([("-D", last)] if last is not None else []), None
+def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change], Last | None]:
+    """The changes to emit for one key's input changes (in order), and the key's last row."""
+    out: list[Change] = []
+    update_time: int | None = None  # the ts of a -U that the next +U completes
+    pending = False
+    for i, (op, seq, ts, row) in enumerate(changes):
+        if op == "-U" and i + 1 < len(changes) and changes[i + 1][0] == "+U":
+            pending, update_time = True, ts
+            continue
+        if op in ("+I", "+U"):
+            if last is None:
+                out.append(("+I", seq * 2, ts, row))
+            elif last[0] != row or pending:
+                old_time = update_time if pending else last[1]
+                out += [("-U", seq * 2, old_time, last[0]), ("+U", seq * 2 + 1, ts, row)]
+            last = (row, ts)
+        elif last is not None:
+            out.append(("-D", seq * 2, ts if ts is not None else last[1], last[0]))
+            last = None
+        pending = False
+    return out, last
+
+
+def _stored(blob: bytes) -> Last:
+    value = pickle.loads(blob)
+    # checkpoints written before event times were kept hold the bare row
+    return value if isinstance(value, list) else (value, None)
 
 
 class NormalizeProcessor(StatefulProcessor):
-    """Keyed by the primary key; rows `op`, `seq`, `ts`, `row` in and out.
-
-    Every change an input row causes carries that row's `ts`: an update's `-U` and `+U` both
-    happen at the time of the update, as with Debezium's `source.ts_ms`."""
+    """Keyed by the primary key; rows `op`, `seq`, `ts`, `row` in and out."""
 
     def __init__(self, row_names: list[str]) -> None:
         self.row_names = row_names
@@ -58,22 +90,22 @@ class NormalizeProcessor(StatefulProcessor):
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
         stored = self.state.get()
-        last = pickle.loads(stored[0]) if stored is not None else None
-        output = []
-        for row in sorted(rows, key=lambda r: r.seq):
-            changes, last = normalize(last, row.op, struct_values(row.row))
-            output += [
-                self.out(op, row.seq, row.ts, dict(zip(self.row_names, values, strict=True)))
-                for op, values in changes
-            ]
+        last = _stored(stored[0]) if stored is not None else None
+        ordered = sorted(rows, key=lambda r: r.seq)
+        changes = [(r.op, r.seq, r.ts, struct_values(r.row)) for r in ordered]
+        output, last = normalize(last, changes)
         if last is None:
             if stored is not None:
                 self.state.clear()
         else:
-            blob = pickle.dumps(last, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pickle.dumps(list(last), protocol=pickle.HIGHEST_PROTOCOL)
             if stored is None or stored[0] != blob:
                 self.state.update((blob,))
-        return iter(output)
+        names = self.row_names
+        return iter(
+            self.out(op, seq, ts, dict(zip(names, values, strict=True)))
+            for op, seq, ts, values in output
+        )
 
     def close(self) -> None:
         """Nothing to release."""

@@ -2,13 +2,30 @@
 
 Event time (`TemporalRowTimeJoinOperator`): probe rows wait in state until the watermark passes
 their time; then, in arrival order, each joins the version of its key valid at its time, the
-latest version at or before it, unless that version is a retraction (the row was deleted then).
+latest version at or before it, unless that version is a deletion (the row was deleted then).
 Versions are kept by time (a later change at the same time replaces an earlier one); once the
 watermark passes, all but the last version at or before it are dropped. One timer per key, at
 the earliest time still waiting, drives both.
 
 Processing time (`TemporalProcessTimeJoinOperator`): the build side is a map key -> latest row
 (the seed's "HashMap"); a probe row joins what is there when it arrives.
+
+| build (versioned) change | what it does                                                    |
+|--------------------------|-----------------------------------------------------------------|
+| +I, +U at t              | the row is the key's version from t on                          |
+| -U                       | nothing: Flink drops update-befores before the join, so a version |
+|                          | stays valid until the next +U or -D (a -U carries the old row's |
+|                          | time when the time is a column: it would delete the old version |
+|                          | from its own start)                                             |
+| -D at t                  | from t on the key has no version                                |
+
+| probe change (any kind)  | output                                                          |
+|--------------------------|-----------------------------------------------------------------|
+| k, matched at its time   | k [probe, version]                                              |
+| k, no match              | LEFT: k [probe, NULLs]; INNER: nothing                          |
+
+A changelog probe input (an orders table from CDC) thus retracts what its old row joined: Flink's
+operators set the output's kind to the probe row's.
 """
 
 from __future__ import annotations
@@ -18,16 +35,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from state.interval_join import Pair, Row
+from state.interval_join import Row
 
 ACCUMULATE = ("+I", "+U")
+UPDATE_BEFORE = "-U"
+Joined = tuple[str, Row, Row | None]  # an output change: kind, probe row, version (None: NULLs)
 
 
 @dataclass
 class VersionedKey:
-    """One key's waiting probe rows (seq, time, row), its versions time -> (op, row), its timer."""
+    """One key's waiting probe rows (seq, time, row, op), its versions time -> (op, row), its
+    timer."""
 
-    probes: list[tuple[int, int, Row]] = field(default_factory=list)
+    probes: list[tuple] = field(default_factory=list)
     versions: dict[int, tuple[str, Row]] = field(default_factory=dict)
     timer: int | None = None
 
@@ -64,19 +84,23 @@ class EventTimeTemporalJoin:
         if state.timer is None or time < state.timer:
             state.timer = time
 
-    def probe(self, bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row) -> None:
+    def probe(
+        self, bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row, op: str = "+I"
+    ) -> None:
         state = self._state(bucket, key)
-        state.probes.append((seq, time, row))
+        state.probes.append((seq, time, row, op))
         self._timer_at(state, time)
 
     def version(self, bucket: VersionedBucket, key: Any, op: str, time: int, row: Row) -> None:
+        if op == UPDATE_BEFORE:
+            return
         state = self._state(bucket, key)
         state.versions[time] = (op, row)
         self._timer_at(state, time)
 
-    def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Pair]:
+    def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Joined]:
         """Every key whose timer the watermark reached: emit its due probe rows, trim versions."""
-        out: list[Pair] = []
+        out: list[Joined] = []
         for key in [k for k, s in bucket.keys.items() if s.timer is not None]:
             state = bucket.keys[key]
             if state.timer is not None and state.timer <= watermark:
@@ -85,18 +109,20 @@ class EventTimeTemporalJoin:
                     del bucket.keys[key]
         return out
 
-    def _emit_and_clean(self, state: VersionedKey, watermark: int) -> list[Pair]:
+    def _emit_and_clean(self, state: VersionedKey, watermark: int) -> list[Joined]:
         times = sorted(state.versions)
-        due = sorted(p for p in state.probes if p[1] <= watermark)
+        due = sorted((p for p in state.probes if p[1] <= watermark), key=lambda p: p[0])
         state.probes = [p for p in state.probes if p[1] > watermark]
-        out: list[Pair] = []
-        for _seq, time, row in due:
+        out: list[Joined] = []
+        for probe in due:
+            time, row = probe[1], probe[2]
+            op = probe[3] if len(probe) > 3 else "+I"  # checkpoints from before probe kinds
             at = bisect_right(times, time) - 1
             version = state.versions[times[at]] if at >= 0 else None
             if version is not None and version[0] in ACCUMULATE and self.matches(row, version[1]):
-                out.append((row, version[1]))
+                out.append((op, row, version[1]))
             elif self.left_outer:
-                out.append((row, None))
+                out.append((op, row, None))
         keep_from = max(bisect_right(times, watermark) - 1, 0)
         for time in times[:keep_from]:
             del state.versions[time]
@@ -111,15 +137,15 @@ class ProcessingTimeTemporalJoin:
         self.left_outer = kind == "left"
         self.matches = matches
 
-    def probe(self, latest: dict[Any, Row], key: Any, row: Row) -> list[Pair]:
+    def probe(self, latest: dict[Any, Row], key: Any, row: Row, op: str = "+I") -> list[Joined]:
         version = latest.get(key)
         if version is not None and self.matches(row, version):
-            return [(row, version)]
-        return [(row, None)] if self.left_outer else []
+            return [(op, row, version)]
+        return [(op, row, None)] if self.left_outer else []
 
     @staticmethod
     def version(latest: dict[Any, Row], key: Any, op: str, row: Row) -> None:
         if op in ACCUMULATE:
             latest[key] = row
-        else:
+        elif op != UPDATE_BEFORE:
             latest.pop(key, None)

@@ -1,9 +1,10 @@
 """The temporal table joins as bucketed `transformWithStateInPandas` processors.
 
 See `state.temporal_join` for the semantics and `state.bucketed_processor` for the wiring. The
-probe (left) input must be insert-only; the build (right) input is a changelog with a primary
-key (a versioned table) or, for the temporal table function form, an append-only history whose
-declared primary key makes each row a new version of its key.
+probe (left) input may be a changelog (each change joins as of its own time and keeps its
+kind); the build (right) input is a changelog with a primary key (a versioned table) or, for the
+temporal table function form, an append-only history whose declared primary key makes each row a
+new version of its key.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from state.bucketed_processor import BucketedJoinProcessor, InputRows, TimedJoinSpec
+from state.bucketed_processor import BucketedJoinProcessor, Emitted, InputRows, TimedJoinSpec
 from state.condition import (
     ConditionError,
     JoinCondition,
     parse_condition,
     split_condition,
 )
-from state.interval_join import Pair, Row
+from state.interval_join import Row
 from state.regular_processor import SideSpec
 from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
 
@@ -68,35 +69,29 @@ class LatestBucket:
         return None
 
 
-def _probe_rows_only_inserts(rows: InputRows) -> None:
-    if any(side == 0 and op != "+I" for side, op in zip(rows.sides, rows.ops, strict=True)):
-        raise ValueError("a temporal join's probe (left) input must be insert-only")
-
-
 class TemporalJoinProcessor(BucketedJoinProcessor):
     """Event time: probe rows wait for the watermark; processing time: the latest version."""
 
     def new_bucket(self) -> VersionedBucket | LatestBucket:
         return LatestBucket() if self.spec.proctime else VersionedBucket()
 
-    def fire_due(self, bucket: Any, now: int) -> list[Pair]:
+    def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
         if isinstance(self.join, ProcessingTimeTemporalJoin):
             return []
         return self.join.fire_due(bucket, now)
 
-    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Pair]:
-        _probe_rows_only_inserts(rows)
-        pairs: list[Pair] = []
+    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Emitted]:
+        pairs: list[Emitted] = []
         join = self.join
         for i in rows.order():
             key, row, probe = rows.keys[i], rows.row(i), rows.sides[i] == 0
             if isinstance(join, ProcessingTimeTemporalJoin):
                 if probe:
-                    pairs += join.probe(bucket.keys, key, row)
+                    pairs += join.probe(bucket.keys, key, row, rows.ops[i])
                 else:
                     join.version(bucket.keys, key, rows.ops[i], row)
             elif probe:
-                join.probe(bucket, key, rows.seqs[i], rows.times[i], row)
+                join.probe(bucket, key, rows.seqs[i], rows.times[i], row, rows.ops[i])
             else:
                 join.version(bucket, key, rows.ops[i], rows.times[i], row)
         return pairs

@@ -13,10 +13,11 @@ A1, A2 = ("a", 1), ("a", 2)
 
 
 def run(changes: list[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
+    """One change per batch, the key's last row carried from batch to batch."""
     last, out = None, []
-    for op, row in changes:
-        emitted, last = normalize(last, op, row)
-        out += emitted
+    for seq, (op, row) in enumerate(changes):
+        emitted, last = normalize(last, [(op, seq, None, row)])
+        out += [(op, row) for op, _seq, _ts, row in emitted]
     return out
 
 
@@ -34,8 +35,22 @@ def test_repeats_and_unknown_deletes_emit_nothing() -> None:
     assert run([("-D", A1), ("+I", A1), ("+U", A1)]) == [("+I", A1)]
 
 
-def test_a_retraction_deletes_the_stored_row_as_flink_does() -> None:
+def test_a_lone_retraction_deletes_the_stored_row_as_flink_does() -> None:
     assert run([("+I", A1), ("-U", A1), ("+U", A2)]) == [("+I", A1), ("-D", A1), ("+I", A2)]
+
+
+def test_a_whole_update_stays_an_update_with_its_own_times_and_seqs() -> None:
+    """Debezium's `-U before` `+U after` of one record: an update, as Flink passes it on; the
+    `-U` keeps its own time (a versioned table's time column holds the old row's)."""
+    out, last = normalize((A1, 10), [("-U", 6, 10, A1), ("+U", 7, 20, A2)])
+    assert out == [("-U", 14, 10, A1), ("+U", 15, 20, A2)]
+    assert last == (A2, 20)
+
+
+def test_an_upsert_retracts_the_old_row_at_the_time_it_was_stored_with() -> None:
+    out, last = normalize((A1, 10), [("+U", 7, 20, A2), ("-D", 9, None, ("a", None))])
+    assert out == [("-U", 14, 10, A1), ("+U", 15, 20, A2), ("-D", 18, 20, A2)]
+    assert last is None
 
 
 def test_the_processor_keeps_the_last_row_between_batches() -> None:
@@ -44,9 +59,8 @@ def test_the_processor_keeps_the_last_row_between_batches() -> None:
     first = tester.test(
         ("a",), [In("+U", 4, 20, Row(id="a", v=2)), In("+U", 2, 10, Row(id="a", v=1))]
     )
-    # an update's -U and +U carry the time of the update
-    assert [(r.op, r.ts, tuple(r.row.values())) for r in first] == [
-        ("+I", 10, A1), ("-U", 20, A1), ("+U", 20, A2)
+    assert [(r.op, r.seq, r.ts, tuple(r.row.values())) for r in first] == [
+        ("+I", 4, 10, A1), ("-U", 8, 10, A1), ("+U", 9, 20, A2)
     ]  # fmt: skip
     second = tester.test(("a",), [In("-D", 6, 30, Row(id="a", v=None))])
     assert [(r.op, r.ts, tuple(r.row.values())) for r in second] == [("-D", 30, A2)]

@@ -26,13 +26,13 @@ def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> N
         if new_euro_rate:  # 10:52: the rate changes, then the order comes
             join.version(latest, "Euro", "-U", ("Euro", 114))
             join.version(latest, "Euro", "+U", ("Euro", new_euro_rate))
-        [(_order, rate)] = join.probe(latest, currency, (amount, currency))
+        [(_op, _order, rate)] = join.probe(latest, currency, (amount, currency))
         yen.append(amount * rate[1])
     assert yen == [228, 102, 232]
     join.version(latest, "Euro", "-D", ("Euro", 116))
     assert join.probe(latest, "Euro", (1, "Euro")) == []
     assert ProcessingTimeTemporalJoin("left", matches).probe(latest, "Euro", (1, "Euro")) == [
-        ((1, "Euro"), None)
+        ("+I", (1, "Euro"), None)
     ]
 
 
@@ -52,7 +52,8 @@ def test_a_temporal_table_function_joins_the_rate_valid_at_the_orders_time() -> 
         join.version(bucket, currency, "+I", time, (currency, rate))
     assert join.fire_due(bucket, at(10)) == []  # no order is due before 10:15
     out = join.fire_due(bucket, at(12))
-    assert sorted(order[0] * rate[1] for order, rate in out) == sorted([228, 102, 50, 348, 510])
+    yen = sorted(order[0] * rate[1] for _op, order, rate in out)
+    assert yen == sorted([228, 102, 50, 348, 510])
     # each currency keeps only the last version at or before the watermark
     assert {k: len(s.versions) for k, s in bucket.keys.items()} == {
         "US Dollar": 1, "Euro": 1, "Yen": 1, "Pounds": 1
@@ -67,8 +68,8 @@ def test_a_deleted_version_means_no_match_and_results_wait_for_the_watermark() -
         join.version(bucket, "p1", "-D", at(18), ("p1", "scooter"))
         join.probe(bucket, "p1", 0, at(12), ("o3",))
         join.probe(bucket, "p1", 1, at(18), ("o5",))
-        assert join.fire_due(bucket, at(17)) == [(("o3",), ("p1", "scooter"))]
-        expected = [] if join is inner else [(("o5",), None)]
+        assert join.fire_due(bucket, at(17)) == [("+I", ("o3",), ("p1", "scooter"))]
+        expected = [] if join is inner else [("+I", ("o5",), None)]
         assert join.fire_due(bucket, at(18)) == expected
         assert bucket.keys["p1"].probes == []
 
@@ -84,3 +85,37 @@ def test_versions_of_a_slowly_changing_table_stay_bounded() -> None:
         join.fire_due(bucket, now - MINUTE)
         sizes.append(sum(len(s.versions) + len(s.probes) for s in bucket.keys.values()))
     assert max(sizes[600:]) <= max(sizes[:60]) + 1 and max(sizes) <= 10
+
+
+def test_an_update_before_does_not_end_a_version() -> None:
+    """Flink's `testEventTimeTemporalJoinChangelogUsingBeforeTime`: the table's time is a column,
+    so the `-U` of an update carries the old row's time; the old version stays valid until the
+    `+U` and an order between the two joins it."""
+    join, bucket = EventTimeTemporalJoin("inner", matches), VersionedBucket()
+    join.version(bucket, "Euro", "+I", at(0, 0) + 1000, ("Euro", 114))
+    join.version(bucket, "Euro", "-U", at(0, 0) + 1000, ("Euro", 114))
+    join.version(bucket, "Euro", "+U", at(24, 1), ("Euro", 118))
+    join.probe(bucket, "Euro", 0, at(0, 1), ("o1",))
+    join.probe(bucket, "Euro", 1, at(24, 4), ("o4",))
+    assert join.fire_due(bucket, at(48)) == [
+        ("+I", ("o1",), ("Euro", 114)), ("+I", ("o4",), ("Euro", 118))
+    ]  # fmt: skip
+
+
+def test_a_changelog_probe_joins_each_change_as_of_its_time_with_its_kind() -> None:
+    """Flink's `TemporalRowTimeJoinOperator` sets the output's kind to the probe row's."""
+    join, bucket = EventTimeTemporalJoin("left", matches), VersionedBucket()
+    join.version(bucket, "USD", "+I", at(0), ("USD", 102))
+    join.version(bucket, "USD", "+U", at(24), ("USD", 106))
+    join.probe(bucket, "USD", 0, at(0, 2), ("o2", 1), "+I")
+    join.probe(bucket, "USD", 1, at(24, 3), ("o2", 1), "-U")
+    join.probe(bucket, "USD", 2, at(24, 3), ("o2", 18), "+U")
+    join.probe(bucket, "EUR", 3, at(24, 4), ("o6",), "+I")
+    join.probe(bucket, "EUR", 4, at(24, 4), ("o6",), "-D")
+    assert join.fire_due(bucket, at(48)) == [
+        ("+I", ("o2", 1), ("USD", 102)),
+        ("-U", ("o2", 1), ("USD", 106)),
+        ("+U", ("o2", 18), ("USD", 106)),
+        ("+I", ("o6",), None),
+        ("-D", ("o6",), None),
+    ]
