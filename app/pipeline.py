@@ -83,9 +83,11 @@ def row_type(source: InputConfig) -> StructType:
     return StructType([StructField(c.name, c.spark_type) for c in source.schema or ()])
 
 
-def format_factory(config: Config, source: InputConfig) -> Callable[[], Format]:
-    """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet."""
+def format_factory(config: Config | None, source: InputConfig) -> Callable[[], Format]:
+    """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet.
+    `config` gives the schema registry of the Avro formats."""
     if source.format in AVRO_FORMATS:
+        assert config is not None, "the Avro formats need the registry's configuration"
         registry = RegistrySchemas(
             config.schema_registry_url or "", config.schema_registry_properties
         )
@@ -94,7 +96,7 @@ def format_factory(config: Config, source: InputConfig) -> Callable[[], Format]:
 
 
 def decode_input(
-    raw: DataFrame, config: Config, source: InputConfig, tally: Tally | None = None
+    raw: DataFrame, config: Config | None, source: InputConfig, tally: Tally | None = None
 ) -> DataFrame:
     """Decoded changes and dead letters; `tally` counts the dead letters by reason."""
     make_format = format_factory(config, source)
@@ -137,8 +139,8 @@ def normalize_changes(changes: DataFrame, source: InputConfig) -> DataFrame:
     )
 
 
-def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
-             right: StructType) -> DataFrame:  # fmt: skip
+def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
         # The input's watermark: the largest event time seen, minus the configured delay.
@@ -150,12 +152,18 @@ def _changes(decoded: DataFrame, source: InputConfig, left: StructType,
         )
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
-    good = good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
+    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
+
+
+def join_input(changes: DataFrame, source: InputConfig, left: StructType,
+               right: StructType) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if its format needs it, as one side of the unified
+    changelog the joins take (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source):
-        good = normalize_changes(good, source)
+        changes = normalize_changes(changes, source)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
-    return good.select(
+    return changes.select(
         F.lit(side).cast("byte").alias("side"),
         "op",
         "seq",
@@ -181,11 +189,11 @@ def joined_output(
     raw_left, raw_right = (
         read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
     )
-    changes = _changes(
-        decode_input(raw_left, config, config.left), config.left, left_type, right_type
-    ).unionByName(
-        _changes(decode_input(raw_right, config, config.right), config.right, left_type, right_type)
+    left_changes, right_changes = (
+        join_input(timed_changes(decode_input(raw, config, s), s), s, left_type, right_type)
+        for raw, s in ((raw_left, config.left), (raw_right, config.right))
     )
+    changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
     if isinstance(spec, RegularJoinSpec):
         joined = regular_join(

@@ -8,6 +8,7 @@ whose result updates (Flink refuses that plan too).
 from __future__ import annotations
 
 from app.config import Config, ConfigError, InputConfig
+from app.projection import select_expressions
 from state.bucketed_processor import PROCTIME
 from state.condition import ConditionError
 from state.interval_processor import IntervalJoinSpec
@@ -132,10 +133,18 @@ def check_plan(config: Config) -> None:
         raise ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
                           "avro-confluent")  # fmt: skip
     try:
-        join_spec(config).operator()
+        spec = join_spec(config)
+        spec.operator()
     except ConditionError as err:
         raise ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
                           config.join.on) from None  # fmt: skip
+    if config.join.select:
+        visible = {"L": spec.left.fields, "R": spec.right.fields if spec.projects_right else ()}
+        try:
+            select_expressions(config.join.select, visible)
+        except ConditionError as err:
+            raise ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
+                              config.join.select) from None  # fmt: skip
     if config.output.encoding == "append" and produces_updates(config):
         raise ConfigError(
             "OUTPUT_ENCODING",

@@ -1,8 +1,12 @@
 """`JOIN_SELECT`: a Flink-style select list over `L` and `R`, applied to the joined changelog.
 
 The joined rows carry every column as `L_<col>` / `R_<col>`; the list is parsed with sqlglot,
-its `L.x` / `R.y` references rewritten to those columns, and handed to Spark as expressions.
-The change kind column `op` is always kept in front.
+every node of it checked against the function library shared with `JOIN_ON`
+(`state.functions`: columns, literals, operators and Flink's scalar built-ins, nothing else, so
+no configuration value reaches Spark's SQL parser unchecked), its `L.x` / `R.y` references
+rewritten to those columns, and handed to Spark as expressions. Output names follow Flink's:
+an alias, else the column's name, else `EXPR$<position>`; a name taken already gets the first
+free suffix `0`, `1`, ... (`L.c, R.c` gives `c`, `c0`). The change kind `op` is kept in front.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from state.condition import ALIASES, ConditionError
+from state.functions import describe, unsupported
 
 
 def _qualified_to_flat(node: exp.Expression) -> exp.Expression:
@@ -21,16 +26,39 @@ def _qualified_to_flat(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def select_expressions(select: str) -> list[str]:
-    """Spark SQL expressions, each aliased to its output column name."""
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    return next(f"{name}{i}" for i in range(len(taken) + 1) if f"{name}{i}" not in taken)
+
+
+def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """Spark SQL expressions, each aliased to its output column name; ConditionError names
+    what the list may not hold, or (given each alias' `columns`) a column that does not exist."""
     try:
         tree = sqlglot.parse_one(f"SELECT {select}")
     except ParseError as err:
         raise ConditionError(f"select list: {err.errors[0]['description']}") from None
-    expressions = []
-    for item in tree.expressions:
-        name = item.alias_or_name
+    expressions, taken = [], set()
+    for position, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
+        refused = unsupported(inner)
+        if refused is not None:
+            raise ConditionError(f"select list: {describe(refused)} is not supported")
+        for column in inner.find_all(exp.Column):
+            alias = column.table.upper()
+            if alias not in ALIASES:
+                raise ConditionError(
+                    f"select list: column {column.sql()!r} must be qualified by L. or R."
+                )
+            if columns is not None and column.name not in columns[alias]:
+                raise ConditionError(f"select list: {column.sql()!r}: no such column")
+        if isinstance(item, exp.Alias) or isinstance(inner, exp.Column):
+            name = item.alias_or_name
+        else:
+            name = f"EXPR${position}"
+        name = _unique(name, taken)
+        taken.add(name)
         rewritten = inner.transform(_qualified_to_flat)
         expressions.append(f"{rewritten.sql(dialect='spark')} AS `{name}`")
     return expressions

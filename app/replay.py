@@ -1,10 +1,14 @@
 """`streamjoin replay`: run the Flink oracle's join cases through this service's Spark pipeline.
 
 The case format is the one of `shared/oracle/oracle.py` (streams with fields, rows with op and
-optional event time `ts`, primary keys, rowtime; a structured `join`). Each case's input is
-written to files and read back as a stream, so it passes through the same processors as
-`streamjoin run`, and the output is printed in the oracle's JSON-lines format, so the two can
-be compared with the oracle's `compare.py`.
+optional event time `ts`, primary keys, rowtime, changelog mode; a structured `join`). Each
+stream becomes the Kafka records `streamjoin run` would read for it: an insert-only stream JSON
+rows (`json`), an upsert stream key and value or a tombstone (`upsert`), any other changelog
+Debezium change events (`debezium-json`, an adjacent `-U` `+U` as one update). The records are
+written to files, read back as a stream and go through the service's own decoding, watermarks,
+changelog normalization and join processors, so what replay proves holds for `streamjoin run`.
+The output is printed in the oracle's JSON-lines format, to be compared with the oracle's
+`compare.py`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,11 +24,18 @@ from typing import Any, TextIO
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType, StructField, StructType, TimestampType
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 
-from app.join_plan import bucketed_join, changelog_schema, regular_join
+from app.config import InputConfig
+from app.join_plan import bucketed_join, regular_join
+from app.pipeline import decode_input, join_input, row_type, timed_changes
 from app.projection import project
+from ops.metrics import CountsByLabel
+from serdes.decode import decoded_schema
+from serdes.kafka_source import ARROW_SCHEMA
 from serdes.schema import parse_schema
+from serdes.values import EPOCH
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec, SideSpec
 from state.temporal_processor import TemporalJoinSpec
@@ -33,6 +44,17 @@ WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
 FAR_FUTURE_MS = 2 * 10**14  # year 8307: Spark timestamps end with year 9999
 END_DELAY_MS = 10**13
+SIDES = ("left", "right")
+FORMATS = {"insert": "json", "upsert": "upsert", "all": "debezium-json"}
+# The Kafka records of both inputs in one file per micro-batch: which input, and whether the
+# row is only a watermark mark (it bypasses decoding: it has no columns but its time).
+RECORDS_SCHEMA = StructType(
+    [
+        StructField("side", ByteType()),
+        StructField("mark", BooleanType()),
+        *from_arrow_schema(ARROW_SCHEMA).fields,
+    ]
+)
 
 
 class CaseError(ValueError):
@@ -47,53 +69,108 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
     return data
 
 
-def stream_schema(stream: dict[str, Any]) -> StructType:
-    """The stream's fields, then its rowtime column (TIMESTAMP_LTZ(3) from the row's `ts`)."""
-    columns = parse_schema(", ".join(f'"{name}" {sql_type}' for name, sql_type in stream["fields"]))
-    fields = [StructField(c.name, c.spark_type) for c in columns]
+def _watermark_delay(stream: dict[str, Any]) -> int:
+    """Flink's `"end"` watermark never moves before the input ends: an endless delay here."""
+    mark = stream.get("watermark", "end")
+    return END_DELAY_MS if mark == "end" else int(mark.get("delay_ms", 0))
+
+
+def changelog_mode(stream: dict[str, Any]) -> str:
+    """As the oracle decides: `insert` if every row is `+I`, else `all`, unless the case says."""
+    if stream.get("changelog"):
+        return stream["changelog"]
+    return "insert" if all(r.get("op", "+I") == "+I" for r in stream["rows"]) else "all"
+
+
+def stream_input(side: str, name: str, stream: dict[str, Any]) -> InputConfig:
+    """The input `streamjoin run` would be configured with for this stream: its fields, then
+    its rowtime column (TIMESTAMP(3), from each row's `ts`), as its event time."""
+    columns = [f'"{field}" {sql_type}' for field, sql_type in stream["fields"]]
     if stream.get("rowtime"):
-        fields.append(StructField(stream["rowtime"], TimestampType()))
-    return StructType(fields)
+        columns.append(f'"{stream["rowtime"]}" TIMESTAMP(3)')
+    mode = changelog_mode(stream)
+    if mode not in FORMATS:
+        raise CaseError(f"stream {name!r}: unknown changelog mode {mode!r}")
+    return InputConfig(
+        side=side,
+        topic=name,
+        format=FORMATS[mode],
+        schema=tuple(parse_schema(", ".join(columns))),
+        primary_key=tuple(stream.get("primary_key") or ()),
+        time=stream.get("rowtime") or "proctime",
+        watermark_delay_ms=_watermark_delay(stream),
+    )
 
 
-def _typed(value: Any, field: StructField) -> Any:
-    if value is None:
-        return None
-    if isinstance(field.dataType, DecimalType):
-        return Decimal(str(value))
-    return value
-
-
-def stream_rows(
-    stream: dict[str, Any], schema: StructType
-) -> list[tuple[str, int | None, tuple[Any, ...]]]:
-    """(op, event time ms, row) for every input row, typed as the schema says."""
+def _rows(stream: dict[str, Any]) -> list[tuple[str, int | None, dict[str, Any]]]:
+    """(op, event time ms, {column: JSON value}) of every row, the rowtime column included."""
     names = [name for name, _ in stream["fields"]]
     rows = []
     for record in stream["rows"]:
         raw = record["v"]
-        values = [raw.get(n) for n in names] if isinstance(raw, dict) else list(raw)
+        row = dict(raw) if isinstance(raw, dict) else dict(zip(names, raw, strict=True))
         if stream.get("rowtime"):
-            values.append(datetime.fromtimestamp(record["ts"] / 1000, tz=timezone.utc))
-        typed = tuple(_typed(v, f) for v, f in zip(values, schema.fields, strict=True))
-        rows.append((record.get("op", "+I"), record.get("ts"), typed))
+            row[stream["rowtime"]] = record["ts"]
+        rows.append((record.get("op", "+I"), record.get("ts"), row))
     return rows
 
 
-Change = tuple[int, str, int, int | None, Any, Any]  # side, op, seq, ts, left, right
+Record = tuple[bytes | None, bytes | None, int | None]  # key, value, timestamp ms
 
 
-def interleave(left: list, right: list) -> list[Change]:
-    """Both inputs as one changelog, alternating sides, each side in its own order."""
-    changes: list[Change] = []
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _debezium(op: str, before: dict | None, after: dict | None, ts: int | None) -> bytes:
+    return _json({"before": before, "after": after, "op": op, "source": {"ts_ms": ts}})
+
+
+def stream_records(stream: dict[str, Any], source: InputConfig) -> list[Record]:
+    """The stream's rows as the Kafka records of its input format."""
+    rows = _rows(stream)
+    if source.format == "json":
+        return [(None, _json(row), ts) for _op, ts, row in rows]
+    if source.format == "upsert":
+        records = []
+        for op, ts, row in rows:
+            if op == "-U":
+                raise CaseError("an upsert stream has no update-before (-U) rows")
+            key = _json({c: row.get(c) for c in source.primary_key})
+            records.append((key, None if op == "-D" else _json(row), ts))
+        return records
+    records, i = [], 0
+    while i < len(rows):
+        op, ts, row = rows[i]
+        if op == "-U" and i + 1 < len(rows) and rows[i + 1][0] == "+U":
+            _, ts, after = rows[i + 1]
+            records.append((None, _debezium("u", row, after, ts), ts))
+            i += 2
+            continue
+        event = {"+I": ("c", None, row), "+U": ("u", None, row)}.get(op, ("d", row, None))
+        records.append((None, _debezium(*event, ts), ts))
+        i += 1
+    return records
+
+
+RawRow = tuple[int, bool, bytes | None, bytes | None, str, int, int, datetime, None]
+
+
+def _raw(side: int, mark: bool, record: Record, topic: str, offset: int) -> RawRow:
+    key, value, ts = record
+    timestamp = EPOCH + timedelta(milliseconds=ts or 0)
+    return (side, mark, key, value, topic, 0, offset, timestamp, None)
+
+
+def interleave(left: list[Record], right: list[Record], topics: tuple[str, str]) -> list[RawRow]:
+    """Both inputs' records as one feed, alternating sides, each side in its own order; the
+    offsets are the positions in the feed, so the changes' `seq` keep this order."""
+    feed: list[RawRow] = []
     for i in range(max(len(left), len(right))):
-        if i < len(left):
-            op, ts, row = left[i]
-            changes.append((0, op, 2 * i, ts, row, None))
-        if i < len(right):
-            op, ts, row = right[i]
-            changes.append((1, op, 2 * i + 1, ts, None, row))
-    return changes
+        for side, records in enumerate((left, right)):
+            if i < len(records):
+                feed.append(_raw(side, False, records[i], topics[side], len(feed)))
+    return feed
 
 
 def render(value: Any) -> Any:
@@ -133,13 +210,7 @@ def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
     return project(joined, join.get("select")) if join.get("select") else joined
 
 
-def _watermark_delay(stream: dict[str, Any]) -> int:
-    """Flink's `"end"` watermark never moves before the input ends: an endless delay here."""
-    mark = stream.get("watermark", "end")
-    return END_DELAY_MS if mark == "end" else int(mark.get("delay_ms", 0))
-
-
-def batches(case: dict[str, Any], changes: list[Change]) -> list[list[Change]]:
+def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, str]) -> list[list]:
     """The micro-batches the input is fed in.
 
     A regular join takes everything at once. The time-based joins see the watermark move as
@@ -151,44 +222,50 @@ def batches(case: dict[str, Any], changes: list[Change]) -> list[list[Change]]:
     option) feeds that many rows per batch instead of one.
     """
     if case["join"].get("type", "regular") == "regular":
-        return [changes]
+        return [feed]
 
-    def marks(ts: int) -> list[Change]:
-        return [(side, WATERMARK_ONLY, -1, ts, None, None) for side in (0, 1)]
+    def marks(ts: int) -> list[RawRow]:
+        return [_raw(side, True, (None, None, ts), topics[side], -1) for side in (0, 1)]
 
     streams = case["streams"]
     row_by_row = any(
-        _watermark_delay(streams[case["join"][side]]) != END_DELAY_MS for side in ("left", "right")
+        _watermark_delay(streams[case["join"][side]]) != END_DELAY_MS for side in SIDES
     )
-    size = case.get("options", {}).get("replay_batch_rows", 1) if row_by_row else len(changes)
-    data = [changes[i : i + size] for i in range(0, len(changes), size)] or [[]]
+    size = case.get("options", {}).get("replay_batch_rows", 1) if row_by_row else len(feed)
+    data = [feed[i : i + size] for i in range(0, len(feed), size)] or [[]]
     return [marks(FAR_PAST_MS) + data[0], *data[1:], marks(FAR_FUTURE_MS), marks(FAR_PAST_MS)]
 
 
-def _with_watermarks(changes: DataFrame, case: dict[str, Any]) -> DataFrame:
-    """Each input's own watermark; Spark's global one is their minimum, as Flink's."""
-    if case["join"].get("type", "regular") == "regular":
-        return changes
+def _marks(raw: DataFrame, source: InputConfig) -> DataFrame:
+    """An input's watermark marks as decoded rows: nothing but an event time."""
+    values = {"op": F.lit(WATERMARK_ONLY), "seq": F.lit(-1), "event_time": F.col("timestamp")}
+    values |= {c: F.col(c) for c in ("timestamp", "topic", "partition", "offset")}
+    return raw.where(F.col("mark")).select(
+        *[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
+          for f in decoded_schema(row_type(source))]
+    )  # fmt: skip
+
+
+def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], tally: Any) -> DataFrame:
+    """Both inputs decoded, under their watermarks and normalized, as `streamjoin run` does."""
+    types = [row_type(s) for s in sources]
     sides = []
-    for side, name in enumerate(("left", "right")):
-        delay = _watermark_delay(case["streams"][case["join"][name]])
-        timed = changes.where(F.col("side") == side).withColumn(
-            "event_time", F.timestamp_millis("ts")
+    for index, source in enumerate(sources):
+        records = raw.where(F.col("side") == index)
+        decoded = decode_input(records.where(~F.col("mark")).drop("side", "mark"), None, source,
+                               tally).unionByName(_marks(records, source))  # fmt: skip
+        # one predicate that refers to the event time: Spark keeps it above the watermark
+        timed = timed_changes(decoded, source).where(
+            (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
         )
-        sides.append(
-            timed.withWatermark("event_time", f"{delay} milliseconds")
-            # one predicate that refers to event_time: Spark keeps it above the watermark
-            .where((F.col("op") != WATERMARK_ONLY) | F.col("event_time").isNull())
-            .drop("event_time")
-        )
+        sides.append(join_input(timed, source, *types))
     return sides[0].unionByName(sides[1])
 
 
-def _staged(spark: SparkSession, rows: list[Change], schema: StructType, work: Path,
-            number: int) -> None:  # fmt: skip
-    """One batch's rows as one parquet file of the input directory (renamed in whole)."""
+def _staged(spark: SparkSession, rows: list[RawRow], work: Path, number: int) -> None:
+    """One batch's records as one parquet file of the input directory (renamed in whole)."""
     staging = work / "staging" / str(number)
-    spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(staging))
+    spark.createDataFrame(rows, RECORDS_SCHEMA).coalesce(1).write.parquet(str(staging))
     (part,) = staging.glob("part-*.parquet")
     part.rename(work / "input" / f"{number:06d}.parquet")
 
@@ -198,26 +275,27 @@ def run_case(
 ) -> list[tuple[str, dict]]:
     """The output changelog of one case: (op, {column: value}) in emission order.
 
-    `progress`, if given, receives the query's progress after every batch fed.
+    `progress`, if given, receives the query's progress after every batch fed. A record that
+    could not be decoded fails the case, naming why.
     """
     if "join" not in case:
         raise CaseError("only structured `join` cases can be replayed, not `sql`")
     join, streams = case["join"], case["streams"]
-    left_schema = stream_schema(streams[join["left"]])
-    right_schema = stream_schema(streams[join["right"]])
-    schema = changelog_schema(left_schema, right_schema)
-    changes = interleave(
-        stream_rows(streams[join["left"]], left_schema),
-        stream_rows(streams[join["right"]], right_schema),
+    names = (join["left"], join["right"])
+    sources = (
+        stream_input("left", names[0], streams[names[0]]),
+        stream_input("right", names[1], streams[names[1]]),
+    )
+    feed = interleave(
+        *(stream_records(streams[n], s) for n, s in zip(names, sources, strict=True)), names
     )
     (work / "input").mkdir()
-    feed = batches(case, changes)
-    _staged(spark, feed[0], schema, work, 0)
-    source = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-    output = _join_output(
-        case, _with_watermarks(source.parquet(str(work / "input")), case), left_schema,
-        right_schema,
-    )  # fmt: skip
+    fed = batches(case, feed, names)
+    _staged(spark, fed[0], work, 0)
+    raw = spark.readStream.schema(RECORDS_SCHEMA).option("maxFilesPerTrigger", 1)
+    dead = spark.sparkContext.accumulator({}, CountsByLabel())
+    changes = _changes(raw.parquet(str(work / "input")), sources, dead)
+    output = _join_output(case, changes, *(row_type(s) for s in sources))
     collected: list = []
     query = (
         output.writeStream.foreachBatch(lambda batch, _id: collected.extend(batch.collect()))
@@ -226,17 +304,20 @@ def run_case(
     )
     try:
         query.processAllAvailable()
-        for number, rows in enumerate(feed[1:], start=1):
+        for number, rows in enumerate(fed[1:], start=1):
             if progress is not None:
                 progress.append(query.lastProgress)
-            _staged(spark, rows, schema, work, number)
+            _staged(spark, rows, work, number)
             query.processAllAvailable()
     except StreamingQueryException as err:
         raise CaseError(str(err).splitlines()[0]) from None
     finally:
         query.stop()
-    names = [n for n in output.columns if n != "op"]
-    return [(row.op, {n: render(row[n]) for n in names}) for row in collected]
+    if dead.value:
+        found = ", ".join(f"{side} {reason}: {n}" for (side, reason), n in dead.value.items())
+        raise CaseError(f"records that could not be decoded ({found})")
+    columns = [n for n in output.columns if n != "op"]
+    return [(row.op, {n: render(row[n]) for n in columns}) for row in collected]
 
 
 def write_case(

@@ -2,8 +2,10 @@
 
 The text is parsed with sqlglot (a real SQL parser), so an error can point at the part of the
 condition it could not use. The condition is split like Flink's planner splits it: equalities
-between a left and a right column become the join key (rows are partitioned by it), everything
-else is a residual predicate evaluated on each candidate pair, with SQL's three-valued logic.
+between a left and a right column become the join key (rows are partitioned by it), and so do
+null-safe ones (`L.a IS NOT DISTINCT FROM R.b`: NULL matches NULL); everything else is a
+residual predicate evaluated on each candidate pair, with SQL's three-valued logic and the
+scalar functions of `state.functions`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+
+from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like
 
 ALIASES = ("L", "R")
 
@@ -63,10 +67,12 @@ def parse_condition(text: str) -> exp.Expression:
 
 @dataclass(frozen=True)
 class JoinCondition:
-    """Equi-join key pairs `(left column, right column)` and the residual predicate, if any."""
+    """Equi-join key pairs `(left column, right column)`, the residual predicate if any, and the
+    positions of the key pairs compared null-safely (IS NOT DISTINCT FROM)."""
 
     equi: tuple[tuple[str, str], ...]
     residual: exp.Expression | None
+    null_safe: frozenset[int] = frozenset()
 
 
 def _side(node: exp.Expression) -> str | None:
@@ -74,20 +80,25 @@ def _side(node: exp.Expression) -> str | None:
 
 
 def split_condition(tree: exp.Expression) -> JoinCondition:
-    """Separate `L.a = R.b` conjuncts (the join key) from the rest (the residual)."""
+    """Separate `L.a = R.b` and `L.a IS NOT DISTINCT FROM R.b` conjuncts (the join key) from
+    the rest (the residual)."""
     equi: list[tuple[str, str]] = []
+    null_safe: set[int] = set()
     rest: list[exp.Expression] = []
     for conjunct in tree.flatten() if isinstance(tree, exp.And) else [tree]:
         node = conjunct.unnest()
-        sides = (_side(node.this), _side(node.expression)) if isinstance(node, exp.EQ) else ()
-        if sides == ("L", "R"):
-            equi.append((node.this.name, node.expression.name))
-        elif sides == ("R", "L"):
-            equi.append((node.expression.name, node.this.name))
+        keyed = isinstance(node, exp.EQ | exp.NullSafeEQ)
+        sides = (_side(node.this), _side(node.expression)) if keyed else ()
+        if sides in (("L", "R"), ("R", "L")):
+            left, right = (node.this, node.expression) if sides[0] == "L" else (
+                node.expression, node.this)  # fmt: skip
+            if isinstance(node, exp.NullSafeEQ):
+                null_safe.add(len(equi))
+            equi.append((left.name, right.name))
         else:
             rest.append(node)
     residual = exp.and_(*rest) if rest else None
-    return JoinCondition(tuple(equi), residual)
+    return JoinCondition(tuple(equi), residual, frozenset(null_safe))
 
 
 def _literal(node: exp.Literal) -> Any:
@@ -166,15 +177,134 @@ class _Compiler:
         if kind is exp.Neg:
             inner = self.compile(node.this)
             return lambda left, right: None if (v := inner(left, right)) is None else -v
-        if kind is exp.Is and isinstance(node.expression, exp.Null):
-            inner = self.compile(node.this)
-            return lambda left, right: inner(left, right) is None
         if kind is exp.Between:
             value = self.compile(node.this)
             low = _null_safe(operator.le, self.compile(node.args["low"]), value)
             high = _null_safe(operator.le, value, self.compile(node.args["high"]))
             return _connective(low, high, decisive=False)
-        raise ConditionError(f"cannot evaluate {node.sql()!r} in a join condition")
+        special = _SPECIAL_FORMS.get(kind)
+        if special is not None:
+            return special(self, node)
+        function = FUNCTIONS.get(kind)
+        if function is not None:
+            return self.function(function.compute, function.arguments(node), function.strict)
+        raise ConditionError(f"{describe(node)} is not supported in a join condition")
+
+    def function(self, compute: Callable[..., Any], arguments: list, strict: bool) -> Evaluator:
+        """`compute` over the values of `arguments` (None: an optional one left out)."""
+        given = [self.compile(a) for a in arguments if a is not None]
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
+            values = [a(left, right) for a in given]
+            if strict and any(v is None for v in values):
+                return None
+            return compute(*values)
+
+        return evaluate
+
+    def is_(self, node: exp.Is) -> Evaluator:
+        """IS NULL, IS TRUE, IS FALSE (IS NOT ... arrives as NOT over these): never NULL."""
+        inner = self.compile(node.this)
+        target = node.expression
+        if isinstance(target, exp.Null):
+            return lambda left, right: inner(left, right) is None
+        if isinstance(target, exp.Boolean):
+            wanted = target.this
+            return lambda left, right: inner(left, right) is wanted
+        raise ConditionError(f"{node.sql()!r} is not supported in a join condition")
+
+    def distinct(self, node: exp.Expression) -> Evaluator:
+        """IS NOT DISTINCT FROM (NullSafeEQ) and IS DISTINCT FROM: NULL equals NULL."""
+        a, b = self.compile(node.this), self.compile(node.expression)
+        same = isinstance(node, exp.NullSafeEQ)
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> bool:
+            x, y = a(left, right), b(left, right)
+            equal = x == y if x is not None and y is not None else x is None and y is None
+            return equal is same
+
+        return evaluate
+
+    def in_(self, node: exp.In) -> Evaluator:
+        """`x IN (a, b, ...)`: TRUE on a match, else NULL if x or any item is NULL."""
+        value = self.compile(node.this)
+        items = [self.compile(item) for item in node.expressions]
+        if not items:
+            raise ConditionError(f"{node.sql()!r}: only IN with a list of values is supported")
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
+            x = value(left, right)
+            if x is None:
+                return None
+            found = [item(left, right) for item in items]
+            if x in [v for v in found if v is not None]:
+                return True
+            return None if any(v is None for v in found) else False
+
+        return evaluate
+
+    def like_(self, node: exp.Expression) -> Evaluator:
+        """LIKE and NOT LIKE, with an optional ESCAPE character."""
+        escape = None
+        if isinstance(node, exp.Escape):
+            escape, node = node.expression, node.this
+        parts = [node.this, node.expression, escape]
+        matcher = self.function(like, parts, strict=True)
+        if not node.args.get("negate"):
+            return matcher
+        return lambda left, right: None if (v := matcher(left, right)) is None else not v
+
+    def case(self, node: exp.Case) -> Evaluator:
+        """CASE [operand] WHEN ... THEN ... [ELSE ...] END."""
+        operand = self.compile(node.this) if node.this is not None else None
+        branches = [(self.compile(b.this), self.compile(b.args["true"])) for b in node.args["ifs"]]
+        default = self.compile(node.args["default"]) if node.args.get("default") else None
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
+            subject = operand(left, right) if operand is not None else None
+            for when, then in branches:
+                test = when(left, right)
+                if (test == subject and test is not None) if operand is not None else test is True:
+                    return then(left, right)
+            return default(left, right) if default is not None else None
+
+        return evaluate
+
+    def if_(self, node: exp.If) -> Evaluator:
+        test, then = self.compile(node.this), self.compile(node.args["true"])
+        other = self.compile(node.args["false"]) if node.args.get("false") else None
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
+            if test(left, right) is True:
+                return then(left, right)
+            return other(left, right) if other is not None else None
+
+        return evaluate
+
+    def cast_(self, node: exp.Cast) -> Evaluator:
+        to = node.args["to"]
+        if to.this.name not in CAST_TYPES:
+            raise ConditionError(f"CAST to {to.sql()} is not supported in a join condition")
+        return self.function(lambda v: cast(v, to), [node.this], strict=True)
+
+    def extract_(self, node: exp.Extract) -> Evaluator:
+        unit = node.this.name.upper()
+        return self.function(lambda v: extract(unit, v), [node.expression], strict=True)
+
+
+_SPECIAL_FORMS: dict[type[exp.Expression], Callable[[_Compiler, Any], Evaluator]] = {
+    exp.Is: _Compiler.is_,
+    exp.NullSafeEQ: _Compiler.distinct,
+    exp.NullSafeNEQ: _Compiler.distinct,
+    exp.In: _Compiler.in_,
+    exp.Like: _Compiler.like_,
+    exp.Escape: _Compiler.like_,
+    exp.Case: _Compiler.case,
+    exp.If: _Compiler.if_,
+    exp.Cast: _Compiler.cast_,
+    exp.TryCast: _Compiler.cast_,
+    exp.Extract: _Compiler.extract_,
+}
 
 
 def compile_predicate(
@@ -197,17 +327,21 @@ def compile_matcher(
     """Rows match when no equi-key column is NULL and the residual is TRUE.
 
     Rows reach the same key only if their key values are equal, so equality itself need not be
-    tested again; NULL keys are grouped together but, as in SQL, never match.
+    tested again; NULL keys are grouped together but, as in SQL, never match, unless compared
+    with IS NOT DISTINCT FROM.
     """
-    left_keys = [_position(left_fields, a, "L") for a, _ in condition.equi]
-    right_keys = [_position(right_fields, b, "R") for _, b in condition.equi]
+    positions = [
+        (_position(left_fields, a, "L"), _position(right_fields, b, "R")) for a, b in condition.equi
+    ]
+    strict = [p for i, p in enumerate(positions) if i not in condition.null_safe]
+    left_keys, right_keys = [i for i, _ in strict], [j for _, j in strict]
     residual = (
         compile_predicate(condition.residual, left_fields, right_fields)
         if condition.residual is not None
         else None
     )
 
-    if len(left_keys) == 1 and residual is None:  # the common case, on every candidate pair
+    if len(left_keys) == 1 and len(positions) == 1 and residual is None:  # the common case
         i, j = left_keys[0], right_keys[0]
         return lambda left, right: left[i] is not None and right[j] is not None
 

@@ -5,14 +5,15 @@ sends updates without their `before` image and deletes whose `before` holds only
 joins need the real old row to retract, so the last row of every key (and its event time) is
 kept and the changelog rebuilt from it (Flink's `processLastRowOnChangelog`):
 
-| input change                      | key unknown | key known, last row `old`              |
-|-----------------------------------|-------------|----------------------------------------|
-| +I / +U `new`                     | +I `new`    | -U `old`, +U `new` (nothing if equal)  |
-| -U directly followed by +U `new`  | +I `new`    | -U `old`, +U `new` (the update)        |
-| -U alone, -D                      | nothing     | -D `old`, the key is forgotten         |
+| input change                | key unknown | key known, last row `old`             |
+|-----------------------------|-------------|---------------------------------------|
+| +I / +U `new`               | +I `new`    | -U `old`, +U `new` (nothing if equal) |
+| -U `b` then +U `new`        | +I `new`    | -U `b`, +U `new` (the update, as is)  |
+| -U alone, -D                | nothing     | -D `old`, the key is forgotten        |
 
-An update that arrives whole (Debezium's `-U before` `+U after`, one record) stays an update, as
-Flink passes a Debezium source's updates on without normalizing them: a versioned table drops
+An update that arrives whole (Debezium's `-U before` `+U after`, one record) stays an update,
+its `before` image and time as they came, as Flink passes a Debezium source's updates on
+without normalizing them: a versioned table drops
 the `-U` and keeps the old version valid until the new one, and a probe input's `-U` retracts
 what its old row joined. (Flink's normalizer alone would make it `-D old`, `+I new`.)
 
@@ -50,23 +51,22 @@ Last = tuple[tuple[Any, ...], int | None]  # the key's last row and its event ti
 def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change], Last | None]:
     """The changes to emit for one key's input changes (in order), and the key's last row."""
     out: list[Change] = []
-    update_time: int | None = None  # the ts of a -U that the next +U completes
-    pending = False
+    before: tuple[tuple[Any, ...], int | None] | None = None  # a -U the next +U completes
     for i, (op, seq, ts, row) in enumerate(changes):
         if op == "-U" and i + 1 < len(changes) and changes[i + 1][0] == "+U":
-            pending, update_time = True, ts
+            before = (row, ts)
             continue
         if op in ("+I", "+U"):
             if last is None:
                 out.append(("+I", seq * 2, ts, row))
-            elif last[0] != row or pending:
-                old_time = update_time if pending else last[1]
-                out += [("-U", seq * 2, old_time, last[0]), ("+U", seq * 2 + 1, ts, row)]
+            elif last[0] != row or before is not None:
+                old_row, old_time = before or last
+                out += [("-U", seq * 2, old_time, old_row), ("+U", seq * 2 + 1, ts, row)]
             last = (row, ts)
         elif last is not None:
             out.append(("-D", seq * 2, ts if ts is not None else last[1], last[0]))
             last = None
-        pending = False
+        before = None
     return out, last
 
 

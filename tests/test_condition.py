@@ -6,7 +6,13 @@ from decimal import Decimal
 
 import pytest
 
-from state.condition import ConditionError, compile_predicate, parse_condition, split_condition
+from state.condition import (
+    ConditionError,
+    compile_matcher,
+    compile_predicate,
+    parse_condition,
+    split_condition,
+)
 
 
 def predicate(text: str):
@@ -42,10 +48,74 @@ def test_three_valued_logic() -> None:
         ("L.a = = R.b", ">>=<<"),
         ("L.a = b", "must be qualified by L. (left) or R. (right)"),
         ("L.nope = R.b", "the left input has no column 'nope'"),
-        ("L.a = UPPER(R.b)", "cannot evaluate 'UPPER(R.b)'"),
+        ("L.a = MD5(R.b)", "function MD5 is not supported in a join condition"),
+        ("L.a = REFLECT('java.lang.System', 'getenv', 'X')", "function REFLECT is not supported"),
+        ("CAST(L.a AS MAP<STRING, INT>) IS NULL", "CAST to MAP"),
     ],
 )
 def test_errors_point_at_the_part(text: str, message: str) -> None:
     with pytest.raises(ConditionError, match=None) as caught:
         predicate(text)
     assert message in str(caught.value)
+
+
+def test_is_not_distinct_from_is_a_join_key_on_which_null_matches_null() -> None:
+    split = split_condition(parse_condition("L.a IS NOT DISTINCT FROM R.b AND L.x = R.y"))
+    assert split.equi == (("a", "b"), ("x", "y")) and split.null_safe == {0}
+    matches = compile_matcher(split, ["a", "x"], ["b", "y"])
+    assert matches((None, 1), (None, 1)) is True
+    assert matches((None, None), (None, None)) is False  # x = y stays a plain equality
+    assert predicate("L.a IS DISTINCT FROM R.b")((None, 0), (None, 0)) is False
+    assert predicate("L.a IS NOT DISTINCT FROM R.b")((1, 0), (None, 0)) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "left", "expected"),
+    [
+        ("L.x IS TRUE", ("a", None), False),
+        ("NOT L.x IS FALSE", ("a", None), True),  # IS NOT FALSE
+        ("L.x IN (1, 2, NULL)", ("a", 2), True),
+        ("L.x IN (1, NULL)", ("a", 2), None),
+        ("L.x NOT IN (1, 3)", ("a", 2), True),
+        ("L.a LIKE 'He%o_x'", ("Hello w", 0), False),
+        ("L.a LIKE 'He%o w'", ("Hello w", 0), True),
+        ("L.a NOT LIKE '%!%%' ESCAPE '!'", ("50%", 0), False),
+        ("UPPER(SUBSTR(L.a, 2, 3)) = 'ELL'", ("Hello", 0), True),
+        ("SUBSTRING(L.a FROM 2) = 'ello'", ("Hello", 0), True),
+        ("CHAR_LENGTH(L.a) = 5 AND LOWER(L.a) = 'hello'", ("Hello", 0), True),
+        ("CASE WHEN L.x > 1 THEN 'big' ELSE 'small' END = 'big'", ("a", 2), True),
+        ("CASE L.x WHEN 1 THEN 'one' END IS NULL", ("a", 2), True),
+        ("IF(L.x = 2, 10, 0) = 10", ("a", 2), True),
+        ("COALESCE(L.x, 7) = 7", ("a", None), True),
+        ("NULLIF(L.x, 2) IS NULL", ("a", 2), True),
+        ("CAST(L.a AS INT) + 1 = 13", ("12", 0), True),
+        ("CAST(L.a AS INT) IS NULL", ("twelve", 0), True),
+        ("CAST(L.x AS STRING) || 'x' = '2x'", ("a", 2), True),
+        ("CONCAT(L.a, NULL) IS NULL", ("a", 2), True),
+        ("MOD(L.x, 3) = 2 AND ABS(-L.x) = 2 AND POWER(L.x, 2) = 4", ("a", 2), True),
+        ("ROUND(L.x / 3.0, 2) = 0.67", ("a", 2), True),
+        ("POSITION('l' IN L.a) = 3", ("Hello", 0), True),
+        ("TRIM(L.a) = 'x' AND REPLACE(L.a, ' ', '') = 'x'", (" x ", 0), True),
+        ("UPPER(L.a) = 'A'", (None, 0), None),
+    ],
+)
+def test_flinks_scalar_functions_with_flinks_nulls(text: str, left: tuple, expected) -> None:
+    assert predicate(text)(left, (1, 3)) is expected
+
+
+def test_date_functions_take_datetimes_and_epoch_microseconds() -> None:
+    """The regular join's rows carry datetimes, the interval and temporal joins' epoch micros."""
+    from datetime import datetime, timezone
+
+    august = datetime(2020, 8, 15, 0, 1, tzinfo=timezone.utc)
+    micros = int(august.timestamp() * 1_000_000)
+    for value in (august, micros):
+        assert (
+            predicate("QUARTER(L.x) = 3 AND EXTRACT(MONTH FROM L.x) = 8")(("a", value), ()) is True
+        )
+        assert (
+            predicate("YEAR(L.x) = 2020 AND HOUR(L.x) = 0 AND DAYOFMONTH(L.x) = 15")(
+                ("a", value), ()
+            )
+            is True
+        )

@@ -40,10 +40,11 @@ def test_a_lone_retraction_deletes_the_stored_row_as_flink_does() -> None:
 
 
 def test_a_whole_update_stays_an_update_with_its_own_times_and_seqs() -> None:
-    """Debezium's `-U before` `+U after` of one record: an update, as Flink passes it on; the
-    `-U` keeps its own time (a versioned table's time column holds the old row's)."""
-    out, last = normalize((A1, 10), [("-U", 6, 10, A1), ("+U", 7, 20, A2)])
-    assert out == [("-U", 14, 10, A1), ("+U", 15, 20, A2)]
+    """Debezium's `-U before` `+U after` of one record: an update, as Flink passes it on, the
+    `before` image with its own time (a versioned table's time column holds the old row's)."""
+    before = ("a", 1, "as the database had it")
+    out, last = normalize((A1, 10), [("-U", 6, 12, before), ("+U", 7, 20, A2)])
+    assert out == [("-U", 14, 12, before), ("+U", 15, 20, A2)]
     assert last == (A2, 20)
 
 

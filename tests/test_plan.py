@@ -58,6 +58,7 @@ def test_append_is_refused_for_a_join_that_updates() -> None:
         ({"RIGHT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
         ({"JOIN_ON": "L.product_id = R.sku"}, "JOIN_ON"),
         ({"OUTPUT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
+        ({"JOIN_SELECT": "L.order_id, R.nope"}, "JOIN_SELECT"),
     ],
 )
 def test_an_unusable_combination_names_its_variable(changes: dict, variable: str) -> None:
@@ -139,3 +140,28 @@ def test_the_seeds_temporal_join_is_accepted_with_an_append_only_output() -> Non
 )  # fmt: skip
 def test_a_temporal_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
     assert refused(TEMPORAL, **changes).startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("select", "named"),
+    [
+        ("L.order_id, reflect('java.lang.System', 'getenv', 'SASL_PASSWORD')", "function reflect"),
+        ("java_method('java.lang.System', 'getenv', 'X') AS x", "function java_method"),
+        ("L.order_id, (SELECT 1) AS x", "'(SELECT 1)'"),
+    ],
+)
+def test_a_select_list_runs_only_the_function_library(select: str, named: str) -> None:
+    """A select list reaches Spark's SQL only once every part of it is in the library shared
+    with JOIN_ON: anything else (Spark's `reflect` would copy a secret into the output) is
+    refused at start-up, naming it."""
+    message = refusal(JOIN_SELECT=select)
+    assert message.startswith("JOIN_SELECT: expected a select list") and named in message
+    check_plan(
+        load_config(
+            {
+                **JOIN,
+                "JOIN_SELECT": "L.order_id, UPPER(R.product_id) AS p, "
+                "CASE WHEN R.price > 10 THEN 'dear' END AS band, L.order_id",
+            }
+        )
+    )

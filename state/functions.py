@@ -1,0 +1,230 @@
+"""The scalar functions a join condition (`JOIN_ON`) and a select list (`JOIN_SELECT`) may use.
+
+One library for both places, so the two accept the same Flink built-ins under the same names:
+a condition is evaluated here in Python (on each candidate pair, inside the join), a select list
+runs in Spark's JVM (rendered as Spark SQL, far faster per row than Python) after every node of
+it has been checked against this library. Anything else is refused at start-up, naming the
+construct: a configuration value never reaches Spark's SQL parser unchecked (Spark SQL has
+`reflect`, `java_method` and friends, which would run code).
+
+Semantics are Flink's, NULL first: a function of a NULL argument is NULL (`strict`), except the
+ones made to handle NULL (COALESCE, IF, CASE, NULLIF, IS [NOT] DISTINCT FROM, IS TRUE/FALSE,
+CONCAT_WS). Timestamps reach a condition either as datetimes (the regular join) or as epoch
+microseconds (the interval and temporal joins' columns): the date functions take both.
+A CAST or TRY_CAST that cannot convert its value is NULL (Flink's CAST fails the job instead).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from sqlglot import exp
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A Flink built-in: its name as users write it, its arguments in a sqlglot node, what it
+    computes on their values; `strict`: NULL if any argument is NULL, without calling it."""
+
+    name: str
+    arguments: Callable[[exp.Expression], list[exp.Expression | None]]
+    compute: Callable[..., Any]
+    strict: bool = True
+
+
+def _as_datetime(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    return EPOCH + timedelta(microseconds=value)  # epoch microseconds
+
+
+def _substring(text: str, start: int, length: int | None = None) -> str:
+    begin = start - 1 if start > 0 else max(len(text) + start, 0)
+    return text[begin:] if length is None else text[begin : begin + max(length, 0)]
+
+
+def like(text: str, pattern: str, escape: str | None = None) -> bool:
+    """`text LIKE pattern [ESCAPE escape]`: `%` any characters, `_` one."""
+    regex, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if escape and char == escape and i + 1 < len(pattern):
+            regex.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        regex.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
+        i += 1
+    return re.fullmatch("".join(regex), text, re.DOTALL) is not None
+
+
+def _round(value: Any, places: int = 0) -> Any:
+    quantum = Decimal(1).scaleb(-places)
+    rounded = Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)
+    if isinstance(value, int):
+        return int(rounded)
+    return rounded if isinstance(value, Decimal) else float(rounded)
+
+
+def _trim(text: str, position: str | None = None, characters: str | None = None) -> str:
+    chars = " " if characters is None else characters
+    if position == "LEADING":
+        return text.lstrip(chars)
+    if position == "TRAILING":
+        return text.rstrip(chars)
+    return text.strip(chars)
+
+
+_INTEGRAL = {"TINYINT", "SMALLINT", "INT", "BIGINT"}
+_FLOATING = {"FLOAT", "DOUBLE"}
+_TEXT = {"CHAR", "VARCHAR", "TEXT", "STRING"}
+CAST_TYPES = _INTEGRAL | _FLOATING | _TEXT | {"DECIMAL", "BOOLEAN"}  # in a join condition
+
+
+def cast(value: Any, to: exp.DataType) -> Any:
+    """CAST(value AS to) on a non-NULL value; NULL where the value does not convert."""
+    target = to.this.name
+    try:
+        if target in _INTEGRAL:
+            return int(Decimal(str(value).strip())) if not isinstance(value, bool) else int(value)
+        if target in _FLOATING:
+            return float(value)
+        if target == "DECIMAL":
+            return Decimal(str(value).strip())
+        if target in _TEXT:
+            if isinstance(value, bool):
+                return "TRUE" if value else "FALSE"
+            return str(value)
+        if target == "BOOLEAN":
+            if isinstance(value, str):
+                return {"true": True, "false": False}.get(value.strip().lower())
+            return bool(value)
+    except (ValueError, TypeError, InvalidOperation):
+        return None
+    raise AssertionError(f"no CAST to {target}: the compiler refuses it (CAST_TYPES)")
+
+
+def extract(unit: str, value: Any) -> int:
+    """EXTRACT(unit FROM value), and QUARTER(value), YEAR(value), ..."""
+    moment = _as_datetime(value)
+    if unit == "QUARTER":
+        return (moment.month - 1) // 3 + 1
+    if unit in ("DAY", "DAYOFMONTH"):
+        return moment.day
+    return getattr(moment, unit.lower())
+
+
+def _date_part(unit: str) -> Function:
+    return Function(unit, _one, lambda v: extract(unit, v))
+
+
+def _one(node: exp.Expression) -> list[exp.Expression | None]:
+    return [node.this]
+
+
+def _two(node: exp.Expression) -> list[exp.Expression | None]:
+    return [node.this, node.expression]
+
+
+def _listed(node: exp.Expression) -> list[exp.Expression | None]:
+    return [node.this, *node.expressions] if node.this is not None else list(node.expressions)
+
+
+def _coalesce(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _concat(*values: Any) -> Any:
+    return None if any(v is None for v in values) else "".join(map(str, values))
+
+
+def _sign(value: Any) -> Any:
+    return (value > 0) - (value < 0)
+
+
+def _position(needle: str, text: str) -> int:
+    return text.find(needle) + 1
+
+
+FUNCTIONS: dict[type[exp.Expression], Function] = {
+    exp.Upper: Function("UPPER", _one, str.upper),
+    exp.Lower: Function("LOWER", _one, str.lower),
+    exp.Initcap: Function("INITCAP", _one, str.title),
+    exp.Length: Function("CHAR_LENGTH", _one, len),
+    exp.Substring: Function(
+        "SUBSTR",
+        lambda n: [n.this, n.args.get("start"), n.args.get("length")],
+        lambda s, start, length=None: _substring(s, start, length),
+    ),
+    exp.Left: Function("LEFT", _two, lambda s, n: s[: max(n, 0)]),
+    exp.Right: Function("RIGHT", _two, lambda s, n: s[len(s) - n :] if n > 0 else ""),
+    exp.Trim: Function(
+        "TRIM",
+        lambda n: [n.this, n.args.get("expression")],
+        lambda s, chars=None: _trim(s, None, chars),
+    ),
+    exp.Replace: Function(
+        "REPLACE",
+        lambda n: [n.this, n.expression, n.args.get("replacement")],
+        lambda s, old, new: s.replace(old, new),
+    ),
+    exp.StrPosition: Function("POSITION", lambda n: [n.args.get("substr"), n.this], _position),
+    exp.DPipe: Function("||", _two, _concat),
+    exp.Concat: Function("CONCAT", _listed, _concat),
+    exp.Abs: Function("ABS", _one, abs),
+    exp.Sign: Function("SIGN", _one, _sign),
+    exp.Floor: Function("FLOOR", _one, math.floor),
+    exp.Ceil: Function("CEIL", _one, math.ceil),
+    exp.Round: Function(
+        "ROUND", lambda n: [n.this, n.args.get("decimals")], lambda v, p=0: _round(v, p)
+    ),
+    exp.Pow: Function("POWER", _two, lambda a, b: float(a) ** float(b)),
+    exp.Sqrt: Function("SQRT", _one, lambda v: math.sqrt(v)),
+    exp.Quarter: _date_part("QUARTER"),
+    exp.Year: _date_part("YEAR"),
+    exp.Month: _date_part("MONTH"),
+    exp.DayOfMonth: _date_part("DAY"),
+    exp.Hour: _date_part("HOUR"),
+    exp.Minute: _date_part("MINUTE"),
+    exp.Second: _date_part("SECOND"),
+    exp.Coalesce: Function("COALESCE", _listed, _coalesce, strict=False),
+    exp.Nullif: Function(
+        "NULLIF", _two, lambda a, b: None if a is not None and a == b else a, strict=False
+    ),
+}
+
+# What a select list may hold besides the functions: columns, literals, operators, CASE, IF,
+# CAST, EXTRACT, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the condition
+# compiler, `state.condition`, evaluates these forms itself).
+STRUCTURE: tuple[type[exp.Expression], ...] = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
+    exp.Star, exp.Tuple, exp.DataType, exp.DataTypeParam, exp.Var,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.And, exp.Or, exp.Not,
+    exp.Is, exp.In, exp.Like, exp.Escape, exp.Between, exp.Case, exp.If, exp.Cast, exp.TryCast,
+    exp.Extract,
+)  # fmt: skip
+
+
+def unsupported(tree: exp.Expression) -> exp.Expression | None:
+    """The first node of `tree` that is neither in the library nor plain structure."""
+    for node in tree.walk():
+        if not isinstance(node, STRUCTURE) and type(node) not in FUNCTIONS:
+            return node
+    return None
+
+
+def describe(node: exp.Expression) -> str:
+    """How a refused construct is named to the user: a function by its name, else its SQL."""
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name() if not isinstance(node, exp.Anonymous) else node.name}"
+    return repr(node.sql())
