@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from state.condition import ALIASES, ConditionError
+from state.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.functions import describe, unsupported
 
 
@@ -36,7 +36,7 @@ def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None =
     """Spark SQL expressions, each aliased to its output column name; ConditionError names
     what the list may not hold, or (given each alias' `columns`) a column that does not exist."""
     try:
-        tree = sqlglot.parse_one(f"SELECT {select}")
+        tree = sqlglot.parse_one(f"SELECT {select}", read=FLINK_LEXICON)
     except ParseError as err:
         raise ConditionError(f"select list: {err.errors[0]['description']}") from None
     expressions, taken = [], set()

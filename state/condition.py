@@ -23,6 +23,9 @@ from sqlglot.errors import ParseError
 from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like
 
 ALIASES = ("L", "R")
+# Flink quotes names with backticks and strings with single quotes, as Spark SQL does: sqlglot's
+# Spark dialect reads `1-_./Ü` as a name where its default one fails.
+FLINK_LEXICON = "spark"
 
 # A compiled expression: (left row, right row) -> value; None is SQL's NULL / UNKNOWN.
 Evaluator = Callable[[Sequence[Any], Sequence[Any]], Any]
@@ -50,7 +53,7 @@ class ConditionError(ValueError):
 def parse_condition(text: str) -> exp.Expression:
     """Parse a boolean condition whose every column is qualified by `L.` or `R.`."""
     try:
-        tree = sqlglot.parse_one(text)
+        tree = sqlglot.parse_one(text, read=FLINK_LEXICON)
     except ParseError as err:
         first = err.errors[0]
         raise ConditionError(

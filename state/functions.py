@@ -48,6 +48,12 @@ def _as_datetime(value: Any) -> datetime:
     return EPOCH + timedelta(microseconds=value)  # epoch microseconds
 
 
+def _to_date(value: Any) -> date:
+    if isinstance(value, str):
+        return date.fromisoformat(value.strip()[:10])
+    return _as_datetime(value).date()
+
+
 def _substring(text: str, start: int, length: int | None = None) -> str:
     begin = start - 1 if start > 0 else max(len(text) + start, 0)
     return text[begin:] if length is None else text[begin : begin + max(length, 0)]
@@ -189,6 +195,7 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     ),
     exp.Pow: Function("POWER", _two, lambda a, b: float(a) ** float(b)),
     exp.Sqrt: Function("SQRT", _one, lambda v: math.sqrt(v)),
+    exp.TsOrDsToDate: Function("TO_DATE", _one, _to_date),  # also what YEAR(x) wraps x in
     exp.Quarter: _date_part("QUARTER"),
     exp.Year: _date_part("YEAR"),
     exp.Month: _date_part("MONTH"),

@@ -2,7 +2,8 @@
 
 `L.t BETWEEN R.t - INTERVAL '4' HOUR AND R.t` (or the same with `>=`, `>`, `<=`, `<`, either
 side first) bounds `L.t - R.t` to `[lower, upper]` in milliseconds; a strict comparison moves its
-bound by one millisecond, as in Flink. Only comparisons between the two inputs' time attributes
+bound by one millisecond, as in Flink; an equality (`L.t = R.t`, `L.t = R.t + INTERVAL ...`) is
+an interval of width zero. Only comparisons between the two inputs' time attributes
 count; every other conjunct stays in the residual predicate, evaluated per candidate pair.
 """
 
@@ -27,6 +28,7 @@ _FLIPPED: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.GTE: exp.LTE,
     exp.LT: exp.GT,
     exp.LTE: exp.GTE,
+    exp.EQ: exp.EQ,
 }
 
 
@@ -77,6 +79,9 @@ def split_interval(tree: exp.Expression, left_time: str, right_time: str) -> Int
     times = {"L": left_time, "R": right_time}
     lower: int | None = None
     upper: int | None = None
+    keys = [i for i, pair in enumerate(plain.equi) if pair != (left_time, right_time)]
+    if len(keys) < len(plain.equi):  # L.t = R.t was read as a join key: it is a zero interval
+        lower, upper = 0, 0
     rest: list[exp.Expression] = []
     residual = plain.residual
     conjuncts = residual.flatten() if isinstance(residual, exp.And) else [residual]
@@ -91,7 +96,10 @@ def split_interval(tree: exp.Expression, left_time: str, right_time: str) -> Int
             if a[0] == "R":  # R.t + x op L.t + y  ->  L.t + y flipped-op R.t + x
                 a, b, kind = b, a, _FLIPPED[kind]
             bound = b[1] - a[1]  # L.t - R.t op bound
-            if kind in (exp.GT, exp.GTE):
+            if kind is exp.EQ:
+                lower = bound if lower is None else max(lower, bound)
+                upper = bound if upper is None else min(upper, bound)
+            elif kind in (exp.GT, exp.GTE):
                 bound += 1 if kind is exp.GT else 0
                 lower = bound if lower is None else max(lower, bound)
             else:
@@ -104,4 +112,6 @@ def split_interval(tree: exp.Expression, left_time: str, right_time: str) -> Int
             f"AND R.{right_time}"
         )
     residual = exp.and_(*rest) if rest else None
-    return IntervalCondition(JoinCondition(plain.equi, residual), lower, upper)
+    equi = tuple(plain.equi[i] for i in keys)
+    null_safe = frozenset(n for n, i in enumerate(keys) if i in plain.null_safe)
+    return IntervalCondition(JoinCondition(equi, residual, null_safe), lower, upper)

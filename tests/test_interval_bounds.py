@@ -27,6 +27,8 @@ def bounds(text: str) -> tuple[int, int]:
         ("L.t BETWEEN R.t AND R.t", (0, 0)),
         ("L.t BETWEEN R.t - INTERVAL '1.5' SECOND AND R.t", (-1500, 0)),
         ("L.t BETWEEN R.t + INTERVAL '1' HOUR AND R.t", (HOUR, 0)),  # empty: joins nothing
+        ("L.k = R.k AND L.t = R.t", (0, 0)),  # equal time attributes: an interval of width zero
+        ("L.t = R.t + INTERVAL '1' HOUR AND L.k = R.k", (HOUR, HOUR)),
     ],
 )
 def test_bounds_on_the_difference_of_the_time_attributes(condition, expected) -> None:
@@ -57,3 +59,8 @@ def test_other_conjuncts_stay_in_the_residual_and_equalities_in_the_key() -> Non
 def test_conditions_without_usable_bounds_are_refused(condition, message) -> None:
     with pytest.raises(ConditionError, match=message):
         bounds(condition)
+
+
+def test_equal_time_attributes_are_no_join_key() -> None:
+    found = split_interval(parse_condition("L.k IS NOT DISTINCT FROM R.k AND L.t = R.t"), "t", "t")
+    assert found.condition.equi == (("k", "k"),) and found.condition.null_safe == {0}

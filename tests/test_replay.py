@@ -62,6 +62,23 @@ def test_a_case_that_cannot_run_gets_an_error_line_and_a_failing_exit(spark, tmp
     ]
 
 
+def test_a_case_that_fails_inside_a_spark_task_fails_alone(spark, tmp_path) -> None:
+    """An interval join fed a delete fails in its processor, inside a Spark task: that case gets
+    an error line, the next case still runs."""
+    (good,) = [c for c in load_cases(FIXTURES / "b_interval.json") if c["join"]["kind"] == "INNER"][
+        :1
+    ]
+    broken = json.loads(json.dumps(good)) | {"id": "deletes_into_an_interval_join"}
+    left = broken["streams"][broken["join"]["left"]]
+    left["rows"].append({**left["rows"][0], "op": "-D"})
+    code, lines = run(spark, [broken, good], tmp_path)
+    assert code == 1
+    (error,) = [line for line in lines if "error" in line]
+    assert error["case"] == "deletes_into_an_interval_join"
+    assert "insert-only" in error["error"]
+    assert any(line.get("case") == good["id"] and "final" in line for line in lines)
+
+
 def flink_changes(name: str) -> dict[str, Counter]:
     changes: dict[str, Counter] = {}
     for line in (FIXTURES / name).read_text().splitlines():
