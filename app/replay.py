@@ -14,6 +14,7 @@ The output is printed in the oracle's JSON-lines format, to be compared with the
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections import Counter
 from datetime import datetime, timedelta
@@ -270,6 +271,13 @@ def _staged(spark: SparkSession, rows: list[RawRow], work: Path, number: int) ->
     part.rename(work / "input" / f"{number:06d}.parquet")
 
 
+def _cause(failure: str) -> str:
+    """The innermost `SomeError: message` line of a failed query's report (a Python worker's
+    traceback is inside it), else its first line."""
+    causes = re.findall(r"^\s*(\w*(?:Error|Exception): .+)$", failure, re.MULTILINE)
+    return causes[-1].strip() if causes else failure.splitlines()[0]
+
+
 def run_case(
     spark: SparkSession, case: dict[str, Any], work: Path, progress: list[dict] | None = None
 ) -> list[tuple[str, dict]]:
@@ -310,7 +318,7 @@ def run_case(
             _staged(spark, rows, work, number)
             query.processAllAvailable()
     except StreamingQueryException as err:
-        raise CaseError(str(err).splitlines()[0]) from None
+        raise CaseError(_cause(str(err))) from None
     finally:
         query.stop()
     if dead.value:

@@ -65,9 +65,9 @@ def test_a_case_that_cannot_run_gets_an_error_line_and_a_failing_exit(spark, tmp
 def test_a_case_that_fails_inside_a_spark_task_fails_alone(spark, tmp_path) -> None:
     """An interval join fed a delete fails in its processor, inside a Spark task: that case gets
     an error line, the next case still runs."""
-    (good,) = [c for c in load_cases(FIXTURES / "b_interval.json") if c["join"]["kind"] == "INNER"][
-        :1
-    ]
+    good = next(
+        c for c in load_cases(FIXTURES / "golden_cases.json") if c["join"]["type"] == "interval"
+    )
     broken = json.loads(json.dumps(good)) | {"id": "deletes_into_an_interval_join"}
     left = broken["streams"][broken["join"]["left"]]
     left["rows"].append({**left["rows"][0], "op": "-D"})
