@@ -20,7 +20,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like
+from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
 
 ALIASES = ("L", "R")
 # Flink quotes names with backticks and strings with single quotes, as Spark SQL does: sqlglot's
@@ -290,6 +290,12 @@ class _Compiler:
             raise ConditionError(f"CAST to {to.sql()} is not supported in a join condition")
         return self.function(lambda v: cast(v, to), [node.this], strict=True)
 
+    def trim_(self, node: exp.Trim) -> Evaluator:
+        """TRIM keeps its side (LEADING for LTRIM, TRAILING for RTRIM) in the node."""
+        side = node.args.get("position")
+        characters = [node.this, node.args.get("expression")]
+        return self.function(lambda text, chars=None: trim(text, side, chars), characters, True)
+
     def extract_(self, node: exp.Extract) -> Evaluator:
         unit = node.this.name.upper()
         return self.function(lambda v: extract(unit, v), [node.expression], strict=True)
@@ -307,6 +313,7 @@ _SPECIAL_FORMS: dict[type[exp.Expression], Callable[[_Compiler, Any], Evaluator]
     exp.Cast: _Compiler.cast_,
     exp.TryCast: _Compiler.cast_,
     exp.Extract: _Compiler.extract_,
+    exp.Trim: _Compiler.trim_,
 }
 
 

@@ -81,7 +81,8 @@ def _round(value: Any, places: int = 0) -> Any:
     return rounded if isinstance(value, Decimal) else float(rounded)
 
 
-def _trim(text: str, position: str | None = None, characters: str | None = None) -> str:
+def trim(text: str, position: str | None = None, characters: str | None = None) -> str:
+    """TRIM([BOTH|LEADING|TRAILING] [characters FROM] text), LTRIM, RTRIM."""
     chars = " " if characters is None else characters
     if position == "LEADING":
         return text.lstrip(chars)
@@ -173,11 +174,6 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     ),
     exp.Left: Function("LEFT", _two, lambda s, n: s[: max(n, 0)]),
     exp.Right: Function("RIGHT", _two, lambda s, n: s[len(s) - n :] if n > 0 else ""),
-    exp.Trim: Function(
-        "TRIM",
-        lambda n: [n.this, n.args.get("expression")],
-        lambda s, chars=None: _trim(s, None, chars),
-    ),
     exp.Replace: Function(
         "REPLACE",
         lambda n: [n.this, n.expression, n.args.get("replacement")],
@@ -210,15 +206,15 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
 }
 
 # What a select list may hold besides the functions: columns, literals, operators, CASE, IF,
-# CAST, EXTRACT, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the condition
-# compiler, `state.condition`, evaluates these forms itself).
+# CAST, EXTRACT, TRIM, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the
+# condition compiler, `state.condition`, evaluates these forms itself).
 STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
     exp.Star, exp.Tuple, exp.DataType, exp.DataTypeParam, exp.Var,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.And, exp.Or, exp.Not,
     exp.Is, exp.In, exp.Like, exp.Escape, exp.Between, exp.Case, exp.If, exp.Cast, exp.TryCast,
-    exp.Extract,
+    exp.Extract, exp.Trim,
 )  # fmt: skip
 
 

@@ -96,6 +96,12 @@ def test_is_not_distinct_from_is_a_join_key_on_which_null_matches_null() -> None
         ("ROUND(L.x / 3.0, 2) = 0.67", ("a", 2), True),
         ("POSITION('l' IN L.a) = 3", ("Hello", 0), True),
         ("TRIM(L.a) = 'x' AND REPLACE(L.a, ' ', '') = 'x'", (" x ", 0), True),
+        ("LTRIM(L.a) = 'x ' AND RTRIM(L.a) = ' x'", (" x ", 0), True),
+        (
+            "TRIM(TRAILING 'y' FROM L.a) = 'yx' AND TRIM(BOTH 'y' FROM L.a) = 'x'",
+            ("yxyy", 0),
+            True,
+        ),
         ("UPPER(L.a) = 'A'", (None, 0), None),
     ],
 )
