@@ -9,6 +9,7 @@ forwarded unchanged, each record tagged with a `streamjoin.side` header naming i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ops.metrics import ServiceMetrics
 from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.avro_out import as_avro
+from serdes.dead_letters import DeadLetterTopic
 from serdes.decode import Format, Tally, decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
@@ -96,27 +98,17 @@ def format_factory(config: Config | None, source: InputConfig) -> Callable[[], F
 
 
 def decode_input(
-    raw: DataFrame, config: Config | None, source: InputConfig, tally: Tally | None = None
+    raw: DataFrame,
+    config: Config | None,
+    source: InputConfig,
+    tally: Tally | None = None,
+    letters: DeadLetterTopic | None = None,
 ) -> DataFrame:
-    """Decoded changes and dead letters; `tally` counts the dead letters by reason."""
+    """Decoded changes; the records that cannot be decoded written to `letters`, or kept as
+    dead-letter rows without it. `tally` counts the dead letters by reason."""
     make_format = format_factory(config, source)
-    decode = decoder(make_format, row_type(source), source.side, source.time, tally)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters)
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
-
-
-def dead_letters(decoded: DataFrame, dlq_topic: str) -> DataFrame:
-    """Undecodable records as they came, with the error and their coordinates in headers."""
-    headers = _add_headers(
-        decoded,
-        _header("streamjoin.error", F.col("error")),
-        _header("streamjoin.error.reason", F.col("reason")),
-        _header("streamjoin.source.topic", F.col("topic")),
-        _header("streamjoin.source.partition", F.col("partition").cast("string")),
-        _header("streamjoin.source.offset", F.col("offset").cast("string")),
-    )
-    return decoded.where(F.col("error").isNotNull()).select(
-        "key", "value", headers.alias("headers"), F.lit(dlq_topic).alias("topic")
-    )
 
 
 def normalize_changes(changes: DataFrame, source: InputConfig) -> DataFrame:
@@ -183,16 +175,22 @@ def _join_key(spec: JoinSpec) -> Column:
 
 
 def joined_output(
-    spark: SparkSession, config: Config, metrics: ServiceMetrics, drain_marker: Path | None
+    spark: SparkSession,
+    config: Config,
+    metrics: ServiceMetrics,
+    tasks: Writers,
+    drain_marker: Path | None,
 ) -> DataFrame:
     left_type, right_type = row_type(config.left), row_type(config.right)
-    raw_left, raw_right = (
-        read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
-    )
-    left_changes, right_changes = (
-        join_input(timed_changes(decode_input(raw, config, s), s), s, left_type, right_type)
-        for raw, s in ((raw_left, config.left), (raw_right, config.right))
-    )
+    exactly_once = _exactly_once(config)
+    sides = []
+    for source in (config.left, config.right):
+        letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
+                                  exactly_once, tasks.first[source.side])  # fmt: skip
+        raw = read_input(spark, config, source, drain_marker)
+        decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters)
+        sides.append(join_input(timed_changes(decoded, source), source, left_type, right_type))
+    left_changes, right_changes = sides
     changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
     if isinstance(spec, RegularJoinSpec):
@@ -218,28 +216,34 @@ def joined_output(
                           config.schema_registry_properties, config.output.topic)  # fmt: skip
     else:
         records = as_json(records)
-    output = records.withColumn("topic", F.lit(None).cast("string"))
-    # The dead-letter branch decodes the input a second time (Spark reads a source once per
-    # branch); only this branch counts, so every dead letter is counted once.
-    tally = metrics.dead_letters.accumulator
-    for raw, source in ((raw_left, config.left), (raw_right, config.right)):
-        output = output.unionByName(
-            dead_letters(decode_input(raw, config, source, tally), config.output.dlq_topic)
-        )
-    return output
+    return records
 
 
-def fence_open_transactions(spark: SparkSession, config: Config) -> None:
-    """Abort what an earlier run left open, for every task that may write a micro-batch: one
-    per state partition (the joined changes) and one per input partition (the dead letters, or
-    the forwarded records)."""
+@dataclass(frozen=True)
+class Writers:
+    """The tasks that may write a micro-batch, each under a transactional id of its own index:
+    one per state partition (the joined changes, `0 ..`), then one per partition of each input
+    (its dead letters, or its forwarded records), from `first[side]` on."""
+
+    count: int
+    first: dict[str, int]
+
+
+def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
-    inputs = sum(len(topics[source.topic].partitions) for source in (config.left, config.right))
-    writers = shuffle_partitions(spark, config.checkpoint_location) + inputs
-    ExactlyOnce(config.output.transactional_id, config.output.marker_topic).fence(
-        client_config, writers
-    )
+    count = shuffle_partitions(spark, config.checkpoint_location)
+    first = {}
+    for source in (config.left, config.right):
+        first[source.side] = count
+        count += len(topics[source.topic].partitions)
+    return Writers(count, first)
+
+
+def _exactly_once(config: Config) -> ExactlyOnce | None:
+    if config.output.delivery != "exactly-once":
+        return None
+    return ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
 
 
 def start(
@@ -249,8 +253,9 @@ def start(
     drain_marker: Path | None = None,
 ) -> StreamingQuery:
     """Start the query; once `drain_marker` exists, the sources offer no more records."""
+    tasks = writers(spark, config)
     if config.join.on:
-        output = joined_output(spark, config, metrics, drain_marker)
+        output = joined_output(spark, config, metrics, tasks, drain_marker)
     else:
         left, right = (
             read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
@@ -263,10 +268,12 @@ def start(
         .options(**kafka_options(config.kafka_client_config()))
         .option("checkpointLocation", config.checkpoint_location)
     )
-    if config.output.delivery == "exactly-once":
-        fence_open_transactions(spark, config)
-        writer = writer.option("transactionalId", config.output.transactional_id).option(
-            "markerTopic", config.output.marker_topic
+    exactly_once = _exactly_once(config)
+    if exactly_once is not None:
+        # Abort what an earlier run left open, for every task that may write a micro-batch.
+        exactly_once.fence(config.kafka_client_config(), tasks.count)
+        writer = writer.option("transactionalId", exactly_once.transactional_id).option(
+            "markerTopic", exactly_once.marker_topic
         )
     if config.trigger_interval_ms is None:
         writer = writer.trigger(availableNow=True)

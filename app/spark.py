@@ -11,6 +11,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from ops.jvm_console import filtered_stderr
 from serdes.kafka_datasource import KafkaDataSource
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -25,11 +26,21 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
+    # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
+    "spark.sql.adaptive.enabled": "false",
 }
+# Loggers that warn about what a user can do nothing about: the Python state server at every
+# absent value, the trigger at every batch longer than its interval (the service runs batches
+# back to back when behind), Hadoop at start-up for the native library it does without.
+QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.python.streaming",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+    "org.apache.hadoop.util.NativeCodeLoader",
+)
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:
-    """Raise one JVM logger to ERROR: the Python state server warns at every absent value."""
+    """Raise one JVM logger to ERROR."""
     jvm = spark.sparkContext._jvm
     level = jvm.org.apache.logging.log4j.Level.ERROR
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
@@ -46,8 +57,10 @@ def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSessi
     builder = SparkSession.builder.master(master).appName("streamjoin")
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with filtered_stderr():  # the JVM starts here, and keeps the filtered stderr
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    _quiet(spark, "org.apache.spark.sql.execution.python.streaming")
+    for logger in QUIET_LOGGERS:
+        _quiet(spark, logger)
     spark.dataSource.register(KafkaDataSource)
     return spark

@@ -23,7 +23,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from serdes.dead_letters import DeadLetterTopic
 from serdes.formats import Change
+from serdes.kafka_produce import OutputRecord
 from serdes.kafka_source import HEADER_TYPE, HEADERS_SPARK_TYPE
 from serdes.values import EPOCH, DecodeError
 
@@ -113,8 +115,11 @@ def decoder(
     side: str,
     time: str = "proctime",
     dead: Tally | None = None,
+    letters: DeadLetterTopic | None = None,
 ):
-    """The function for `mapInArrow`: raw Kafka batches in, decoded batches out."""
+    """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
+    `letters`, the records that cannot be decoded are written there once the input is exhausted
+    (and counted if written); without, they come out as dead-letter rows (and are counted)."""
     schema = pa.schema(
         [
             pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
@@ -128,19 +133,28 @@ def decoder(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fmt = make_format()
         reasons: dict[tuple[str, str], int] = {}
+        undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         for batch in batches:
             out = _Output()
             for record in batch.to_pylist():
                 try:
                     changes = fmt.decode(record["key"], record["value"])
                 except DecodeError as error:
-                    out.dead_letter(error, record)
+                    if letters is None:
+                        out.dead_letter(error, record)
+                    else:
+                        letter = letters.letter(error, record)
+                        undecoded.setdefault(record["partition"], []).append(letter)
                     reasons[(side, error.reason)] = reasons.get((side, error.reason), 0) + 1
                     continue
                 base = record["offset"] * SEQ_PER_RECORD
                 for i, (op, row) in enumerate(changes):
                     out.change(op, base + i, row, record["timestamp"], event_time(fmt, record, row))
             yield out.batch(schema)
+        if letters is not None:
+            written = sum(letters.write(p, found) for p, found in undecoded.items())
+            if not written:  # by an earlier attempt of this batch, and counted then
+                reasons.clear()
         if dead is not None and reasons:
             dead.add(reasons)
 

@@ -59,40 +59,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 yield topic or self.topic, key, value, pairs
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        if self.exactly_once is None:
-            return SinkCommit(self._deliver(self.records(iterator)))
         # All of the task's input is consumed even when its batch was written before: the
         # stateful operators upstream commit their state only once their input is exhausted.
         records = list(self.records(iterator))
-        if not records:
-            return SinkCommit(0)
-        task = TaskContext.get()
-        batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
-        written = self.exactly_once.write(self.client_config, task.partitionId(), batch, records)
-        return SinkCommit(len(records) if written else 0)
-
-    def _deliver(self, records: Iterator[OutputRecord]) -> int:
-        producer = Producer(producer_config(self.client_config))
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
-        count = 0
-        for record in records:
-            produce(producer, record, delivered)
-            count += 1
-            if count % 1000 == 0:
-                producer.poll(0)
-        undelivered = producer.flush(FLUSH_TIMEOUT_S)
-        if failures or undelivered:
-            first = failures[0] if failures else "flush timed out"
-            raise DeliveryError(
-                f"{len(failures) + undelivered} of {count} records to {self.topic!r} "
-                f"were not delivered: {first}"
-            )
-        return count
+        return SinkCommit(write_once(self.client_config, self.exactly_once, records, self.topic))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Records were acknowledged (and committed) in `write`; nothing is left per batch."""
@@ -100,3 +70,48 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """A failed batch is re-run from its checkpointed offsets: with exactly-once, its
         uncommitted transactions are aborted then; with at-least-once, its output stays."""
+
+
+def write_once(
+    client_config: dict[str, str],
+    exactly_once: ExactlyOnce | None,
+    records: list[OutputRecord],
+    topic: str,
+    writer: int | None = None,
+) -> int:
+    """Write one task's records of the running micro-batch: exactly-once as that batch of
+    `writer` (the index of a transactional id; the task's partition by default), or
+    at-least-once when `exactly_once` is None. Returns how many were written: 0 when the batch
+    had been written before. `topic` names where they go, for errors."""
+    if exactly_once is None:
+        return deliver(client_config, records, topic)
+    if not records:
+        return 0
+    task = TaskContext.get()
+    batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
+    writer = task.partitionId() if writer is None else writer
+    written = exactly_once.write(client_config, writer, batch, records)
+    return len(records) if written else 0
+
+
+def deliver(client_config: dict[str, str], records: list[OutputRecord], topic: str) -> int:
+    """Produce `records` with an idempotent producer and wait until each is acknowledged."""
+    producer = Producer(producer_config(client_config))
+    failures: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for count, record in enumerate(records, 1):
+        produce(producer, record, delivered)
+        if count % 1000 == 0:
+            producer.poll(0)
+    undelivered = producer.flush(FLUSH_TIMEOUT_S)
+    if failures or undelivered:
+        first = failures[0] if failures else "flush timed out"
+        raise DeliveryError(
+            f"{len(failures) + undelivered} of {len(records)} records to {topic!r} "
+            f"were not delivered: {first}"
+        )
+    return len(records)

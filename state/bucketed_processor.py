@@ -191,13 +191,18 @@ class BucketedJoinProcessor(StatefulProcessor):
     def _save(self, bucket: Any, before: bytes | None, now: int) -> None:
         """Write the bucket back if it changed, and keep one engine timer at its next timer."""
         next_timer = bucket.next_timer()
+        # a timer due already (a late row's) fires at the next watermark, as in Flink
+        wanted = None if next_timer is None else max(next_timer, now + 1)
         pending = bucket.spark_timer
-        if next_timer is not None and (pending is None or pending <= now or next_timer < pending):
-            # a timer due already (a late row's) fires at the next watermark, as in Flink
-            bucket.spark_timer = max(next_timer, now + 1)
-            self.handle.registerTimer(bucket.spark_timer)
-        elif next_timer is None:
-            bucket.spark_timer = None
+        if wanted != pending and (wanted is None or pending is None or pending <= now
+                                  or wanted < pending):  # fmt: skip
+            # One engine timer per bucket: one registered twice makes the engine warn, and a
+            # stale one fires for nothing. A due one's work is done: `fire_due` ran first.
+            if pending is not None:
+                self.handle.deleteTimer(pending)
+            if wanted is not None:
+                self.handle.registerTimer(wanted)
+            bucket.spark_timer = wanted
         if not bucket.keys:
             if before is not None:
                 self.state.clear()
@@ -257,7 +262,8 @@ class BucketedJoinProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         bucket, before = self._load()
         now = self._operator_time(timerValues)
-        bucket.spark_timer = None
+        if bucket.spark_timer is not None and bucket.spark_timer <= now:
+            bucket.spark_timer = None  # this one, firing (or about to, in this batch)
         pairs = self.fire_due(bucket, now)
         self._save(bucket, before, now)
         if pairs:

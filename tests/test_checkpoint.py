@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 
 from app.checkpoint import SHUFFLE_PARTITIONS, shuffle_partitions
 from app.config import load_config
-from app.pipeline import fence_open_transactions
+from app.pipeline import writers
 from serdes.kafka_transactions import ExactlyOnce
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
@@ -69,6 +69,8 @@ def test_start_up_fences_the_task_ids_of_the_checkpoints_partitions(
     sink = ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
     died_mid_transaction(kafka, sink, 5, out)
 
-    fence_open_transactions(spark, config)
+    tasks = writers(spark, config)
+    assert (tasks.count, tasks.first) == (6, {"left": 4, "right": 5})
+    sink.fence({"bootstrap.servers": kafka}, tasks.count)
     assert sink.write({"bootstrap.servers": kafka}, 1, 5, [(out, b"k", b"whole", None)])
     assert [r.value for r in committed_output(kafka, out, config.output.marker_topic)] == [b"whole"]

@@ -9,10 +9,12 @@ from functools import partial
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
+from serdes.dead_letters import DeadLetterTopic
 from serdes.decode import decoder
 from serdes.formats import DebeziumJsonFormat, JsonFormat
 from serdes.kafka_source import ARROW_SCHEMA
 from serdes.schema import parse_schema
+from tests.kafka_io import create_topics, read_topic, unique
 
 ORDERS = parse_schema("order_id STRING, order_time TIMESTAMP(3)")
 ROW_TYPE = StructType([StructField(c.name, c.spark_type) for c in ORDERS])
@@ -37,8 +39,11 @@ def kafka_batch(values: list[bytes | None]) -> pa.RecordBatch:
     )  # fmt: skip
 
 
-def decode(fmt_class, time: str, values: list[bytes | None], tally=None) -> list[dict]:
-    run = decoder(partial(fmt_class, ORDERS, ["order_id"]), ROW_TYPE, "left", time, tally)
+def decode(
+    fmt_class, time: str, values: list[bytes | None], tally=None, letters=None
+) -> list[dict]:
+    make_format = partial(fmt_class, ORDERS, ["order_id"])
+    run = decoder(make_format, ROW_TYPE, "left", time, tally, letters)
     return [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
 
 
@@ -70,3 +75,25 @@ def test_bad_records_become_dead_letters_with_their_coordinates_and_are_counted(
     ]  # fmt: skip
     assert dead[0]["value"] == b"{oops"
     assert tally.counts == {("left", "bad-json"): 1, ("left", "missing-field"): 1}
+
+
+def test_the_decoding_task_writes_its_dead_letters_itself_and_passes_on_only_changes(
+    kafka: str,
+) -> None:
+    """The service decodes each record once: the dead letters leave from the decoding task,
+    not from a second read of the topic."""
+    dlq = unique("dlq")
+    create_topics(kafka, [dlq])
+    tally = Tally()
+    good = json.dumps({"order_id": "o1"}).encode()
+    letters = DeadLetterTopic(dlq, {"bootstrap.servers": kafka}, None, 0)
+    rows = decode(JsonFormat, "proctime", [good, b"{oops", good], tally, letters)
+    assert [(r["op"], r["seq"]) for r in rows] == [("+I", 20), ("+I", 24)]
+    [letter] = read_topic(kafka, dlq, at_least=1)
+    assert (letter.key, letter.value) == (b"k", b"{oops")
+    assert letter.header("streamjoin.error.reason") == b"bad-json"
+    assert letter.header("streamjoin.source.topic") == b"orders"
+    assert letter.header("streamjoin.source.partition") == b"2"
+    assert letter.header("streamjoin.source.offset") == b"11"
+    assert letter.header("streamjoin.error")
+    assert tally.counts == {("left", "bad-json"): 1}

@@ -32,3 +32,6 @@ def test_demo_prints_the_seeds_temporal_join_table_and_exits() -> None:
     assert [line.strip() for line in lines[2:7]] == SEED_TABLE
     assert lines[7].startswith("streamjoin demo: metrics were served at http://127.0.0.1:")
     assert len(lines) == 8
+    noise = [line for line in result.stderr.splitlines()
+             if "Python worker" in line or "log4j" in line or "setLogLevel" in line]  # fmt: skip
+    assert noise == []

@@ -69,3 +69,32 @@ def test_idle_state_is_dropped_after_the_retention_time_and_counted() -> None:
     # The key starts afresh: the late right row finds no order to join.
     fresh = tester.test(("p1",), [In(1, "+I", 3, None, Row(product_id="p1", price=1))])
     assert fresh == []
+
+
+def test_an_update_whose_after_image_comes_first_in_a_batch_is_applied_in_seq_order() -> None:
+    """A Debezium update is `-U before` (seq 2n) then `+U after` (2n+1); the shuffle may deliver
+    the `+U` first. Flink's result: the old joined row retracted, then the new one."""
+    spec = RegularJoinSpec(
+        "inner",
+        "L.product_id = R.product_id",
+        SideSpec(("order_id", "product_id", "qty"), ("order_id",)),
+        SideSpec(("product_id", "price"), ("product_id",)),
+    )
+    out = ["op", "L_order_id", "L_product_id", "L_qty", "R_product_id", "R_price"]
+    tester = TwsTester(RegularJoinProcessor(spec, out))
+    tester.test(
+        ("p1",),
+        [In(1, "+I", 2, None, Row(product_id="p1", price=10)),
+         In(0, "+I", 4, Row(order_id="o1", product_id="p1", qty=1), None)],
+    )  # fmt: skip
+    update = tester.test(
+        ("p1",),
+        [In(0, "+U", 15, Row(order_id="o1", product_id="p1", qty=2), None),
+         In(0, "-U", 14, Row(order_id="o1", product_id="p1", qty=1), None)],
+    )  # fmt: skip
+    assert [tuple(r) for r in update] == [
+        ("-U", "o1", "p1", 1, "p1", 10),
+        ("+U", "o1", "p1", 2, "p1", 10),
+    ]
+    left, _right = load_views(tester.peekValueState("join", ("p1",))[0])
+    assert [row for row, _ in left.records()] == [("o1", "p1", 2)]

@@ -52,3 +52,28 @@ def test_the_seeds_latest_rates_through_the_processing_time_processor() -> None:
                 (0, "+I", 22, (2, "Euro"))),
     )  # fmt: skip
     assert yen(later) == [232]
+
+
+def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_time() -> None:
+    """Orders come out when the watermark passes their time (an engine timer fires
+    `handleExpiredTimer`), each with the rate valid then, even when a later order arrived first
+    and an earlier one took over the bucket's timer."""
+    spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    tester = TwsTester(
+        TemporalJoinProcessor(spec, OUT, {"L_amount": "integral", "R_rate": "integral"}),
+        timeMode="EventTime",
+        # The changelog carries its time as a plain `ts`: Spark drops no row as late.
+        eventTimeExtractor=lambda _row: float("inf"),
+    )
+
+    def at(ms: int, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(ts=ms)
+
+    tester.testInPandas(0, at(0, changes((1, "+I", 1, ("Euro", 114)))))
+    assert tester.testInPandas(0, at(500, changes((0, "+I", 10, (3, "Euro"))))).empty
+    assert tester.testInPandas(0, at(300, changes((0, "+I", 12, (2, "Euro"))))).empty
+    tester.testInPandas(0, at(600, changes((1, "+U", 14, ("Euro", 116)))))
+    tester.testInPandas(0, at(650, changes((0, "+I", 16, (1, "Euro")))))
+    assert yen(tester.setWatermark(400)) == [228]
+    assert yen(tester.setWatermark(700)) == [342, 116]
+    assert tester.setWatermark(800).empty
