@@ -23,6 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ops.worker_gc import settle_worker
 from serdes.dead_letters import DeadLetterTopic
 from serdes.formats import Change
 from serdes.kafka_produce import OutputRecord
@@ -131,6 +132,7 @@ def decoder(
     event_time = event_time_of(time, row_type)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        settle_worker()
         fmt = make_format()
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition

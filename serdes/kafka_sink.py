@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ops.worker_gc import settle_worker
 from serdes.kafka_produce import OutputRecord, produce, producer_config
 from serdes.kafka_transactions import BATCH_ID_PROPERTY, ExactlyOnce
 
@@ -59,6 +60,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 yield topic or self.topic, key, value, pairs
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        settle_worker()
         # All of the task's input is consumed even when its batch was written before: the
         # stateful operators upstream commit their state only once their input is exhausted.
         records = list(self.records(iterator))

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
+from ops.worker_gc import settle_worker
 from serdes.kafka_offsets import PartitionBounds
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -148,6 +149,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
+        settle_worker()
         return read_range(partition)
 
     def stop(self) -> None:

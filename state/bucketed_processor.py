@@ -32,10 +32,10 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from ops.worker_gc import settle_worker
 from state.condition import JoinCondition, compile_matcher
 from state.interval_join import Row
 from state.regular_processor import SideSpec
-from state.worker_gc import relax_garbage_collector
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
@@ -170,7 +170,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         """What the bucket's input rows of a micro-batch emit."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        relax_garbage_collector()
+        settle_worker()
         self.handle = handle
         self.state = handle.getValueState("bucket", BUCKET_STATE)
         self.left_columns = [f"L_{name}" for name in self.spec.left.fields]

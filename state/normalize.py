@@ -39,6 +39,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from ops.worker_gc import settle_worker
 from state.views import struct_values
 
 LAST_ROW_STATE = StructType([StructField("row", BinaryType())])
@@ -83,6 +84,7 @@ class NormalizeProcessor(StatefulProcessor):
         self.row_names = row_names
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        settle_worker()
         self.state = handle.getValueState("last", LAST_ROW_STATE)
         self.out = Row("op", "seq", "ts", "row")
 

@@ -21,10 +21,10 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from ops.worker_gc import settle_worker
 from state.condition import compile_matcher, parse_condition, split_condition
 from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
 from state.views import View, dump_views, load_views, new_view, struct_values
-from state.worker_gc import relax_garbage_collector
 
 # Both sides' views of a key in one value, with the time of its last write (for retention).
 KEY_STATE = StructType([StructField("views", BinaryType()), StructField("touched_ms", LongType())])
@@ -99,7 +99,7 @@ class RegularJoinProcessor(StatefulProcessor):
         self.expired_rows = expired_rows
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        relax_garbage_collector()
+        settle_worker()
         self.handle = handle
         self.state = handle.getValueState("join", KEY_STATE)
         self.join = self.spec.operator()

@@ -1,5 +1,6 @@
 """A restarted query keeps its checkpoint's shuffle partitions, and start-up fences every task
-id that query will write with, not the ids the session's setting would give."""
+id that query will write with, not the ids the session's setting would give; a new query has
+one state partition per task slot."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pyspark.sql import SparkSession
 from app.checkpoint import SHUFFLE_PARTITIONS, shuffle_partitions
 from app.config import load_config
 from app.pipeline import writers
+from app.spark import task_slots
 from serdes.kafka_transactions import ExactlyOnce
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
@@ -74,3 +76,7 @@ def test_start_up_fences_the_task_ids_of_the_checkpoints_partitions(
     sink.fence({"bootstrap.servers": kafka}, tasks.count)
     assert sink.write({"bootstrap.servers": kafka}, 1, 5, [(out, b"k", b"whole", None)])
     assert [r.value for r in committed_output(kafka, out, config.output.marker_topic)] == [b"whole"]
+
+
+def test_a_new_query_has_one_state_partition_per_task_slot(spark: SparkSession) -> None:
+    assert task_slots(spark) == 2  # local[2]
