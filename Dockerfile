@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYSPARK_PYTHON=/usr/local/bin/python \
+    PYSPARK_PYTHON=/usr/local/bin/streamjoin-python \
     CHECKPOINT_LOCATION=/var/lib/streamjoin/checkpoint
 
 WORKDIR /opt/streamjoin

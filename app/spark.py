@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -62,11 +63,18 @@ def task_slots(spark: SparkSession) -> int:
     return max(executors * int(conf.get("spark.executor.cores", "1") or 1), 1)
 
 
+def worker_python() -> str:
+    """`streamjoin-python` beside this interpreter (see `ops.worker_python`), else this one."""
+    wrapper = Path(sys.executable).with_name("streamjoin-python")
+    return str(wrapper) if wrapper.is_file() else sys.executable
+
+
 def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
     """Create (or reuse) the session with the service's defaults, overridden by `conf`."""
     # Python workers must run the interpreter that has this project installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
+    # ... and so must the driver's (the streaming source runners, the state processor's set-up).
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
     if master.startswith("local"):
         # Everything runs on this host: keep Spark's own sockets on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

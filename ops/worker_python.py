@@ -1,0 +1,41 @@
+"""`streamjoin-python`: the interpreter Spark starts its Python workers with. It is this
+environment's Python, importing pyspark and py4j from their installed packages rather than from
+the zips Spark puts first on every worker's PYTHONPATH.
+
+Python compiles what it imports from a zip at every start (it never caches bytecode there), and
+Spark starts some twenty Python processes per query (a daemon per worker kind, its workers, the
+source runners): in a 200,000-row `side_by_side.py` run they spent 27 s of CPU importing
+pyspark from `pyspark.zip`, 38 % of all Python CPU, most of it before the first output (py-spy).
+When a zip is the one the installed pyspark package ships, the same modules are on `sys.path`
+anyway, with their cached bytecode; only those zips are dropped, so a Spark installed elsewhere
+keeps its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+
+def _bundled(path: str) -> bool:
+    """Whether `path` is a zip inside a pyspark package this interpreter imports from
+    (`<site-packages>/pyspark/python/lib/*.zip`)."""
+    package = Path(path).parent.parent.parent
+    return (
+        path.endswith(".zip")
+        and package.name == "pyspark"
+        and (package / "__init__.py").is_file()
+        and str(package.parent) in sys.path
+    )
+
+
+def without_bundled_zips(python_path: str) -> str:
+    return os.pathsep.join(p for p in python_path.split(os.pathsep) if p and not _bundled(p))
+
+
+def main() -> NoReturn:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = without_bundled_zips(env.get("PYTHONPATH", ""))
+    os.execve(sys.executable, [sys.executable, *sys.argv[1:]], env)
