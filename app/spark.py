@@ -30,11 +30,10 @@ DEFAULT_CONF = {
 }
 # Loggers that warn about what a user can do nothing about: the Python state server at every
 # absent value, the trigger at every batch longer than its interval (the service runs batches
-# back to back when behind), Hadoop at start-up for the native library it does without.
+# back to back when behind). What warns before they can be set is filtered by `jvm_console`.
 QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.python.streaming",
     "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
-    "org.apache.hadoop.util.NativeCodeLoader",
 )
 
 

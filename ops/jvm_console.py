@@ -38,7 +38,9 @@ def _copy(source: int, target: int) -> None:
                 after_noise = bool(text)
                 continue
             after_noise = False
-            os.write(target, line)
+            # Never stop reading: a JVM whose stderr pipe fills up blocks on its next line.
+            with contextlib.suppress(OSError):
+                os.write(target, line)
 
 
 @contextlib.contextmanager
