@@ -42,6 +42,9 @@ def run(env: Mapping[str, str]) -> int:
             query = pipeline.start(spark, config, metrics, drain_marker)
             metrics.readiness.started()
             exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query))
+        except StartupError as err:  # found once Spark runs: what the checkpoint holds
+            print(f"streamjoin: {err}", file=sys.stderr)
+            exit_code = 2
         finally:
             stop_session(spark, exit_code)
     return exit_code

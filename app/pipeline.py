@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from app.checkpoint import shuffle_partitions
+from app.checkpoint import check_state_record, shuffle_partitions
 from app.config import Config, InputConfig
 from app.join_plan import bucketed_join, regular_join
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized
@@ -240,6 +240,17 @@ def writers(spark: SparkSession, config: Config) -> Writers:
     return Writers(count, first)
 
 
+def state_settings(config: Config) -> dict[str, object]:
+    """The variables that decide how a checkpoint's state is laid out: its join, and the
+    buckets the interval and temporal joins hash their keys into."""
+    if not config.join.on:
+        return {}
+    settings: dict[str, object] = {"JOIN_TYPE": config.join.type}
+    if config.join.type != "regular":
+        settings["JOIN_STATE_BUCKETS"] = config.join.state_buckets
+    return settings
+
+
 def _exactly_once(config: Config) -> ExactlyOnce | None:
     if config.output.delivery != "exactly-once":
         return None
@@ -254,6 +265,7 @@ def start(
 ) -> StreamingQuery:
     """Start the query; once `drain_marker` exists, the sources offer no more records."""
     tasks = writers(spark, config)
+    check_state_record(spark, config.checkpoint_location, state_settings(config))
     if config.join.on:
         output = joined_output(spark, config, metrics, tasks, drain_marker)
     else:

@@ -15,7 +15,6 @@ the join sees it.
 
 from __future__ import annotations
 
-import pickle
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
+    MapState,
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
@@ -34,10 +34,13 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ops.worker_gc import settle_worker
 from state.condition import JoinCondition, compile_matcher
+from state.encoding import dump, load
 from state.interval_join import Row
+from state.keyed_state import KeyedBucket, StoredKeys
 from state.regular_processor import SideSpec
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
+ENTRY_KEY = StructType([StructField("key", BinaryType())])
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 PROCTIME = "proctime"
 SIDES = ("left", "right")
@@ -87,15 +90,6 @@ class TimedJoinSpec:
         raise NotImplementedError
 
 
-class BucketState(Protocol):
-    """What a subclass keeps per bucket: its keys' state and the pending engine timer."""
-
-    keys: dict[Any, Any]
-    spark_timer: int | None
-
-    def next_timer(self) -> int | None: ...
-
-
 def python_values(series: pd.Series, kind: str) -> list[Any]:
     """A pandas column as Python values, NULL as None (pandas has NaN and NaT for it).
 
@@ -116,6 +110,103 @@ def pandas_column(values: list[Any], kind: str) -> Any:
         micros = np.array([_NAT if v is None else v for v in values], dtype=np.int64)
         return micros.view("datetime64[us]")
     return pd.Series(values, dtype=object)
+
+
+class BucketLayout(Protocol):
+    """How a processor keeps its buckets: `read` at a bucket's visit (the bucket and the bytes
+    it was read from), `flush` its keys, then `write` what the bucket holds besides them."""
+
+    def read(self) -> tuple[Any, bytes | None]: ...
+
+    def flush(self, bucket: Any) -> None: ...
+
+    def write(self, bucket: Any, before: bytes | None) -> None: ...
+
+
+class WholeBuckets:
+    """One value per bucket, read and written whole: for state that time bounds and a batch
+    mostly touches (the interval join), one call per bucket beats one per key."""
+
+    def __init__(
+        self,
+        handle: StatefulProcessorHandle,
+        new: Callable[[], Any],
+        to_plain: Callable[[Any], Any],
+        from_plain: Callable[[Any], Any],
+    ) -> None:
+        self.state = handle.getValueState("bucket", BUCKET_STATE)
+        self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
+
+    def read(self) -> tuple[Any, bytes | None]:
+        stored = self.state.get()
+        if stored is None:
+            return self.new(), None
+        return self.from_plain(load(stored[0])), stored[0]
+
+    def flush(self, bucket: Any) -> None:
+        """Nothing to do before `write`: the keys are in the bucket's value."""
+
+    def write(self, bucket: Any, before: bytes | None) -> None:
+        if not bucket.keys:
+            if before is not None:
+                self.state.clear()
+            return
+        blob = dump(self.to_plain(bucket))
+        if blob != before:
+            self.state.update((blob,))
+
+
+class MapEntries:
+    """A bucket's `MapState` as the `EntryStore` of `state.keyed_state`."""
+
+    def __init__(self, state: MapState) -> None:
+        self.state = state
+
+    def get(self, key: bytes) -> bytes | None:
+        found = self.state.getValue((key,))
+        return None if found is None else found[0]
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.state.updateValue((key,), (value,))
+
+    def remove(self, key: bytes) -> None:
+        self.state.removeKey((key,))
+
+
+class KeyedEntries:
+    """Each key of a bucket its own `MapState` entry (`state.keyed_state`): a batch reads and
+    writes the keys it touches. The bucket's own value holds its engine timer and the keys
+    that wait for time, and is written only when those change."""
+
+    def __init__(
+        self,
+        handle: StatefulProcessorHandle,
+        to_plain: Callable[[Any], Any],
+        from_plain: Callable[[Any], Any],
+        timer_of: Callable[[Any], int | None],
+    ) -> None:
+        self.timers = handle.getValueState("timers", BUCKET_STATE)
+        self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE))
+        self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
+
+    def read(self) -> tuple[KeyedBucket, bytes | None]:
+        stored = self.timers.get()
+        spark_timer, timers = (None, []) if stored is None else load(stored[0])
+        keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
+                          self.timer_of)  # fmt: skip
+        return KeyedBucket(keys, spark_timer), None if stored is None else stored[0]
+
+    def flush(self, bucket: KeyedBucket) -> None:
+        bucket.keys.flush()
+
+    def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
+        if bucket.spark_timer is None and not bucket.keys.timers:
+            if before is not None:
+                self.timers.clear()
+            return
+        blob = dump((bucket.spark_timer, list(bucket.keys.timers.items())))
+        if blob != before:
+            self.timers.update((blob,))
 
 
 @dataclass
@@ -159,7 +250,8 @@ class BucketedJoinProcessor(StatefulProcessor):
         self.join = spec.operator()
 
     @abstractmethod
-    def new_bucket(self) -> BucketState: ...
+    def layout(self, handle: StatefulProcessorHandle) -> BucketLayout:
+        """How a bucket is kept in Spark's state store."""
 
     @abstractmethod
     def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
@@ -172,7 +264,7 @@ class BucketedJoinProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
         self.handle = handle
-        self.state = handle.getValueState("bucket", BUCKET_STATE)
+        self.store = self.layout(handle)
         self.left_columns = [f"L_{name}" for name in self.spec.left.fields]
         self.right_columns = [f"R_{name}" for name in self.spec.right.fields]
         self.key_columns = [f"k{i}" for i in range(max(1, len(self.spec.equi_keys)))]
@@ -182,14 +274,9 @@ class BucketedJoinProcessor(StatefulProcessor):
             return timer_values.getCurrentProcessingTimeInMs()
         return max(timer_values.getCurrentWatermarkInMs(), 0)
 
-    def _load(self) -> tuple[Any, bytes | None]:
-        stored = self.state.get()
-        if stored is None:
-            return self.new_bucket(), None
-        return pickle.loads(stored[0]), stored[0]
-
     def _save(self, bucket: Any, before: bytes | None, now: int) -> None:
         """Write the bucket back if it changed, and keep one engine timer at its next timer."""
+        self.store.flush(bucket)
         next_timer = bucket.next_timer()
         # a timer due already (a late row's) fires at the next watermark, as in Flink
         wanted = None if next_timer is None else max(next_timer, now + 1)
@@ -203,13 +290,7 @@ class BucketedJoinProcessor(StatefulProcessor):
             if wanted is not None:
                 self.handle.registerTimer(wanted)
             bucket.spark_timer = wanted
-        if not bucket.keys:
-            if before is not None:
-                self.state.clear()
-            return
-        blob = pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL)
-        if blob != before:
-            self.state.update((blob,))
+        self.store.write(bucket, before)
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
@@ -246,7 +327,7 @@ class BucketedJoinProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         frames = list(rows)
         frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        bucket, before = self._load()
+        bucket, before = self.store.read()
         now = self._operator_time(timerValues)
         pairs = self.fire_due(bucket, now)
         rows = self._input(frame)
@@ -260,7 +341,7 @@ class BucketedJoinProcessor(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        bucket, before = self._load()
+        bucket, before = self.store.read()
         now = self._operator_time(timerValues)
         if bucket.spark_timer is not None and bucket.spark_timer <= now:
             bucket.spark_timer = None  # this one, firing (or about to, in this batch)

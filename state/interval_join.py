@@ -56,6 +56,18 @@ class Bucket:
         return min((t for key in self.keys.values() for t in key.timers()), default=None)
 
 
+def bucket_to_plain(bucket: Bucket) -> tuple:
+    """A bucket as plain data (`state.encoding`)."""
+    keys = {k: (s.left, s.right, s.left_timer, s.right_timer) for k, s in bucket.keys.items()}
+    return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer
+
+
+def bucket_from_plain(plain: tuple) -> Bucket:
+    keys, left_expiration, right_expiration, spark_timer = plain
+    states = {k: KeyState(*state) for k, state in keys.items()}
+    return Bucket(states, left_expiration, right_expiration, spark_timer)
+
+
 class IntervalJoin:
     """`lower <= L.t - R.t <= upper`, for INNER, LEFT, RIGHT and FULL joins."""
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from state.bucketed_processor import BucketedJoinProcessor, Emitted, InputRows, TimedJoinSpec
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.bucketed_processor import (
+    BucketedJoinProcessor,
+    Emitted,
+    InputRows,
+    TimedJoinSpec,
+    WholeBuckets,
+)
 from state.condition import JoinCondition, parse_condition
 from state.interval_bounds import IntervalCondition, split_interval
-from state.interval_join import Bucket, IntervalJoin, Pair
+from state.interval_join import Bucket, IntervalJoin, Pair, bucket_from_plain, bucket_to_plain
 from state.regular_processor import SideSpec
 
 
@@ -50,8 +58,8 @@ class IntervalJoinSpec(TimedJoinSpec):
 class IntervalJoinProcessor(BucketedJoinProcessor):
     """Flink's interval join (`state.interval_join`) per key, over buckets of keys."""
 
-    def new_bucket(self) -> Bucket:
-        return Bucket()
+    def layout(self, handle: StatefulProcessorHandle) -> WholeBuckets:
+        return WholeBuckets(handle, Bucket, bucket_to_plain, bucket_from_plain)
 
     def fire_due(self, bucket: Bucket, now: int) -> list[Emitted]:
         return _inserts(self.join.fire_due(bucket, now))

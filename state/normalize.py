@@ -27,7 +27,6 @@ order through later shuffles.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ops.worker_gc import settle_worker
+from state.encoding import dump, load
 from state.views import struct_values
 
 LAST_ROW_STATE = StructType([StructField("row", BinaryType())])
@@ -72,9 +72,8 @@ def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change
 
 
 def _stored(blob: bytes) -> Last:
-    value = pickle.loads(blob)
-    # checkpoints written before event times were kept hold the bare row
-    return value if isinstance(value, list) else (value, None)
+    row, ts = load(blob)
+    return row, ts
 
 
 class NormalizeProcessor(StatefulProcessor):
@@ -100,7 +99,7 @@ class NormalizeProcessor(StatefulProcessor):
             if stored is not None:
                 self.state.clear()
         else:
-            blob = pickle.dumps(list(last), protocol=pickle.HIGHEST_PROTOCOL)
+            blob = dump(last)
             if stored is None or stored[0] != blob:
                 self.state.update((blob,))
         names = self.row_names

@@ -55,6 +55,20 @@ class VersionedKey:
         return [] if self.timer is None else [self.timer]
 
 
+def key_to_plain(state: VersionedKey) -> tuple:
+    """A key's state as plain data (`state.encoding`)."""
+    return state.probes, state.versions, state.timer
+
+
+def key_from_plain(plain: tuple) -> VersionedKey:
+    probes, versions, timer = plain
+    return VersionedKey(probes, versions, timer)
+
+
+def key_timer(state: VersionedKey) -> int | None:
+    return state.timer
+
+
 @dataclass
 class VersionedBucket:
     """The keys of one state value."""
@@ -64,6 +78,10 @@ class VersionedBucket:
 
     def next_timer(self) -> int | None:
         return min((s.timer for s in self.keys.values() if s.timer is not None), default=None)
+
+    def due(self, now: int) -> list[Any]:
+        """The keys whose timer is at or before `now`."""
+        return [k for k, s in self.keys.items() if s.timer is not None and s.timer <= now]
 
 
 class EventTimeTemporalJoin:
@@ -96,17 +114,19 @@ class EventTimeTemporalJoin:
             return
         state = self._state(bucket, key)
         state.versions[time] = (op, row)
-        self._timer_at(state, time)
+        if len(state.versions) > 1:
+            # Time passing trims versions, and with one version there is nothing to trim: a
+            # table loaded ahead of the watermark leaves no key waiting for time.
+            self._timer_at(state, sorted(state.versions)[1])
 
     def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Joined]:
         """Every key whose timer the watermark reached: emit its due probe rows, trim versions."""
         out: list[Joined] = []
-        for key in [k for k, s in bucket.keys.items() if s.timer is not None]:
+        for key in bucket.due(watermark):
             state = bucket.keys[key]
-            if state.timer is not None and state.timer <= watermark:
-                out += self._emit_and_clean(state, watermark)
-                if not state.probes and not state.versions:
-                    del bucket.keys[key]
+            out += self._emit_and_clean(state, watermark)
+            if not state.probes and not state.versions:
+                del bucket.keys[key]
         return out
 
     def _emit_and_clean(self, state: VersionedKey, watermark: int) -> list[Joined]:

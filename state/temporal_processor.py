@@ -9,11 +9,19 @@ new version of its key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from state.bucketed_processor import BucketedJoinProcessor, Emitted, InputRows, TimedJoinSpec
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.bucketed_processor import (
+    BucketedJoinProcessor,
+    Emitted,
+    InputRows,
+    KeyedEntries,
+    TimedJoinSpec,
+)
 from state.condition import (
     ConditionError,
     JoinCondition,
@@ -22,7 +30,13 @@ from state.condition import (
 )
 from state.interval_join import Row
 from state.regular_processor import SideSpec
-from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
+from state.temporal_join import (
+    EventTimeTemporalJoin,
+    ProcessingTimeTemporalJoin,
+    key_from_plain,
+    key_timer,
+    key_to_plain,
+)
 
 
 @dataclass(frozen=True)
@@ -58,22 +72,15 @@ class TemporalJoinSpec(TimedJoinSpec):
         return EventTimeTemporalJoin(self.kind, self.matcher())
 
 
-@dataclass
-class LatestBucket:
-    """The processing-time join's state of a bucket: each key's latest build row."""
-
-    keys: dict[Any, Row] = field(default_factory=dict)
-    spark_timer: int | None = None
-
-    def next_timer(self) -> int | None:
-        return None
-
-
 class TemporalJoinProcessor(BucketedJoinProcessor):
     """Event time: probe rows wait for the watermark; processing time: the latest version."""
 
-    def new_bucket(self) -> VersionedBucket | LatestBucket:
-        return LatestBucket() if self.spec.proctime else VersionedBucket()
+    def layout(self, handle: StatefulProcessorHandle) -> KeyedEntries:
+        """Each key its own entry: a versioned table is state far larger than what a batch
+        touches. Processing time keeps each key's latest row, and never waits for time."""
+        if self.spec.proctime:
+            return KeyedEntries(handle, _same, _same, _no_timer)
+        return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer)
 
     def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
         if isinstance(self.join, ProcessingTimeTemporalJoin):
@@ -95,3 +102,12 @@ class TemporalJoinProcessor(BucketedJoinProcessor):
             else:
                 join.version(bucket, key, rows.ops[i], rows.times[i], row)
         return pairs
+
+
+def _same(value: Row) -> Row:
+    """A latest row is plain data already."""
+    return value
+
+
+def _no_timer(latest: Row) -> None:
+    """A latest row never waits for time."""

@@ -15,9 +15,10 @@ far more than the join itself.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from state.encoding import dump, load
 
 Row = tuple[Any, ...]
 
@@ -128,9 +129,33 @@ def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequenc
     return MultisetView()
 
 
+def _plain(view: View) -> tuple:
+    """A view as plain data (`state.encoding`)."""
+    if isinstance(view, SingleRowView):
+        return "single", view.row, view.associations
+    if isinstance(view, UniqueKeyView):
+        return "unique", view.key_indices, view.rows
+    return "multiset", view.rows
+
+
+def _view(plain: tuple) -> View:
+    view: View
+    if plain[0] == "single":
+        view = SingleRowView()
+        view.row, view.associations = plain[1], plain[2]
+    elif plain[0] == "unique":
+        view = UniqueKeyView(plain[1])
+        view.rows = plain[2]
+    else:
+        view = MultisetView()
+        view.rows = plain[1]
+    return view
+
+
 def dump_views(views: tuple[View, View]) -> bytes:
-    return pickle.dumps(views, protocol=pickle.HIGHEST_PROTOCOL)
+    return dump((_plain(views[0]), _plain(views[1])))
 
 
 def load_views(blob: bytes) -> tuple[View, View]:
-    return pickle.loads(blob)
+    left, right = load(blob)
+    return _view(left), _view(right)

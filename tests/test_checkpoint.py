@@ -1,16 +1,19 @@
 """A restarted query keeps its checkpoint's shuffle partitions, and start-up fences every task
 id that query will write with, not the ids the session's setting would give; a new query has
-one state partition per task slot."""
+one state partition per task slot; a checkpoint whose state this code cannot read, or that was
+laid out with other settings, is refused before the query starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
-from app.checkpoint import SHUFFLE_PARTITIONS, shuffle_partitions
+from app.checkpoint import SHUFFLE_PARTITIONS, check_state_record, shuffle_partitions
 from app.config import load_config
 from app.pipeline import writers
+from app.preflight import StartupError
 from app.spark import task_slots
 from serdes.kafka_transactions import ExactlyOnce
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
@@ -80,3 +83,23 @@ def test_start_up_fences_the_task_ids_of_the_checkpoints_partitions(
 
 def test_a_new_query_has_one_state_partition_per_task_slot(spark: SparkSession) -> None:
     assert task_slots(spark) == 2  # local[2]
+
+
+def test_a_checkpoint_keeps_the_state_layout_it_was_started_with(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Hashing keys into other buckets would look the old keys up in the wrong place."""
+    checkpoint = str(tmp_path / "checkpoint")
+    layout = {"JOIN_TYPE": "temporal", "JOIN_STATE_BUCKETS": 128}
+    check_state_record(spark, checkpoint, layout)
+    check_state_record(spark, checkpoint, layout)  # a restart as configured
+    with pytest.raises(StartupError, match=r"^JOIN_STATE_BUCKETS: 64, .*JOIN_STATE_BUCKETS=128"):
+        check_state_record(spark, checkpoint, {**layout, "JOIN_STATE_BUCKETS": 64})
+
+
+def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checkpoint = checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
+    with pytest.raises(StartupError, match=r"^CHECKPOINT_LOCATION: .* format 1, .*new CHECKPOINT"):
+        check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular"})

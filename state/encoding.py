@@ -1,0 +1,68 @@
+"""How join state is written to Spark's state store: plain data behind a format version.
+
+A checkpoint outlives the code that wrote it, so state holds no pickled Python class (renaming
+or moving one would make every checkpoint unreadable): only tuples, lists, dicts, strings,
+numbers, bytes, None, and the value types Spark's columns bring (`Decimal`, `date`, `datetime`,
+`time`, and the `ZoneInfo` of a timestamp the Row API hands over). Each module turns its own
+objects into that plain form and back. The bytes are a format byte then a pickle of the plain
+data: C pickle is the fastest codec Python has for
+nested builtins (an encoding of its own in Python would cost more than the join), and a pickle
+of builtins names no class, so it stays readable whatever the code becomes. Reading refuses any
+class but the value types above.
+
+`FORMAT` changes whenever the plain form of any state changes; `app.checkpoint` records it in the
+checkpoint and refuses to resume one written in another format, naming what to do.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+from zoneinfo import ZoneInfo
+
+FORMAT = 2  # 1: whole pickled objects (before the checkpoint recorded a format)
+_HEADER = bytes([FORMAT])
+_VALUE_TYPES = {
+    ("decimal", "Decimal"),
+    ("datetime", "date"),
+    ("datetime", "datetime"),
+    ("datetime", "time"),
+    ("datetime", "timedelta"),
+    ("datetime", "timezone"),
+    ("zoneinfo", "ZoneInfo"),
+}
+
+
+def _zone_getattr(owner: Any, name: str) -> Any:
+    """What a pickled `ZoneInfo` calls to rebuild itself (`getattr(ZoneInfo, "_unpickle")`),
+    and nothing else."""
+    if owner is ZoneInfo and name == "_unpickle":
+        return ZoneInfo._unpickle  # type: ignore[attr-defined]
+    raise StateFormatError(f"state calls {name!r}: not plain data")
+
+
+class StateFormatError(ValueError):
+    """State bytes this code cannot read."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _zone_getattr
+        if (module, name) in _VALUE_TYPES:
+            return super().find_class(module, name)
+        raise StateFormatError(f"state names a class ({module}.{name}): not plain data")
+
+
+def dump(value: Any) -> bytes:
+    """Plain data as stored bytes."""
+    return _HEADER + pickle.dumps(value, protocol=5)
+
+
+def load(blob: bytes) -> Any:
+    """Stored bytes as plain data; `StateFormatError` if written in another format."""
+    if not blob or blob[0] != FORMAT:
+        found = blob[0] if blob else None
+        raise StateFormatError(f"state format {found!r}, this code reads format {FORMAT}")
+    return _PlainUnpickler(io.BytesIO(memoryview(blob)[1:])).load()

@@ -1,0 +1,103 @@
+"""Join state kept one entry per key pays for the keys a micro-batch touches, and is stored as
+versioned plain data that outlives the code's classes."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from state.encoding import StateFormatError, dump, load
+from state.keyed_state import KeyedBucket, StoredKeys
+from state.temporal_join import (
+    EventTimeTemporalJoin,
+    key_from_plain,
+    key_timer,
+    key_to_plain,
+)
+from state.temporal_processor import _no_timer, _same
+
+
+class CountingStore:
+    """An `EntryStore` that counts its calls, as Spark's MapState would pay them."""
+
+    def __init__(self) -> None:
+        self.entries: dict[bytes, bytes] = {}
+        self.gets = self.puts = self.removes = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        self.gets += 1
+        return self.entries.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.puts += 1
+        self.entries[key] = value
+
+    def remove(self, key: bytes) -> None:
+        self.removes += 1
+        del self.entries[key]
+
+    def calls(self) -> tuple[int, int, int]:
+        calls = (self.gets, self.puts, self.removes)
+        self.gets = self.puts = self.removes = 0
+        return calls
+
+
+def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
+    store, timers = CountingStore(), {}
+    latest = StoredKeys(store, timers, _same, _same, _no_timer)
+    for i in range(10_000):
+        latest[(f"p{i}",)] = (f"p{i}", i)
+    latest.flush()
+    assert store.calls() == (10_000, 10_000, 0)
+
+    latest[("p7",)] = ("p7", 70)  # an update
+    assert latest.get(("p8",)) == ("p8", 8)  # a lookup
+    latest.pop(("p9",))  # a delete
+    latest[("p8",)] = ("p8", 8)  # unchanged: not rewritten
+    latest.flush()
+    assert store.calls() == (3, 1, 1)
+    again = StoredKeys(store, timers, _same, _same, _no_timer)
+    assert [again.get((k,)) for k in ("p7", "p8", "p9")] == [("p7", 70), ("p8", 8), None]
+
+
+def test_only_keys_that_wait_for_the_watermark_are_in_the_buckets_timers() -> None:
+    """A table loaded ahead of the watermark (one version per key) leaves no key waiting."""
+    join = EventTimeTemporalJoin("left", lambda probe, version: True)
+    store, timers = CountingStore(), {}
+    bucket = KeyedBucket(StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer))
+    for i in range(1000):
+        join.version(bucket, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
+    join.version(bucket, ("p1",), "+U", 5_000, ("p1", 100))
+    join.probe(bucket, ("p2",), 0, 3_000, ("o1",))
+    bucket.keys.flush()
+    assert timers == {("p1",): 5_000, ("p2",): 3_000}
+    store.calls()
+
+    bucket = KeyedBucket(StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer))
+    assert join.fire_due(bucket, 4_000) == [("+I", ("o1",), ("p2", 2))]
+    bucket.keys.flush()
+    assert timers == {("p1",): 5_000}
+    assert store.calls() == (1, 1, 0)  # p2 alone: read, its probe gone
+
+
+def test_state_is_plain_data_behind_a_format_byte() -> None:
+    utc = datetime(2026, 11, 23, 12, tzinfo=ZoneInfo("UTC"))  # as the Row API hands a timestamp
+    value = {("k", 1): [(b"x", Decimal("1.5"), None, 2.0, utc)]}
+    assert load(dump(value)) == value
+    with pytest.raises(StateFormatError, match="format 128, this code reads format 2"):
+        load(pickle.dumps(value, protocol=5))  # what checkpoints held before
+    with pytest.raises(StateFormatError, match="names a class"):
+        load(dump(None)[:1] + pickle.dumps(CountingStore, protocol=5))
+    with pytest.raises(StateFormatError, match="calls 'system'"):
+        load(dump(None)[:1] + pickle.dumps(_Call(), protocol=5))
+
+
+class _Call:
+    """What a hostile state value would hold: a call of its choosing."""
+
+    def __reduce__(self) -> tuple:
+        return getattr, (ZoneInfo, "system")
