@@ -17,6 +17,7 @@ from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
+STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in
 JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function")
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
@@ -68,7 +69,7 @@ class JoinConfig:
     on: str | None
     select: str | None
     state_ttl_ms: int
-    state_buckets: int = 128  # interval join: state values its keys are hashed into
+    state_buckets: int = STATE_BUCKETS  # interval, temporal joins, normalizer: key buckets
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ def load_config(env: Mapping[str, str]) -> Config:
                 "STATE_TTL", "a duration like 1h (0 keeps state forever)", parse_duration_ms, "0"
             ),
             state_buckets=read.parsed(
-                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, "128"
+                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, str(STATE_BUCKETS)
             ),
         ),
         output=OutputConfig(

@@ -93,7 +93,8 @@ def regular_join(
     )
 
 
-def _kind(data_type: DataType) -> str:
+def value_kind(data_type: DataType) -> str:
+    """How a bucketed processor turns a column's pandas values into Python ones."""
     if isinstance(data_type, ByteType | ShortType | IntegerType | LongType):
         return "integral"
     return "timestamp" if isinstance(data_type, TimestampType | TimestampNTZType) else ""
@@ -113,8 +114,8 @@ def bucketed_join(
     bucket = F.pmod(F.xxhash64(*keys), F.lit(spec.buckets)).alias("bucket")
     flat = [F.col("left")[f.name].alias(f"L_{f.name}") for f in left]
     flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
-    kinds = {f.name: _kind(f.dataType) for f in schema}
-    kinds |= {f"k{i}": _kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
+    kinds = {f.name: value_kind(f.dataType) for f in schema}
+    kinds |= {f"k{i}": value_kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
     processor_type = (
         IntervalJoinProcessor if isinstance(spec, IntervalJoinSpec) else TemporalJoinProcessor
     )

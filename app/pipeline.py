@@ -21,7 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.checkpoint import check_state_record, shuffle_partitions
 from app.config import Config, InputConfig
-from app.join_plan import bucketed_join, regular_join
+from app.join_plan import bucketed_join, regular_join, value_kind
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized
 from app.projection import project
 from ops.metrics import ServiceMetrics
@@ -111,24 +111,33 @@ def decode_input(
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
-def normalize_changes(changes: DataFrame, source: InputConfig) -> DataFrame:
-    """The changelog rebuilt per primary key from the last row of each key."""
-    keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
+def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int) -> DataFrame:
+    """The changelog rebuilt per primary key from the last row of each key, the keys grouped
+    in `buckets` (see `state.normalize.NormalizeProcessor`)."""
     row_schema = row_type(source)
+    keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
+    kinds = {f"c_{f.name}": value_kind(f.dataType) for f in row_schema}
+    kinds |= {f"pk{i}": value_kind(row_schema[c].dataType)
+              for i, c in enumerate(source.primary_key)}  # fmt: skip
+    flat = [F.col("row")[f.name].alias(f"c_{f.name}") for f in row_schema]
     schema = StructType(
         [StructField("op", StringType()), StructField("seq", LongType()),
-         StructField("ts", LongType()), StructField("row", row_schema)]
+         StructField("ts", LongType())]
+        + [StructField(f"c_{f.name}", f.dataType) for f in row_schema]
     )  # fmt: skip
-    return (
-        changes.select(*keys, "op", "seq", "ts", "row")
-        .groupBy(*[f"pk{i}" for i in range(len(keys))])
-        .transformWithState(
-            NormalizeProcessor(row_schema.names),
+    bucket = F.pmod(F.xxhash64(*keys), F.lit(buckets)).alias("bucket")
+    normalized_rows = (
+        changes.select(bucket, *keys, "op", "seq", "ts", *flat)
+        .groupBy("bucket")
+        .transformWithStateInPandas(
+            NormalizeProcessor(row_schema.names, len(keys), kinds),
             outputStructType=schema,
             outputMode="Append",
             timeMode="None",
         )
     )
+    row = F.struct(*[F.col(f"c_{f.name}").alias(f.name) for f in row_schema]).alias("row")
+    return normalized_rows.select("op", "seq", "ts", row)
 
 
 def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
@@ -148,11 +157,11 @@ def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
 
 
 def join_input(changes: DataFrame, source: InputConfig, left: StructType,
-               right: StructType) -> DataFrame:  # fmt: skip
-    """One input's changes, normalized if its format needs it, as one side of the unified
-    changelog the joins take (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
+               right: StructType, buckets: int) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if its format needs it (its keys in `buckets`), as one
+    side of the unified changelog the joins take (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source):
-        changes = normalize_changes(changes, source)
+        changes = normalize_changes(changes, source, buckets)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
@@ -189,7 +198,15 @@ def joined_output(
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         raw = read_input(spark, config, source, drain_marker)
         decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters)
-        sides.append(join_input(timed_changes(decoded, source), source, left_type, right_type))
+        sides.append(
+            join_input(
+                timed_changes(decoded, source),
+                source,
+                left_type,
+                right_type,
+                config.join.state_buckets,
+            )
+        )
     left_changes, right_changes = sides
     changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
@@ -242,13 +259,10 @@ def writers(spark: SparkSession, config: Config) -> Writers:
 
 def state_settings(config: Config) -> dict[str, object]:
     """The variables that decide how a checkpoint's state is laid out: its join, and the
-    buckets the interval and temporal joins hash their keys into."""
+    buckets the bucketed processors (interval, temporal, normalizer) hash their keys into."""
     if not config.join.on:
         return {}
-    settings: dict[str, object] = {"JOIN_TYPE": config.join.type}
-    if config.join.type != "regular":
-        settings["JOIN_STATE_BUCKETS"] = config.join.state_buckets
-    return settings
+    return {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets}
 
 
 def _exactly_once(config: Config) -> ExactlyOnce | None:

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 
-from app.config import InputConfig
+from app.config import STATE_BUCKETS, InputConfig
 from app.join_plan import bucketed_join, regular_join
 from app.pipeline import decode_input, join_input, row_type, timed_changes
 from app.projection import project
@@ -259,7 +259,7 @@ def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], tally: An
         timed = timed_changes(decoded, source).where(
             (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
         )
-        sides.append(join_input(timed, source, *types))
+        sides.append(join_input(timed, source, *types, STATE_BUCKETS))
     return sides[0].unionByName(sides[1])
 
 

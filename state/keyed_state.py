@@ -22,6 +22,15 @@ from typing import Any, Protocol
 from state.encoding import dump, load
 
 
+def as_is(value: Any) -> Any:
+    """The plain form of a state that is plain data already (a row and its time)."""
+    return value
+
+
+def never(_state: Any) -> None:
+    """The timer of a state that never waits for time."""
+
+
 class EntryStore(Protocol):
     """Where a bucket's entries live: a `MapState` of bytes -> bytes in Spark."""
 

@@ -30,19 +30,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ops.worker_gc import settle_worker
-from state.encoding import dump, load
-from state.views import struct_values
-
-LAST_ROW_STATE = StructType([StructField("row", BinaryType())])
+from state.bucketed_processor import (
+    BUCKET_STATE,
+    ENTRY_KEY,
+    MapEntries,
+    pandas_column,
+    python_values,
+)
+from state.keyed_state import StoredKeys, as_is, never
 
 # (op, seq, ts, row) of one change
 Change = tuple[str, int, int | None, tuple[Any, ...]]
@@ -71,42 +74,62 @@ def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change
     return out, last
 
 
-def _stored(blob: bytes) -> Last:
-    row, ts = load(blob)
-    return row, ts
-
-
 class NormalizeProcessor(StatefulProcessor):
-    """Keyed by the primary key; rows `op`, `seq`, `ts`, `row` in and out."""
+    """`normalize` per primary key, on `transformWithStateInPandas` grouped by a bucket of keys.
 
-    def __init__(self, row_names: list[str]) -> None:
-        self.row_names = row_names
+    Columns in: `op`, `seq`, `ts`, the primary key `pk0..pkN`, then the row's `c_<name>`; out:
+    `op`, `seq`, `ts` and the row's columns. Each key's last row is an entry of its own in its
+    bucket (`state.keyed_state`): a micro-batch reads and writes the keys it touches. Keyed by
+    Spark per primary key on the Row API, the normalizer loaded a 1,000,000-row upsert table at
+    ~1,500 rows/s (a grouping key, a `Row` per row and two state calls per key: 0.4-1.2 ms).
+    """
+
+    def __init__(self, row_names: list[str], keys: int, kinds: dict[str, str]) -> None:
+        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT."""
+        self.columns = [f"c_{name}" for name in row_names]
+        self.key_columns = [f"pk{i}" for i in range(keys)]
+        self.kinds = kinds
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
-        self.state = handle.getValueState("last", LAST_ROW_STATE)
-        self.out = Row("op", "seq", "ts", "row")
+        self.entries = MapEntries(handle.getMapState("last", ENTRY_KEY, BUCKET_STATE))
+
+    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
+        return python_values(frame[name], self.kinds.get(name, ""))
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
-        stored = self.state.get()
-        last = _stored(stored[0]) if stored is not None else None
-        ordered = sorted(rows, key=lambda r: r.seq)
-        changes = [(r.op, r.seq, r.ts, struct_values(r.row)) for r in ordered]
-        output, last = normalize(last, changes)
-        if last is None:
-            if stored is not None:
-                self.state.clear()
-        else:
-            blob = dump(last)
-            if stored is None or stored[0] != blob:
-                self.state.update((blob,))
-        names = self.row_names
-        return iter(
-            self.out(op, seq, ts, dict(zip(names, values, strict=True)))
-            for op, seq, ts, values in output
-        )
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        ops, seqs = frame["op"].tolist(), frame["seq"].tolist()
+        times = python_values(frame["ts"], "integral")
+        keys = list(zip(*(self._column(frame, c) for c in self.key_columns), strict=True))
+        values = list(zip(*(self._column(frame, c) for c in self.columns), strict=True))
+        by_key: dict[Any, list[Change]] = {}
+        for i in sorted(range(len(ops)), key=seqs.__getitem__):
+            by_key.setdefault(keys[i], []).append((ops[i], seqs[i], times[i], values[i]))
+        last_rows = StoredKeys(self.entries, {}, as_is, as_is, never)
+        output: list[Change] = []
+        for k, changes in by_key.items():
+            emitted, last = normalize(last_rows.get(k), changes)
+            if last is None:
+                last_rows.pop(k)
+            else:
+                last_rows[k] = last
+            output += emitted
+        last_rows.flush()
+        if output:
+            yield self._frame(output)
+
+    def _frame(self, output: list[Change]) -> pd.DataFrame:
+        columns: dict[str, Any] = {
+            "op": [c[0] for c in output],
+            "seq": [c[1] for c in output],
+            "ts": pd.Series([c[2] for c in output], dtype=object),
+        }
+        for i, name in enumerate(self.columns):
+            columns[name] = pandas_column([c[3][i] for c in output], self.kinds.get(name, ""))
+        return pd.DataFrame(columns)
 
     def close(self) -> None:
         """Nothing to release."""

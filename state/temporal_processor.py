@@ -28,7 +28,7 @@ from state.condition import (
     parse_condition,
     split_condition,
 )
-from state.interval_join import Row
+from state.keyed_state import as_is, never
 from state.regular_processor import SideSpec
 from state.temporal_join import (
     EventTimeTemporalJoin,
@@ -79,7 +79,7 @@ class TemporalJoinProcessor(BucketedJoinProcessor):
         """Each key its own entry: a versioned table is state far larger than what a batch
         touches. Processing time keeps each key's latest row, and never waits for time."""
         if self.spec.proctime:
-            return KeyedEntries(handle, _same, _same, _no_timer)
+            return KeyedEntries(handle, as_is, as_is, never)
         return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer)
 
     def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
@@ -102,12 +102,3 @@ class TemporalJoinProcessor(BucketedJoinProcessor):
             else:
                 join.version(bucket, key, rows.ops[i], rows.times[i], row)
         return pairs
-
-
-def _same(value: Row) -> Row:
-    """A latest row is plain data already."""
-    return value
-
-
-def _no_timer(latest: Row) -> None:
-    """A latest row never waits for time."""

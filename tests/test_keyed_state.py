@@ -11,14 +11,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from state.encoding import StateFormatError, dump, load
-from state.keyed_state import KeyedBucket, StoredKeys
+from state.keyed_state import KeyedBucket, StoredKeys, as_is, never
 from state.temporal_join import (
     EventTimeTemporalJoin,
     key_from_plain,
     key_timer,
     key_to_plain,
 )
-from state.temporal_processor import _no_timer, _same
 
 
 class CountingStore:
@@ -48,7 +47,7 @@ class CountingStore:
 
 def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
     store, timers = CountingStore(), {}
-    latest = StoredKeys(store, timers, _same, _same, _no_timer)
+    latest = StoredKeys(store, timers, as_is, as_is, never)
     for i in range(10_000):
         latest[(f"p{i}",)] = (f"p{i}", i)
     latest.flush()
@@ -60,7 +59,7 @@ def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
     latest[("p8",)] = ("p8", 8)  # unchanged: not rewritten
     latest.flush()
     assert store.calls() == (3, 1, 1)
-    again = StoredKeys(store, timers, _same, _same, _no_timer)
+    again = StoredKeys(store, timers, as_is, as_is, never)
     assert [again.get((k,)) for k in ("p7", "p8", "p9")] == [("p7", 70), ("p8", 8), None]
 
 

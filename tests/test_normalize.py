@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from serdes.formats import UpsertJsonFormat
@@ -55,17 +55,23 @@ def test_an_upsert_retracts_the_old_row_at_the_time_it_was_stored_with() -> None
 
 
 def test_the_processor_keeps_the_last_row_between_batches() -> None:
-    tester = TwsTester(NormalizeProcessor(["id", "v"]))
-    In = Row("op", "seq", "ts", "row")
-    first = tester.test(
-        ("a",), [In("+U", 4, 20, Row(id="a", v=2)), In("+U", 2, 10, Row(id="a", v=1))]
-    )
-    assert [(r.op, r.seq, r.ts, tuple(r.row.values())) for r in first] == [
+    tester = TwsTester(NormalizeProcessor(["id", "v"], 1, {"c_v": "integral"}))
+
+    def batch(*changes: tuple) -> list[tuple]:
+        ops, seqs, times, rows = zip(*changes, strict=True)
+        ids, values = zip(*rows, strict=True)
+        frame = pd.DataFrame(
+            {"op": ops, "seq": seqs, "ts": times, "pk0": ids, "c_id": ids, "c_v": values}
+        )
+        out = tester.testInPandas(7, frame)
+        rows_out = zip(out["c_id"], out["c_v"], strict=True)
+        return list(zip(out["op"], out["seq"], out["ts"], rows_out, strict=True))
+
+    assert batch(("+U", 4, 20, A2), ("+U", 2, 10, A1)) == [
         ("+I", 4, 10, A1), ("-U", 8, 10, A1), ("+U", 9, 20, A2)
     ]  # fmt: skip
-    second = tester.test(("a",), [In("-D", 6, 30, Row(id="a", v=None))])
-    assert [(r.op, r.ts, tuple(r.row.values())) for r in second] == [("-D", 30, A2)]
-    assert tester.peekValueState("last", ("a",)) is None
+    assert batch(("-D", 6, 30, ("a", None))) == [("-D", 12, 30, A2)]
+    assert tester.peekMapState("last", 7) == {}
 
 
 def test_upsert_records_decode_from_key_and_value() -> None:
