@@ -175,8 +175,8 @@ class MapEntries:
 
 class KeyedEntries:
     """Each key of a bucket its own `MapState` entry (`state.keyed_state`): a batch reads and
-    writes the keys it touches. The bucket's own value holds its engine timer and the keys
-    that wait for time, and is written only when those change."""
+    writes the keys it touches. The bucket's own value holds its engine timer, the keys that
+    wait for time and the rows that wait in it, and is written only when those change."""
 
     def __init__(
         self,
@@ -191,20 +191,20 @@ class KeyedEntries:
 
     def read(self) -> tuple[KeyedBucket, bytes | None]:
         stored = self.timers.get()
-        spark_timer, timers = (None, []) if stored is None else load(stored[0])
+        spark_timer, timers, waiting = (None, [], {}) if stored is None else load(stored[0])
         keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
                           self.timer_of)  # fmt: skip
-        return KeyedBucket(keys, spark_timer), None if stored is None else stored[0]
+        return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
         bucket.keys.flush()
 
     def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
-        if bucket.spark_timer is None and not bucket.keys.timers:
+        if bucket.spark_timer is None and not bucket.keys.timers and not bucket.waiting:
             if before is not None:
                 self.timers.clear()
             return
-        blob = dump((bucket.spark_timer, list(bucket.keys.timers.items())))
+        blob = dump((bucket.spark_timer, list(bucket.keys.timers.items()), bucket.waiting))
         if blob != before:
             self.timers.update((blob,))
 

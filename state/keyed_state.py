@@ -31,6 +31,25 @@ def never(_state: Any) -> None:
     """The timer of a state that never waits for time."""
 
 
+Waiting = dict[Any, list[tuple]]  # key -> rows waiting for time, each (seq, time, ...)
+
+
+def next_time(timers: dict[Any, int], waiting: Waiting) -> int | None:
+    """The earliest of the keys' timers and the waiting rows' times."""
+    times = [*timers.values(), *(row[1] for rows in waiting.values() for row in rows)]
+    return min(times, default=None)
+
+
+def due_keys(timers: dict[Any, int], waiting: Waiting, now: int) -> list[Any]:
+    """The keys with a timer or a waiting row at or before `now`, earliest first."""
+    due = {k: t for k, t in timers.items() if t <= now}
+    for key, rows in waiting.items():
+        time = min(row[1] for row in rows)
+        if time <= now:
+            due[key] = min(time, due.get(key, time))
+    return sorted(due, key=due.__getitem__)
+
+
 class EntryStore(Protocol):
     """Where a bucket's entries live: a `MapState` of bytes -> bytes in Spark."""
 
@@ -91,13 +110,6 @@ class StoredKeys:
         self._fetch(key)
         return self.live.pop(key, default)
 
-    def due(self, now: int) -> list[Any]:
-        """The keys whose timer is at or before `now`, earliest first."""
-        return sorted((k for k, t in self.timers.items() if t <= now), key=self.timers.__getitem__)
-
-    def next_timer(self) -> int | None:
-        return min(self.timers.values(), default=None)
-
     def flush(self) -> None:
         """Write back the keys whose state changed, remove the emptied ones, update `timers`."""
         for key, (name, before) in self.read.items():
@@ -120,13 +132,16 @@ class StoredKeys:
 
 @dataclass
 class KeyedBucket:
-    """A bucket whose keys are entries of their own (`StoredKeys`), and its engine timer."""
+    """A bucket whose keys are entries of their own (`StoredKeys`), the rows that wait in the
+    bucket's own value (a temporal join's probe rows: few, bounded by the watermark delay, and
+    not worth an entry call each), and its engine timer."""
 
     keys: StoredKeys
+    waiting: Waiting
     spark_timer: int | None = None
 
     def next_timer(self) -> int | None:
-        return self.keys.next_timer()
+        return next_time(self.keys.timers, self.waiting)
 
     def due(self, now: int) -> list[Any]:
-        return self.keys.due(now)
+        return due_keys(self.keys.timers, self.waiting, now)

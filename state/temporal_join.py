@@ -4,8 +4,10 @@ Event time (`TemporalRowTimeJoinOperator`): probe rows wait in state until the w
 their time; then, in arrival order, each joins the version of its key valid at its time, the
 latest version at or before it, unless that version is a deletion (the row was deleted then).
 Versions are kept by time (a later change at the same time replaces an earlier one); once the
-watermark passes, all but the last version at or before it are dropped. One timer per key, at
-the earliest time still waiting, drives both.
+watermark passes, all but the last version at or before it are dropped. A key is visited when
+the watermark passes its earliest waiting probe row, or its second version (one version has
+nothing to trim). Probe rows wait in their bucket's own value, versions in their key's entry
+(`state.keyed_state`): a probe row costs no state call until it is due.
 
 Processing time (`TemporalProcessTimeJoinOperator`): the build side is a map key -> latest row
 (the seed's "HashMap"); a probe row joins what is there when it arrives.
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.interval_join import Row
+from state.keyed_state import Waiting, due_keys, next_time
 
 ACCUMULATE = ("+I", "+U")
 UPDATE_BEFORE = "-U"
@@ -44,25 +47,21 @@ Joined = tuple[str, Row, Row | None]  # an output change: kind, probe row, versi
 
 @dataclass
 class VersionedKey:
-    """One key's waiting probe rows (seq, time, row, op), its versions time -> (op, row), its
-    timer."""
+    """One key's versions time -> (op, row), and when time passing may trim them (None:
+    never, while it has one version)."""
 
-    probes: list[tuple] = field(default_factory=list)
     versions: dict[int, tuple[str, Row]] = field(default_factory=dict)
     timer: int | None = None
-
-    def timers(self) -> list[int]:
-        return [] if self.timer is None else [self.timer]
 
 
 def key_to_plain(state: VersionedKey) -> tuple:
     """A key's state as plain data (`state.encoding`)."""
-    return state.probes, state.versions, state.timer
+    return state.versions, state.timer
 
 
 def key_from_plain(plain: tuple) -> VersionedKey:
-    probes, versions, timer = plain
-    return VersionedKey(probes, versions, timer)
+    versions, timer = plain
+    return VersionedKey(versions, timer)
 
 
 def key_timer(state: VersionedKey) -> int | None:
@@ -71,17 +70,21 @@ def key_timer(state: VersionedKey) -> int | None:
 
 @dataclass
 class VersionedBucket:
-    """The keys of one state value."""
+    """The keys of one bucket, in memory: their versions, and the probe rows that wait."""
 
     keys: dict[Any, VersionedKey] = field(default_factory=dict)
+    waiting: Waiting = field(default_factory=dict)
     spark_timer: int | None = None  # the pending engine timer, if any
 
+    def _trims(self) -> dict[Any, int]:
+        return {k: s.timer for k, s in self.keys.items() if s.timer is not None}
+
     def next_timer(self) -> int | None:
-        return min((s.timer for s in self.keys.values() if s.timer is not None), default=None)
+        return next_time(self._trims(), self.waiting)
 
     def due(self, now: int) -> list[Any]:
-        """The keys whose timer is at or before `now`."""
-        return [k for k, s in self.keys.items() if s.timer is not None and s.timer <= now]
+        """The keys with a probe row or a trim at or before `now`."""
+        return due_keys(self._trims(), self.waiting, now)
 
 
 class EventTimeTemporalJoin:
@@ -102,12 +105,12 @@ class EventTimeTemporalJoin:
         if state.timer is None or time < state.timer:
             state.timer = time
 
+    @staticmethod
     def probe(
-        self, bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row, op: str = "+I"
+        bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row, op: str = "+I"
     ) -> None:
-        state = self._state(bucket, key)
-        state.probes.append((seq, time, row, op))
-        self._timer_at(state, time)
+        """A probe row waits, without reading its key's versions, until the watermark passes."""
+        bucket.waiting.setdefault(key, []).append((seq, time, row, op))
 
     def version(self, bucket: VersionedBucket, key: Any, op: str, time: int, row: Row) -> None:
         if op == UPDATE_BEFORE:
@@ -123,31 +126,41 @@ class EventTimeTemporalJoin:
         """Every key whose timer the watermark reached: emit its due probe rows, trim versions."""
         out: list[Joined] = []
         for key in bucket.due(watermark):
-            state = bucket.keys[key]
-            out += self._emit_and_clean(state, watermark)
-            if not state.probes and not state.versions:
-                del bucket.keys[key]
+            waiting = bucket.waiting.pop(key, [])
+            later = [p for p in waiting if p[1] > watermark]
+            if later:
+                bucket.waiting[key] = later
+            state = bucket.keys.get(key)
+            due = sorted((p for p in waiting if p[1] <= watermark), key=lambda p: p[0])
+            out += self._emit(due, state.versions if state is not None else {})
+            if state is not None:
+                self._trim(state, watermark)
+                if not state.versions:
+                    del bucket.keys[key]
         return out
 
-    def _emit_and_clean(self, state: VersionedKey, watermark: int) -> list[Joined]:
-        times = sorted(state.versions)
-        due = sorted((p for p in state.probes if p[1] <= watermark), key=lambda p: p[0])
-        state.probes = [p for p in state.probes if p[1] > watermark]
+    def _emit(self, due: list[tuple], versions: dict[int, tuple[str, Row]]) -> list[Joined]:
+        """Due probe rows in arrival order, each joined with the version of its time."""
+        times = sorted(versions)
         out: list[Joined] = []
-        for probe in due:
-            time, row = probe[1], probe[2]
-            op = probe[3] if len(probe) > 3 else "+I"  # checkpoints from before probe kinds
+        for _seq, time, row, op in due:
             at = bisect_right(times, time) - 1
-            version = state.versions[times[at]] if at >= 0 else None
+            version = versions[times[at]] if at >= 0 else None
             if version is not None and version[0] in ACCUMULATE and self.matches(row, version[1]):
                 out.append((op, row, version[1]))
             elif self.left_outer:
                 out.append((op, row, None))
+        return out
+
+    @staticmethod
+    def _trim(state: VersionedKey, watermark: int) -> None:
+        """Keep the version valid at the watermark and the later ones; as in Flink, a key's
+        versions wait for no further time until another row of the key comes."""
+        times = sorted(state.versions)
         keep_from = max(bisect_right(times, watermark) - 1, 0)
         for time in times[:keep_from]:
             del state.versions[time]
-        state.timer = min((p[1] for p in state.probes), default=None)
-        return out
+        state.timer = None
 
 
 class ProcessingTimeTemporalJoin:

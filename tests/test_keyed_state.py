@@ -63,24 +63,35 @@ def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
     assert [again.get((k,)) for k in ("p7", "p8", "p9")] == [("p7", 70), ("p8", 8), None]
 
 
-def test_only_keys_that_wait_for_the_watermark_are_in_the_buckets_timers() -> None:
-    """A table loaded ahead of the watermark (one version per key) leaves no key waiting."""
+def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for_nothing() -> None:
+    """A table loaded ahead of the watermark (one version per key) leaves no key waiting; an
+    order reads its key's versions once, when the watermark passes it."""
     join = EventTimeTemporalJoin("left", lambda probe, version: True)
     store, timers = CountingStore(), {}
-    bucket = KeyedBucket(StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer))
-    for i in range(1000):
-        join.version(bucket, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
-    join.version(bucket, ("p1",), "+U", 5_000, ("p1", 100))
-    join.probe(bucket, ("p2",), 0, 3_000, ("o1",))
-    bucket.keys.flush()
-    assert timers == {("p1",): 5_000, ("p2",): 3_000}
-    store.calls()
 
-    bucket = KeyedBucket(StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer))
-    assert join.fire_due(bucket, 4_000) == [("+I", ("o1",), ("p2", 2))]
-    bucket.keys.flush()
-    assert timers == {("p1",): 5_000}
-    assert store.calls() == (1, 1, 0)  # p2 alone: read, its probe gone
+    def bucket(waiting: dict) -> KeyedBucket:
+        keys = StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer)
+        return KeyedBucket(keys, waiting)
+
+    loading = bucket({})
+    for i in range(1000):
+        join.version(loading, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
+    join.version(loading, ("p1",), "+U", 5_000, ("p1", 100))
+    loading.keys.flush()
+    assert timers == {("p1",): 5_000}  # two versions: the first is trimmed once 5 s pass
+    assert store.calls() == (1000, 1000, 0)
+
+    ordering = bucket({})
+    join.probe(ordering, ("p2",), 0, 3_000, ("o1",))
+    ordering.keys.flush()
+    assert store.calls() == (0, 0, 0)
+    assert ordering.next_timer() == 3_000
+
+    firing = bucket(ordering.waiting)
+    assert join.fire_due(firing, 4_000) == [("+I", ("o1",), ("p2", 2))]
+    firing.keys.flush()
+    assert (firing.waiting, firing.next_timer()) == ({}, 5_000)
+    assert store.calls() == (1, 0, 0)  # p2 read; its one version unchanged
 
 
 def test_state_is_plain_data_behind_a_format_byte() -> None:
