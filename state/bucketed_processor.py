@@ -3,9 +3,11 @@
 Spark charges a socket round trip per grouping key for every state call and for switching keys,
 which with one or two rows per key and batch costs far more than a join itself. So the interval
 and temporal joins group their input by a bucket of join keys (a hash of the key modulo the
-spec's `buckets`): per bucket and micro-batch the processor reads one value, writes one, and
-registers at most one timer (at the earliest timer of its keys), whatever the number of keys and
-rows. A subclass says what a bucket holds and what the join does with it.
+spec's `buckets`): per bucket and micro-batch the processor registers at most one timer (at the
+earliest timer of its keys), and its layout decides the state calls: `WholeBuckets` reads and
+writes one value per bucket, `KeyedEntries` one entry per key it touches (see
+`docs/design.md`, "Whole buckets or one entry per key"). A subclass says which layout, and what
+the join does with a bucket.
 
 Whole columns cross between Arrow and Python at once (`tolist`), not a `Row` per row: that
 conversion, not the join, is most of the cost of a Row-based processor. Event time is the

@@ -94,10 +94,6 @@ class StoredKeys:
         self._fetch(key)
         return self.live.get(key, default)
 
-    def __getitem__(self, key: Any) -> Any:
-        self._fetch(key)
-        return self.live[key]
-
     def __setitem__(self, key: Any, state: Any) -> None:
         self._fetch(key)
         self.live[key] = state
