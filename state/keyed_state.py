@@ -9,8 +9,10 @@ and due timers name, and writes back those whose bytes changed. Each entry costs
 larger than what a batch touches; the interval join, whose state the interval bounds and a
 batch mostly touches, keeps whole buckets.
 
-What a bucket needs across its keys (the keys with a pending timer, and when) is one small
-value of its own: only keys waiting for time are in it, not every key with state.
+What a bucket needs across its keys is one small value of its own: the keys with a pending
+timer and when, and the rows that wait there for time (a temporal join's probe rows, bounded by
+the watermark delay: not worth an entry call each). Only what waits for time is in it, not
+every key with state.
 """
 
 from __future__ import annotations
