@@ -21,7 +21,9 @@ import pickle
 from typing import Any
 from zoneinfo import ZoneInfo
 
-FORMAT = 2  # 1: whole pickled objects (before the checkpoint recorded a format)
+# 1: whole pickled objects (before the checkpoint recorded a format); 2: entry names depended on
+# which of a key's values were one object
+FORMAT = 3
 _HEADER = bytes([FORMAT])
 _VALUE_TYPES = {
     ("decimal", "Decimal"),
@@ -58,6 +60,20 @@ class _PlainUnpickler(pickle.Unpickler):
 def dump(value: Any) -> bytes:
     """Plain data as stored bytes."""
     return _HEADER + pickle.dumps(value, protocol=5)
+
+
+def dump_key(key: Any) -> bytes:
+    """A key as the name of its state entry: the same bytes for equal keys.
+
+    `dump` memoizes repeated objects, so `("ab", "ab")` pickles one way when both are one
+    object and another when they are two: one key would find two entries. The pickler's fast
+    mode keeps no memo (2 µs a key here, against 0.5 µs; a state call costs ~100 µs).
+    """
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.fast = True
+    pickler.dump(key)
+    return _HEADER + out.getvalue()
 
 
 def load(blob: bytes) -> Any:

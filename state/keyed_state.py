@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from state.encoding import dump, load
+from state.encoding import dump, dump_key, load
 
 
 def as_is(value: Any) -> Any:
@@ -86,7 +86,7 @@ class StoredKeys:
 
     def _fetch(self, key: Any) -> None:
         if key not in self.read:
-            name = dump(key)
+            name = dump_key(key)
             blob = self.store.get(name)
             self.read[key] = (name, blob)
             if blob is not None:

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from state.encoding import StateFormatError, dump, load
+from state.encoding import FORMAT, StateFormatError, dump, load
 from state.keyed_state import KeyedBucket, StoredKeys, as_is, never
 from state.temporal_join import (
     EventTimeTemporalJoin,
@@ -63,6 +63,18 @@ def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
     assert [again.get((k,)) for k in ("p7", "p8", "p9")] == [("p7", 70), ("p8", 8), None]
 
 
+def test_a_key_finds_its_entry_whether_or_not_its_equal_values_are_one_object() -> None:
+    """`JOIN_ON L.a = R.a AND L.b = R.b` with a = b: Arrow may hand both values as one string
+    object in one batch and as two in the next; both must name the same entry."""
+    store = CountingStore()
+    one = "ab" + str(1)
+    first = StoredKeys(store, {}, as_is, as_is, never)
+    first[(one, one)] = ("o1",)
+    first.flush()
+    second = StoredKeys(store, {}, as_is, as_is, never)
+    assert second.get(("ab" + str(1), "ab" + str(1))) == ("o1",)
+
+
 def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for_nothing() -> None:
     """A table loaded ahead of the watermark (one version per key) leaves no key waiting; an
     order reads its key's versions once, when the watermark passes it."""
@@ -98,7 +110,7 @@ def test_state_is_plain_data_behind_a_format_byte() -> None:
     utc = datetime(2026, 11, 23, 12, tzinfo=ZoneInfo("UTC"))  # as the Row API hands a timestamp
     value = {("k", 1): [(b"x", Decimal("1.5"), None, 2.0, utc)]}
     assert load(dump(value)) == value
-    with pytest.raises(StateFormatError, match="format 128, this code reads format 2"):
+    with pytest.raises(StateFormatError, match=f"format 128, this code reads format {FORMAT}"):
         load(pickle.dumps(value, protocol=5))  # what checkpoints held before
     with pytest.raises(StateFormatError, match="names a class"):
         load(dump(None)[:1] + pickle.dumps(CountingStore, protocol=5))
