@@ -69,7 +69,7 @@ class JoinConfig:
     on: str | None
     select: str | None
     state_ttl_ms: int
-    state_buckets: int = STATE_BUCKETS  # interval, temporal joins, normalizer: key buckets
+    state_buckets: int = STATE_BUCKETS  # every join and the normalizer: key buckets
 
 
 @dataclass(frozen=True)

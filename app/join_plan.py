@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 )
 
 from app.plan import JoinSpec
+from state.bucketed_processor import BucketedJoinProcessor
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
 from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
 from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
@@ -71,28 +72,6 @@ def _join_key(spec: JoinSpec, left: StructType) -> list[Column]:
     ]
 
 
-def regular_join(
-    changes: DataFrame,
-    spec: RegularJoinSpec,
-    left: StructType,
-    right: StructType,
-    expired_rows: Accumulator[int] | None = None,
-) -> DataFrame:
-    """The joined changelog (`op` + output columns) of the unified input changelog."""
-    keys = _join_key(spec, left)
-    schema = output_schema(spec, left, right)
-    return (
-        changes.select(*keys, "side", "op", "seq", "left", "right")
-        .groupBy(*[f"k{i}" for i in range(len(keys))])
-        .transformWithState(
-            RegularJoinProcessor(spec, schema.names, expired_rows),
-            outputStructType=schema,
-            outputMode="Append",
-            timeMode=spec.time_mode,
-        )
-    )
-
-
 def value_kind(data_type: DataType) -> str:
     """How a bucketed processor turns a column's pandas values into Python ones."""
     if isinstance(data_type, ByteType | ShortType | IntegerType | LongType):
@@ -100,11 +79,18 @@ def value_kind(data_type: DataType) -> str:
     return "timestamp" if isinstance(data_type, TimestampType | TimestampNTZType) else ""
 
 
+PROCESSORS: dict[type, type[BucketedJoinProcessor]] = {
+    RegularJoinSpec: RegularJoinProcessor,
+    IntervalJoinSpec: IntervalJoinProcessor,
+    TemporalJoinSpec: TemporalJoinProcessor,
+}
+
+
 def bucketed_join(
-    changes: DataFrame, spec: IntervalJoinSpec | TemporalJoinSpec, left: StructType,
-    right: StructType, late_rows: Accumulator[dict] | None = None,
+    changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
+    late_rows: Accumulator[dict] | None = None,
 ) -> DataFrame:  # fmt: skip
-    """An interval or temporal join's append-only output (`op` is always `+I`).
+    """The joined changelog (`op` + output columns) of the unified input changelog.
 
     Rows are grouped by a hash bucket of their join key, not by the key itself, and cross to
     Python as flat columns: see `state.bucketed_processor` for why.
@@ -116,14 +102,11 @@ def bucketed_join(
     flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
     kinds = {f.name: value_kind(f.dataType) for f in schema}
     kinds |= {f"k{i}": value_kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
-    processor_type = (
-        IntervalJoinProcessor if isinstance(spec, IntervalJoinSpec) else TemporalJoinProcessor
-    )
     return (
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            processor_type(spec, schema.names, kinds, late_rows),
+            PROCESSORS[type(spec)](spec, schema.names, kinds, late_rows),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

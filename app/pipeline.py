@@ -21,7 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.checkpoint import check_state_record, shuffle_partitions
 from app.config import Config, InputConfig
-from app.join_plan import bucketed_join, regular_join, value_kind
+from app.join_plan import bucketed_join, value_kind
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized
 from app.projection import project
 from ops.metrics import ServiceMetrics
@@ -35,7 +35,6 @@ from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, kafka_options
 from serdes.kafka_transactions import ExactlyOnce
 from state.normalize import NormalizeProcessor
-from state.regular_processor import RegularJoinSpec
 
 SIDE_HEADER = "streamjoin.side"
 TOPICS_TIMEOUT_S = 30.0
@@ -210,12 +209,7 @@ def joined_output(
     left_changes, right_changes = sides
     changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
-    if isinstance(spec, RegularJoinSpec):
-        joined = regular_join(
-            changes, spec, left_type, right_type, metrics.expired_rows.accumulator
-        )
-    else:
-        joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator)
+    joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator)
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],

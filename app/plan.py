@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from app.config import Config, ConfigError, InputConfig
 from app.projection import select_expressions
-from state.bucketed_processor import PROCTIME
+from state.bucketed_processor import PROCTIME, SideSpec
 from state.condition import ConditionError
 from state.interval_processor import IntervalJoinSpec
-from state.regular_processor import RegularJoinSpec, SideSpec
+from state.regular_processor import RegularJoinSpec
 from state.temporal_processor import TemporalJoinSpec
 
 JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec
@@ -38,7 +38,7 @@ def join_spec(config: Config) -> JoinSpec:
         return TemporalJoinSpec(config.join.kind, config.join.on or "", left, right, probe_time,
                                 config.join.state_buckets)  # fmt: skip
     return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
-                           state_ttl_ms=config.join.state_ttl_ms)  # fmt: skip
+                           config.join.state_ttl_ms, config.join.state_buckets)  # fmt: skip
 
 
 def normalized(source: InputConfig) -> bool:

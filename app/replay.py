@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 
 from app.config import STATE_BUCKETS, InputConfig
-from app.join_plan import bucketed_join, regular_join
+from app.join_plan import bucketed_join
 from app.pipeline import decode_input, join_input, row_type, timed_changes
 from app.projection import project
 from ops.metrics import CountsByLabel
@@ -37,8 +37,9 @@ from serdes.decode import decoded_schema
 from serdes.kafka_source import ARROW_SCHEMA
 from serdes.schema import parse_schema
 from serdes.values import EPOCH
+from state.bucketed_processor import SideSpec
 from state.interval_processor import IntervalJoinSpec
-from state.regular_processor import RegularJoinSpec, SideSpec
+from state.regular_processor import RegularJoinSpec
 from state.temporal_processor import TemporalJoinSpec
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
@@ -193,7 +194,7 @@ def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
     )
     join_type = join.get("type", "regular")
     if join_type == "regular":
-        joined = regular_join(changes, RegularJoinSpec(kind, join["on"], *sides), left, right)
+        joined = bucketed_join(changes, RegularJoinSpec(kind, join["on"], *sides), left, right)
     elif join_type == "interval":
         times = [streams[join[side]].get("rowtime") for side in ("left", "right")]
         if not all(times):

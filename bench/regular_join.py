@@ -22,9 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from app.join_plan import changelog_schema, regular_join
+from app.join_plan import bucketed_join, changelog_schema
 from app.spark import build_session
-from state.regular_processor import RegularJoinSpec, SideSpec
+from state.bucketed_processor import SideSpec
+from state.regular_processor import RegularJoinSpec
 
 LEFT = StructType(
     [StructField("order_id", StringType()), StructField("product_id", StringType()),
@@ -66,7 +67,7 @@ def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
         SideSpec(tuple(RIGHT.names)),
     )  # fmt: skip
     changes = spark.readStream.schema(changelog_schema(LEFT, RIGHT)).parquet(str(work / "changes"))
-    return regular_join(changes, spec, LEFT, RIGHT)
+    return bucketed_join(changes, spec, LEFT, RIGHT)
 
 
 def native(spark: SparkSession, work: Path) -> DataFrame:

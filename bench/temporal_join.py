@@ -26,7 +26,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from app.join_plan import bucketed_join
 from app.spark import build_session
-from state.regular_processor import SideSpec
+from state.bucketed_processor import SideSpec
 from state.temporal_processor import TemporalJoinSpec
 
 LEFT = StructType(

@@ -28,21 +28,6 @@ from ops.progress import ProgressMetrics
 log = logging.getLogger(__name__)
 
 
-class AccumulatedCounter:
-    """A Prometheus counter fed by a Spark accumulator that tasks add to."""
-
-    def __init__(self, counter: Counter, context: SparkContext) -> None:
-        self.counter = counter
-        self.accumulator: Accumulator[int] = context.accumulator(0)
-        self._seen = 0
-
-    def update(self) -> None:
-        value = self.accumulator.value
-        if value > self._seen:
-            self.counter.inc(value - self._seen)
-        self._seen = value
-
-
 class CountsByLabel(AccumulatorParam):
     """Accumulates `{label tuple: count}` dictionaries."""
 
@@ -101,14 +86,6 @@ class ServiceMetrics:
         self.registry = CollectorRegistry()
         self.progress = ProgressMetrics(self.registry)
         self.readiness = Readiness(stall_timeout_s)
-        self.expired_rows = AccumulatedCounter(
-            Counter(
-                "streamjoin_state_expired_rows",
-                "Join state rows dropped by idle state retention (STATE_TTL)",
-                registry=self.registry,
-            ),
-            context,
-        )
         self.dead_letters = LabelledAccumulatedCounter(
             Counter(
                 "streamjoin_dead_letters",
@@ -135,7 +112,7 @@ class ServiceMetrics:
         return serve(self.registry, self.readiness, port)
 
     def update(self) -> None:
-        for counter in (self.expired_rows, self.dead_letters, self.late_rows):
+        for counter in (self.dead_letters, self.late_rows):
             counter.update()
 
     def listen(self, spark: SparkSession) -> None:

@@ -79,6 +79,11 @@ class ProgressMetrics:
             ["operator"],
             registry=registry,
         )
+        self.expired_keys = Counter(
+            "streamjoin_state_expired_keys",
+            "Join keys whose state Spark dropped after STATE_TTL without a write",
+            registry=registry,
+        )
         self.input_rows = Counter(
             "streamjoin_input_rows",
             "Input records read from Kafka, both inputs",
@@ -150,6 +155,7 @@ class ProgressMetrics:
             name = f"{i}-{operator.get('operatorName', 'state')}"
             self.state_rows.labels(name).set(operator.get("numRowsTotal", 0))
             self.state_bytes.labels(name).set(operator.get("memoryUsedBytes", 0))
-            sst = (operator.get("customMetrics") or {}).get("rocksdbSstFileSize")
-            if sst is not None:
-                self.state_sst_bytes.labels(name).set(sst)
+            custom = operator.get("customMetrics") or {}
+            if custom.get("rocksdbSstFileSize") is not None:
+                self.state_sst_bytes.labels(name).set(custom["rocksdbSstFileSize"])
+            self.expired_keys.inc(int(custom.get("numValuesRemovedDueToTTLExpiry") or 0))

@@ -39,7 +39,6 @@ from state.condition import JoinCondition, compile_matcher
 from state.encoding import dump, load
 from state.interval_join import Row
 from state.keyed_state import KeyedBucket, StoredKeys
-from state.regular_processor import SideSpec
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 ENTRY_KEY = StructType([StructField("key", BinaryType())])
@@ -49,15 +48,24 @@ SIDES = ("left", "right")
 Emitted = tuple[str, Row | None, Row | None]  # an output change: kind, left row, right row
 
 
+@dataclass(frozen=True)
+class SideSpec:
+    """One input's columns, in order, and its unique key (empty: none)."""
+
+    fields: tuple[str, ...]
+    unique_key: tuple[str, ...] = ()
+
+
 class LateRows(Protocol):
     """Where late rows are counted, `{(side,): count}`: a Spark accumulator on a cluster."""
 
     def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
-class TimedJoinSpec:
-    """What the interval and temporal join specs share: their clock is the left input's time
-    attribute (`proctime` for processing time), and they output both sides' columns."""
+class BucketedJoinSpec:
+    """What every join spec gives the processor frame: both inputs' columns, the number of
+    buckets the join keys hash into, and the join's clock, the left input's time attribute
+    (`proctime` for processing time). Outputs carry both sides' columns unless said otherwise."""
 
     left: SideSpec
     right: SideSpec
@@ -186,9 +194,12 @@ class KeyedEntries:
         to_plain: Callable[[Any], Any],
         from_plain: Callable[[Any], Any],
         timer_of: Callable[[Any], int | None],
+        ttl_ms: int | None = None,
     ) -> None:
+        """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
+        its own index of expiry times: no timer, no scan of the keys."""
         self.timers = handle.getValueState("timers", BUCKET_STATE)
-        self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE))
+        self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
 
     def read(self) -> tuple[KeyedBucket, bytes | None]:
@@ -238,7 +249,7 @@ class BucketedJoinProcessor(StatefulProcessor):
 
     def __init__(
         self,
-        spec: TimedJoinSpec,
+        spec: BucketedJoinSpec,
         output_names: list[str],
         kinds: dict[str, str],
         late_rows: LateRows | None = None,

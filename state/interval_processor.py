@@ -15,19 +15,19 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.bucketed_processor import (
     BucketedJoinProcessor,
+    BucketedJoinSpec,
     Emitted,
     InputRows,
-    TimedJoinSpec,
+    SideSpec,
     WholeBuckets,
 )
 from state.condition import JoinCondition, parse_condition
 from state.interval_bounds import IntervalCondition, split_interval
 from state.interval_join import Bucket, IntervalJoin, Pair, bucket_from_plain, bucket_to_plain
-from state.regular_processor import SideSpec
 
 
 @dataclass(frozen=True)
-class IntervalJoinSpec(TimedJoinSpec):
+class IntervalJoinSpec(BucketedJoinSpec):
     """Everything the processor needs, small and picklable: it travels to the executors.
 
     `left_time` / `right_time` name each input's time attribute as the condition refers to it;

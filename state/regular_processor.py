@@ -1,51 +1,53 @@
-"""The regular join as a Spark `transformWithState` processor, keyed by the join key.
+"""The regular join's spec and its bucketed `transformWithStateInPandas` processor.
 
-Per key and micro-batch it makes two state calls, whatever the number of rows: one read and at
-most one write of a single value holding both sides' views (see `state.views`); a key whose
-views did not change is not written back. Retention adds one timer registration.
+The join's semantics, per join key, are those of `state.regular_join` over the views of
+`state.views`; the frame (buckets of keys, columns instead of Rows) is
+`state.bucketed_processor`'s, shared with the interval and temporal joins. Each join key's
+views are one `MapState` entry of its bucket (`KeyedEntries`): a micro-batch reads the keys its
+rows name, once each, and writes back those whose views changed. A regular join's state is
+bounded by nothing but its keys, so one entry per key is what keeps a batch's cost to what it
+touches (see `docs/design.md`).
+
+Retention (`STATE_TTL`, Flink's `table.exec.state.ttl`) is Spark's own TTL on the entries: a
+key's views go once not written for that long, without a timer per key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any
 
-from pyspark.sql import Row
-from pyspark.sql.streaming.stateful_processor import (
-    ExpiredTimerInfo,
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    TimerValues,
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.bucketed_processor import (
+    BUCKET_STATE,
+    ENTRY_KEY,
+    PROCTIME,
+    BucketedJoinProcessor,
+    BucketedJoinSpec,
+    Emitted,
+    InputRows,
+    KeyedEntries,
+    MapEntries,
+    SideSpec,
 )
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
-
-from ops.worker_gc import settle_worker
-from state.condition import compile_matcher, parse_condition, split_condition
-from state.regular_join import LEFT, Matcher, RegularJoin, SemiAntiJoin
-from state.views import View, dump_views, load_views, new_view, struct_values
-
-# Both sides' views of a key in one value, with the time of its last write (for retention).
-KEY_STATE = StructType([StructField("views", BinaryType()), StructField("touched_ms", LongType())])
-
-
-class Counter(Protocol):
-    """Where expired rows are counted: a Spark accumulator, read by the driver's metrics."""
-
-    def add(self, amount: int) -> None: ...
+from state.condition import JoinCondition, parse_condition, split_condition
+from state.keyed_state import KeyedBucket, never
+from state.pages import PagedRows, settle
+from state.regular_join import RegularJoin, SemiAntiJoin
+from state.views import (
+    MultisetView,
+    UniqueKeyView,
+    View,
+    new_view,
+    views_from_plain,
+    views_to_plain,
+)
 
 
 @dataclass(frozen=True)
-class SideSpec:
-    """One input's columns, in order, and its unique key (empty: none)."""
-
-    fields: tuple[str, ...]
-    unique_key: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RegularJoinSpec:
+class RegularJoinSpec(BucketedJoinSpec):
     """Everything the processor needs, small and picklable: it travels to the executors."""
 
     kind: str
@@ -53,26 +55,26 @@ class RegularJoinSpec:
     left: SideSpec
     right: SideSpec
     state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
+    buckets: int = 128
+
+    @property
+    def left_time(self) -> str:  # type: ignore[override]
+        """A regular join's only clock is processing time, for retention."""
+        return PROCTIME
 
     @property
     def time_mode(self) -> str:
-        """Retention needs processing-time timers; without it the join needs no clock."""
+        """Retention is processing-time TTL; without it the join needs no clock."""
         return "ProcessingTime" if self.state_ttl_ms > 0 else "None"
 
     @cached_property
-    def equi_keys(self) -> tuple[tuple[str, str], ...]:
-        """Parsed once per spec: fresh views are made for every new key."""
-        return split_condition(parse_condition(self.on)).equi
+    def join_condition(self) -> JoinCondition:
+        return split_condition(parse_condition(self.on))
 
     @property
     def projects_right(self) -> bool:
         """SEMI and ANTI joins output left rows only."""
         return self.kind not in ("semi", "anti")
-
-    def matcher(self) -> Matcher:
-        """Whether a left and a right row of one key match (see `compile_matcher`)."""
-        condition = split_condition(parse_condition(self.on))
-        return compile_matcher(condition, self.left.fields, self.right.fields)
 
     def operator(self) -> RegularJoin | SemiAntiJoin:
         if self.kind in ("semi", "anti"):
@@ -88,69 +90,44 @@ class RegularJoinSpec:
         )
 
 
-class RegularJoinProcessor(StatefulProcessor):
-    """Input rows: `side` (0 left, 1 right), `op`, `seq` (order), `left` / `right` structs."""
+class RegularJoinProcessor(BucketedJoinProcessor):
+    """Flink's regular join (`state.regular_join`) per key, over buckets of keys; a side with
+    many rows for one key keeps them in pages (`state.pages`), a `MapState` of their own."""
 
-    def __init__(
-        self, spec: RegularJoinSpec, output_names: list[str], expired_rows: Counter | None = None
-    ) -> None:
-        self.spec = spec
-        self.output_names = output_names
-        self.expired_rows = expired_rows
+    def layout(self, handle: StatefulProcessorHandle) -> KeyedEntries:
+        ttl = self.spec.state_ttl_ms or None
+        self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
+        return KeyedEntries(handle, views_to_plain, views_from_plain, never, ttl)
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        settle_worker()
-        self.handle = handle
-        self.state = handle.getValueState("join", KEY_STATE)
-        self.join = self.spec.operator()
-        self.out = Row(*self.output_names)
-        self.null_left = (None,) * len(self.spec.left.fields)
-        self.null_right = (None,) * len(self.spec.right.fields) if self.spec.projects_right else ()
+    def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
+        """A key's views, their pages (if any) read from this bucket's pages when used."""
+        views = bucket.keys.get(key)
+        if views is None:
+            return self.spec.new_views()
+        for side, view in enumerate(views):
+            rows = getattr(view, "rows", None)
+            if isinstance(rows, PagedRows):
+                rows.bind(self.pages, key, side)
+        return views
 
-    def _load(self) -> tuple[tuple[bytes, int] | None, tuple[View, View]]:
-        stored = self.state.get()
-        return stored, (load_views(stored[0]) if stored is not None else self.spec.new_views())
+    def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
+        """A regular join waits for no time."""
+        return []
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
-        stored, views = self._load()
-        output = []
-        for row in sorted(rows, key=lambda r: r.seq):
-            values = struct_values(row.left if row.side == LEFT else row.right)
-            for change in self.join.process(row.side, row.op, values, views):
-                left = change.left if change.left is not None else self.null_left
-                right = change.right if change.right is not None else self.null_right
-                output.append(self.out(change.op, *left, *right))
-        if not any(len(view) for view in views):
-            if stored is not None:
-                self.state.clear()
-            return iter(output)
-        blob = dump_views(views)
-        if self.spec.state_ttl_ms:
-            now = timerValues.getCurrentProcessingTimeInMs()
-            self.state.update((blob, now))
-            self.handle.registerTimer(now + self.spec.state_ttl_ms)
-        elif stored is None or stored[0] != blob:
-            self.state.update((blob, 0))
-        return iter(output)
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[Row]:
-        """Drop the key's state once it has been idle for the retention time.
-
-        Every write registers a timer instead of moving the previous one (that would cost two
-        more state calls per key); a timer that finds a newer write since does nothing.
-        """
-        stored, views = self._load()
-        now = timerValues.getCurrentProcessingTimeInMs()
-        if stored is None or now - stored[1] < self.spec.state_ttl_ms:
-            return iter(())
-        if self.expired_rows is not None:
-            self.expired_rows.add(sum(len(view) for view in views))
-        self.state.clear()
-        return iter(())
-
-    def close(self) -> None:
-        """No resources beyond the state handles, which Spark closes."""
+    def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Emitted]:
+        emitted: list[Emitted] = []
+        touched: dict[Any, tuple[View, View]] = {}
+        for i in rows.order():
+            key = rows.keys[i]
+            views = touched.get(key)
+            if views is None:
+                views = touched[key] = bucket.keys[key] = self._views(bucket, key)
+            for change in self.join.process(rows.sides[i], rows.ops[i], rows.row(i), views):
+                emitted.append((change.op, change.left, change.right))
+        for key, views in touched.items():
+            for side, view in enumerate(views):
+                if isinstance(view, UniqueKeyView | MultisetView):
+                    view.rows = settle(view.rows, self.pages, key, side)
+            if not any(len(view) for view in views):
+                del bucket.keys[key]  # an emptied key leaves no entry
+        return emitted

@@ -17,10 +17,11 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.bucketed_processor import (
     BucketedJoinProcessor,
+    BucketedJoinSpec,
     Emitted,
     InputRows,
     KeyedEntries,
-    TimedJoinSpec,
+    SideSpec,
 )
 from state.condition import (
     ConditionError,
@@ -29,7 +30,6 @@ from state.condition import (
     split_condition,
 )
 from state.keyed_state import as_is, never
-from state.regular_processor import SideSpec
 from state.temporal_join import (
     EventTimeTemporalJoin,
     ProcessingTimeTemporalJoin,
@@ -40,7 +40,7 @@ from state.temporal_join import (
 
 
 @dataclass(frozen=True)
-class TemporalJoinSpec(TimedJoinSpec):
+class TemporalJoinSpec(BucketedJoinSpec):
     """`L [LEFT] JOIN R FOR SYSTEM_TIME AS OF L.<left_time> ON ...`, small and picklable.
 
     `left_time` is `proctime` for the processing-time join (the latest version).

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from state.encoding import dump, load
+from state.pages import PagedRows
 
 Row = tuple[Any, ...]
 
@@ -52,7 +52,8 @@ class UniqueKeyView:
 
     def __init__(self, key_indices: Sequence[int]) -> None:
         self.key_indices = tuple(key_indices)
-        self.rows: dict[Row, list[Any]] = {}  # unique key -> [row, associations]
+        # unique key -> [row, associations], in pages once many (`state.pages`)
+        self.rows: dict[Row, list[Any]] | PagedRows = {}
 
     def _key(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_indices)
@@ -79,7 +80,8 @@ class MultisetView:
     """No unique key: each distinct row with its number of copies; copies share one count."""
 
     def __init__(self) -> None:
-        self.rows: dict[Row, list[int]] = {}  # row -> [copies, associations]
+        # row -> [copies, associations], in pages once many (`state.pages`)
+        self.rows: dict[Row, list[int]] | PagedRows = {}
 
     def add(self, row: Row, associations: int = 0) -> None:
         entry = self.rows.get(row)
@@ -108,16 +110,11 @@ class MultisetView:
             entry[1] = associations
 
     def __len__(self) -> int:
-        return sum(copies for copies, _ in self.rows.values())
+        """Distinct rows (each with its copies): known without reading a paged view's pages."""
+        return len(self.rows)
 
 
 View = SingleRowView | UniqueKeyView | MultisetView
-
-
-def struct_values(struct: Any) -> Row:
-    """A struct column's values in field order: Spark hands structs to Python processors as
-    dicts (pyspark's TwsTester as Rows)."""
-    return tuple(struct.values()) if isinstance(struct, dict) else tuple(struct)
 
 
 def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequence[str]) -> View:
@@ -129,13 +126,22 @@ def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequenc
     return MultisetView()
 
 
+def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
+    """Inline rows as they are; paged ones as what the key's entry keeps of them."""
+    return rows if isinstance(rows, dict) else (rows.pages, rows.count, rows.version)
+
+
+def _rows(plain: dict | tuple) -> dict | PagedRows:
+    return plain if isinstance(plain, dict) else PagedRows(*plain)
+
+
 def _plain(view: View) -> tuple:
     """A view as plain data (`state.encoding`)."""
     if isinstance(view, SingleRowView):
         return "single", view.row, view.associations
     if isinstance(view, UniqueKeyView):
-        return "unique", view.key_indices, view.rows
-    return "multiset", view.rows
+        return "unique", view.key_indices, _rows_plain(view.rows)
+    return "multiset", _rows_plain(view.rows)
 
 
 def _view(plain: tuple) -> View:
@@ -145,17 +151,17 @@ def _view(plain: tuple) -> View:
         view.row, view.associations = plain[1], plain[2]
     elif plain[0] == "unique":
         view = UniqueKeyView(plain[1])
-        view.rows = plain[2]
+        view.rows = _rows(plain[2])
     else:
         view = MultisetView()
-        view.rows = plain[1]
+        view.rows = _rows(plain[1])
     return view
 
 
-def dump_views(views: tuple[View, View]) -> bytes:
-    return dump((_plain(views[0]), _plain(views[1])))
+def views_to_plain(views: tuple[View, View]) -> tuple:
+    """Both sides' views of a key as plain data (`state.encoding`)."""
+    return _plain(views[0]), _plain(views[1])
 
 
-def load_views(blob: bytes) -> tuple[View, View]:
-    left, right = load(blob)
-    return _view(left), _view(right)
+def views_from_plain(plain: tuple) -> tuple[View, View]:
+    return _view(plain[0]), _view(plain[1])

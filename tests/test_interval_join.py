@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from state.bucketed_processor import SideSpec
 from state.interval_join import MAX_TIME, Bucket, IntervalJoin
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
-from state.regular_processor import SideSpec
 
 HOUR = 3_600_000
 

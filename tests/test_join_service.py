@@ -221,7 +221,7 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
     service = Service(env, tmp_path / "log")
     try:
         wait_for(
-            lambda: "streamjoin_state_expired_rows_total 1.0" in scrape(service),
+            lambda: "streamjoin_state_expired_keys_total 1.0" in scrape(service),
             240, "the idle order was never expired", service,
         )  # fmt: skip
     finally:

@@ -10,8 +10,9 @@ from collections import Counter
 
 import pytest
 
+from state.bucketed_processor import SideSpec
 from state.regular_join import LEFT, RIGHT, Change
-from state.regular_processor import RegularJoinSpec, SideSpec
+from state.regular_processor import RegularJoinSpec
 from state.views import MultisetView, SingleRowView, UniqueKeyView, new_view
 
 ORDERS = SideSpec(("order_id", "product_id", "qty"), ("order_id",))

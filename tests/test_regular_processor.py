@@ -1,100 +1,153 @@
-"""The regular join's transformWithState processor, through pyspark's TwsTester (no Spark)."""
+"""The regular join's bucketed processor, through pyspark's TwsTester (pandas, no Spark query)."""
 
 from __future__ import annotations
 
-from pyspark.sql import Row
+from collections.abc import Callable
+
+import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.regular_processor import RegularJoinProcessor, RegularJoinSpec, SideSpec
-from state.views import load_views
+from state.bucketed_processor import SideSpec
+from state.encoding import load
+from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
 
 SPEC = RegularJoinSpec(
     "left",
     "L.product_id = R.product_id",
-    SideSpec(("order_id", "product_id"), ("order_id",)),
+    SideSpec(("order_id", "product_id", "qty"), ("order_id",)),
     SideSpec(("product_id", "price"), ("product_id",)),
 )
-OUT = ["op", "L_order_id", "L_product_id", "R_product_id", "R_price"]
-In = Row("side", "op", "seq", "left", "right")
+OUT = ["op", "L_order_id", "L_product_id", "L_qty", "R_product_id", "R_price"]
+KINDS = {"L_qty": "integral", "R_price": "integral"}
 
 
-def test_rows_of_a_key_are_joined_in_arrival_order_and_state_carries_over() -> None:
-    tester = TwsTester(RegularJoinProcessor(SPEC, OUT))
-    first = tester.test(
-        ("p1",),
-        [  # delivered out of order: the processor orders by seq
-            In(1, "+I", 3, None, Row(product_id="p1", price=10)),
-            In(0, "+I", 1, Row(order_id="o1", product_id="p1"), None),
-        ],
+def changes(*rows: tuple) -> pd.DataFrame:
+    """(side, op, seq, row) -> the processor's input columns."""
+    records = []
+    for side, op, seq, row in rows:
+        left = row if side == 0 else (None, None, None)
+        right = row if side == 1 else (None, None)
+        records.append({"side": side, "op": op, "seq": seq, "ts": None, "k0": row[side ^ 1],
+                        "L_order_id": left[0], "L_product_id": left[1], "L_qty": left[2],
+                        "R_product_id": right[0], "R_price": right[1]})  # fmt: skip
+    return pd.DataFrame(records)
+
+
+def joined(frame: pd.DataFrame) -> list[tuple]:
+    return [
+        tuple(None if v != v else v for v in row)  # NaN: a padded, NULL column
+        for row in frame[OUT].itertuples(index=False)
+    ]
+
+
+def stored_keys(tester: TwsTester, bucket: int) -> dict:
+    """The bucket's entries: join key -> both sides' views, as plain data."""
+    return {load(k[0]): load(v[0]) for k, v in tester.peekMapState("keys", bucket).items()}
+
+
+def test_rows_of_a_bucket_are_joined_in_arrival_order_and_each_key_keeps_its_own_entry() -> None:
+    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    first = tester.testInPandas(
+        0,
+        changes(  # delivered out of order: the processor orders by seq
+            (1, "+I", 3, ("p1", 10)),
+            (0, "+I", 1, ("o1", "p1", 1)),
+            (0, "+I", 2, ("o2", "p2", 1)),
+        ),
     )
-    assert [tuple(r) for r in first] == [
-        ("+I", "o1", "p1", None, None),
-        ("-D", "o1", "p1", None, None),
-        ("+I", "o1", "p1", "p1", 10),
+    assert joined(first) == [
+        ("+I", "o1", "p1", 1, None, None),
+        ("+I", "o2", "p2", 1, None, None),
+        ("-D", "o1", "p1", 1, None, None),
+        ("+I", "o1", "p1", 1, "p1", 10),
     ]
-    second = tester.test(("p1",), [In(1, "-D", 5, None, Row(product_id="p1", price=10))])
-    assert [tuple(r) for r in second] == [
-        ("-D", "o1", "p1", "p1", 10),
-        ("+I", "o1", "p1", None, None),
+    assert set(stored_keys(tester, 0)) == {("p1",), ("p2",)}
+    second = tester.testInPandas(0, changes((1, "-D", 5, ("p1", 10))))
+    assert joined(second) == [
+        ("-D", "o1", "p1", 1, "p1", 10),
+        ("+I", "o1", "p1", 1, None, None),
     ]
-    left, right = load_views(tester.peekValueState("join", ("p1",))[0])
-    assert list(left.records()) == [(("o1", "p1"), 0)]
-    assert len(right) == 0
-    tester.test(("p1",), [In(0, "-D", 7, Row(order_id="o1", product_id="p1"), None)])
-    assert tester.peekValueState("join", ("p1",)) is None  # an emptied key leaves no state
-
-
-class Tally:
-    def __init__(self) -> None:
-        self.total = 0
-
-    def add(self, amount: int) -> None:
-        self.total += amount
-
-
-def test_idle_state_is_dropped_after_the_retention_time_and_counted() -> None:
-    expired = Tally()
-    spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=1000)
-    tester = TwsTester(RegularJoinProcessor(spec, OUT, expired), timeMode="ProcessingTime")
-    tester.setProcessingTime(100)
-    tester.test(("p1",), [In(0, "+I", 1, Row(order_id="o1", product_id="p1"), None)])
-    tester.setProcessingTime(600)
-    tester.test(("p1",), [In(0, "+I", 2, Row(order_id="o2", product_id="p1"), None)])
-    tester.setProcessingTime(1300)  # the first write's timer: the key was touched since
-    assert tester.peekValueState("join", ("p1",)) is not None
-    assert expired.total == 0
-    tester.setProcessingTime(1700)  # idle for the retention time
-    assert tester.peekValueState("join", ("p1",)) is None
-    assert expired.total == 2
-    # The key starts afresh: the late right row finds no order to join.
-    fresh = tester.test(("p1",), [In(1, "+I", 3, None, Row(product_id="p1", price=1))])
-    assert fresh == []
+    tester.testInPandas(0, changes((0, "-D", 7, ("o1", "p1", 1))))
+    assert set(stored_keys(tester, 0)) == {("p2",)}  # an emptied key leaves no entry
 
 
 def test_an_update_whose_after_image_comes_first_in_a_batch_is_applied_in_seq_order() -> None:
     """A Debezium update is `-U before` (seq 2n) then `+U after` (2n+1); the shuffle may deliver
     the `+U` first. Flink's result: the old joined row retracted, then the new one."""
-    spec = RegularJoinSpec(
-        "inner",
-        "L.product_id = R.product_id",
-        SideSpec(("order_id", "product_id", "qty"), ("order_id",)),
-        SideSpec(("product_id", "price"), ("product_id",)),
+    spec = RegularJoinSpec("inner", SPEC.on, SPEC.left, SPEC.right)
+    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS))
+    tester.testInPandas(0, changes((1, "+I", 2, ("p1", 10)), (0, "+I", 4, ("o1", "p1", 1))))
+    update = tester.testInPandas(
+        0, changes((0, "+U", 15, ("o1", "p1", 2)), (0, "-U", 14, ("o1", "p1", 1)))
     )
-    out = ["op", "L_order_id", "L_product_id", "L_qty", "R_product_id", "R_price"]
-    tester = TwsTester(RegularJoinProcessor(spec, out))
-    tester.test(
-        ("p1",),
-        [In(1, "+I", 2, None, Row(product_id="p1", price=10)),
-         In(0, "+I", 4, Row(order_id="o1", product_id="p1", qty=1), None)],
-    )  # fmt: skip
-    update = tester.test(
-        ("p1",),
-        [In(0, "+U", 15, Row(order_id="o1", product_id="p1", qty=2), None),
-         In(0, "-U", 14, Row(order_id="o1", product_id="p1", qty=1), None)],
-    )  # fmt: skip
-    assert [tuple(r) for r in update] == [
+    assert joined(update) == [
         ("-U", "o1", "p1", 1, "p1", 10),
         ("+U", "o1", "p1", 2, "p1", 10),
     ]
-    left, _right = load_views(tester.peekValueState("join", ("p1",))[0])
-    assert [row for row, _ in left.records()] == [("o1", "p1", 2)]
+    (left, _right) = stored_keys(tester, 0)[("p1",)]
+    assert left == ("unique", (0,), {("o1",): [("o1", "p1", 2), 1]})
+
+
+def test_a_batch_writes_back_only_the_keys_whose_rows_changed() -> None:
+    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    tester.testInPandas(0, changes((1, "+I", 1, ("p1", 10)), (1, "+I", 2, ("p2", 20))))
+    written = []
+    entries = tester.handle.map_states["keys"]
+    update = entries.updateValue
+    entries.updateValue = lambda key, value: (written.append(load(key[0])), update(key, value))
+    # p2's row retracted and re-added unchanged within the batch: nothing to write for it
+    tester.testInPandas(
+        0,
+        changes((0, "+I", 3, ("o1", "p1", 1)), (1, "-U", 4, ("p2", 20)),
+                (1, "+U", 5, ("p2", 20))),
+    )  # fmt: skip
+    assert written == [("p1",)]
+
+
+class Calls:
+    """Counts the writes a processor makes to its `MapState`s, by state."""
+
+    def __init__(self, tester: TwsTester, *names: str) -> None:
+        self.writes: dict[str, int] = dict.fromkeys(names, 0)
+        for name in names:
+            state = tester.handle.map_states[name]
+            state.updateValue = self._counted(name, state.updateValue)
+
+    def _counted(self, name: str, write: Callable) -> Callable:
+        def counted(key: tuple, value: tuple) -> None:
+            self.writes[name] += 1
+            write(key, value)
+
+        return counted
+
+    def taken(self) -> dict[str, int]:
+        taken, self.writes = self.writes, dict.fromkeys(self.writes, 0)
+        return taken
+
+
+def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None:
+    """2,000 orders of one product: a new order writes its page and the key's entry, not 2,000
+    rows; a price change still joins every order; deleting most puts the rest back inline."""
+    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    orders = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(2000)]
+    tester.testInPandas(0, changes((1, "+I", -1, ("p1", 10)), *orders))
+    pages = tester.peekMapState("pages", 0)
+    assert len(pages) == 8  # 2,000 rows at 256 a page
+    calls = Calls(tester, "keys", "pages")
+
+    added = tester.testInPandas(0, changes((0, "+I", 5000, ("o5000", "p1", 1))))
+    assert joined(added) == [("+I", "o5000", "p1", 1, "p1", 10)]
+    assert calls.taken() == {"keys": 1, "pages": 1}
+
+    repriced = tester.testInPandas(
+        0, changes((1, "-U", 5001, ("p1", 10)), (1, "+U", 5002, ("p1", 11)))
+    )
+    assert len(repriced) == 4 * 2001  # LEFT join: each order padded, then joined anew
+    assert calls.taken() == {"keys": 1, "pages": 0}  # the orders' association counts held
+
+    deletes = [(0, "-D", 6000 + i, (f"o{i}", "p1", 1)) for i in range(1995)]
+    tester.testInPandas(0, changes(*deletes))
+    assert tester.peekMapState("pages", 0) == {}
+    (left, _right) = stored_keys(tester, 0)[("p1",)]
+    assert sorted(left[2]) == [("o1995",), ("o1996",), ("o1997",), ("o1998",), ("o1999",),
+                               ("o5000",)]  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.regular_processor import SideSpec
+from state.bucketed_processor import SideSpec
 from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
 
 SPEC = TemporalJoinSpec(

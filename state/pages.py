@@ -1,0 +1,128 @@
+"""A join key's rows over pages of their own once they are many: a change rewrites one page.
+
+A regular join keeps both sides' rows of a join key in the key's one state entry
+(`state.regular_processor`): one read and one write per key and micro-batch. A key with 100,000
+orders would rewrite all of them whenever one changes, and its checkpoint would carry them all.
+Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
+the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
+to it; the key's entry keeps the number of pages and of rows. A change reads and rewrites its own
+page; matching the other side reads every page of it, one state call each (Flink iterates its
+MapState the same way). Pages double when they average twice `PAGE_ROWS`, and the rows go back
+inline when few are left.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from state.encoding import dump, dump_key, load
+from state.keyed_state import EntryStore
+
+INLINE_ROWS = 512  # a side's rows kept in the key's own entry
+PAGE_ROWS = 256  # rows a page is sized for
+
+
+def page_of(identity: Any, pages: int) -> int:
+    """The page of a row's identity: a hash that is the same in every process (`hash()` of a
+    string is not)."""
+    return zlib.crc32(repr(identity).encode()) % pages
+
+
+class PagedRows(MutableMapping):
+    """A view's rows (identity -> entry) over `pages` entries of a store, read when first used.
+
+    `version` grows whenever a page is written, so the key's entry, which holds it, is written
+    too: under a state TTL the key then never expires before its pages.
+    """
+
+    def __init__(self, pages: int, count: int, version: int = 0) -> None:
+        self.pages, self.count, self.version = pages, count, version
+        self.store: EntryStore | None = None
+        self.prefix: tuple = ()
+        self.loaded: dict[int, tuple[bytes, bytes | None, dict]] = {}  # page -> name, read, rows
+
+    def bind(self, store: EntryStore, key: Any, side: int) -> None:
+        """Where the pages are: a bucket's page store, for one micro-batch."""
+        self.store, self.prefix = store, (key, side)
+        self.loaded.clear()
+
+    def _page(self, number: int) -> dict:
+        if number not in self.loaded:
+            assert self.store is not None, "pages read before `bind`"
+            name = dump_key((*self.prefix, number))
+            blob = self.store.get(name)
+            self.loaded[number] = (name, blob, {} if blob is None else dict(load(blob)))
+        return self.loaded[number][2]
+
+    def __getitem__(self, identity: Any) -> Any:
+        return self._page(page_of(identity, self.pages))[identity]
+
+    def __setitem__(self, identity: Any, entry: Any) -> None:
+        page = self._page(page_of(identity, self.pages))
+        self.count += identity not in page
+        page[identity] = entry
+
+    def __delitem__(self, identity: Any) -> None:
+        del self._page(page_of(identity, self.pages))[identity]
+        self.count -= 1
+
+    def __iter__(self) -> Iterator[Any]:
+        for number in range(self.pages):
+            yield from self._page(number)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def flush(self) -> None:
+        """Write back the pages whose rows changed; remove the emptied ones."""
+        assert self.store is not None
+        written = False
+        for name, before, rows in self.loaded.values():
+            if not rows:
+                if before is not None:
+                    self.store.remove(name)
+                    written = True
+                continue
+            blob = dump(list(rows.items()))
+            if blob != before:
+                self.store.put(name, blob)
+                written = True
+        self.version += written
+        self.loaded.clear()
+
+    def drop(self) -> dict:
+        """All rows, in a dict, their pages removed."""
+        rows = dict(self.items())
+        for number in range(self.pages):
+            self._page(number).clear()
+        self.flush()
+        return rows
+
+
+def pages_for(count: int) -> int:
+    return max(2, -(-count // PAGE_ROWS))
+
+
+def settle(rows: dict | PagedRows, store: EntryStore, key: Any, side: int) -> dict | PagedRows:
+    """A side's rows as they are to be stored after a micro-batch, their changed pages written:
+    inline while few, else in pages, resized when they hold over twice `PAGE_ROWS` rows on
+    average or under half."""
+    count, pages = len(rows), pages_for(len(rows))
+    if isinstance(rows, PagedRows):
+        if count > INLINE_ROWS // 2 and rows.pages // 2 <= pages <= 2 * rows.pages:
+            rows.flush()
+            return rows
+        version, rows = rows.version + 1, rows.drop()
+        if count <= INLINE_ROWS // 2:
+            return rows
+    elif count <= INLINE_ROWS:
+        return rows
+    else:
+        version = 0
+    paged = PagedRows(pages, 0, version)
+    paged.bind(store, key, side)
+    paged.update(rows)
+    paged.flush()
+    return paged
