@@ -176,6 +176,10 @@ class MapEntries:
         found = self.state.getValue((key,))
         return None if found is None else found[0]
 
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        for (key,), (value,) in self.state.iterator():
+            yield key, value
+
     def put(self, key: bytes, value: bytes) -> None:
         self.state.updateValue((key,), (value,))
 
@@ -186,7 +190,8 @@ class MapEntries:
 class KeyedEntries:
     """Each key of a bucket its own `MapState` entry (`state.keyed_state`): a batch reads and
     writes the keys it touches. The bucket's own value holds its engine timer, the keys that
-    wait for time and the rows that wait in it, and is written only when those change."""
+    wait for time, the rows that wait in it and how many entries it has, and is written only
+    when those change."""
 
     def __init__(
         self,
@@ -198,28 +203,36 @@ class KeyedEntries:
     ) -> None:
         """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
         its own index of expiry times: no timer, no scan of the keys."""
-        self.timers = handle.getValueState("timers", BUCKET_STATE)
+        self.own = handle.getValueState("bucket", BUCKET_STATE)
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
 
     def read(self) -> tuple[KeyedBucket, bytes | None]:
-        stored = self.timers.get()
-        spark_timer, timers, waiting = (None, [], {}) if stored is None else load(stored[0])
+        stored = self.own.get()
+        spark_timer, timers, waiting, count = (
+            (None, [], {}, 0) if stored is None else load(stored[0])
+        )
         keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
-                          self.timer_of)  # fmt: skip
+                          self.timer_of, count)  # fmt: skip
         return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
         bucket.keys.flush()
 
     def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
-        if bucket.spark_timer is None and not bucket.keys.timers and not bucket.waiting:
+        keys = bucket.keys
+        if (
+            bucket.spark_timer is None
+            and not keys.timers
+            and not bucket.waiting
+            and not keys.stored
+        ):
             if before is not None:
-                self.timers.clear()
+                self.own.clear()
             return
-        blob = dump((bucket.spark_timer, list(bucket.keys.timers.items()), bucket.waiting))
+        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting, keys.stored))
         if blob != before:
-            self.timers.update((blob,))
+            self.own.update((blob,))
 
 
 @dataclass

@@ -36,6 +36,7 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+from pyspark.sql.types import LongType, StructField, StructType
 
 from ops.worker_gc import settle_worker
 from state.bucketed_processor import (
@@ -46,6 +47,8 @@ from state.bucketed_processor import (
     python_values,
 )
 from state.keyed_state import StoredKeys, as_is, never
+
+COUNT = StructType([StructField("entries", LongType())])  # a bucket's entries (`StoredKeys`)
 
 # (op, seq, ts, row) of one change
 Change = tuple[str, int, int | None, tuple[Any, ...]]
@@ -93,6 +96,7 @@ class NormalizeProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
         self.entries = MapEntries(handle.getMapState("last", ENTRY_KEY, BUCKET_STATE))
+        self.count = handle.getValueState("count", COUNT)
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
@@ -108,7 +112,10 @@ class NormalizeProcessor(StatefulProcessor):
         by_key: dict[Any, list[Change]] = {}
         for i in sorted(range(len(ops)), key=seqs.__getitem__):
             by_key.setdefault(keys[i], []).append((ops[i], seqs[i], times[i], values[i]))
-        last_rows = StoredKeys(self.entries, {}, as_is, as_is, never)
+        count = self.count.get()
+        stored = 0 if count is None else count[0]
+        last_rows = StoredKeys(self.entries, {}, as_is, as_is, never, stored)
+        last_rows.prefetch(by_key)
         output: list[Change] = []
         for k, changes in by_key.items():
             emitted, last = normalize(last_rows.get(k), changes)
@@ -118,6 +125,8 @@ class NormalizeProcessor(StatefulProcessor):
                 last_rows[k] = last
             output += emitted
         last_rows.flush()
+        if last_rows.stored != stored:
+            self.count.update((last_rows.stored,))
         if output:
             yield self._frame(output)
 

@@ -117,6 +117,7 @@ class RegularJoinProcessor(BucketedJoinProcessor):
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Emitted]:
         emitted: list[Emitted] = []
         touched: dict[Any, tuple[View, View]] = {}
+        bucket.keys.prefetch(rows.keys)
         for i in rows.order():
             key = rows.keys[i]
             views = touched.get(key)

@@ -85,11 +85,17 @@ class TemporalJoinProcessor(BucketedJoinProcessor):
     def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
         if isinstance(self.join, ProcessingTimeTemporalJoin):
             return []
+        bucket.keys.prefetch(bucket.due(now))
         return self.join.fire_due(bucket, now)
 
     def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Emitted]:
+        """Versions are applied at once and processing-time probe rows join at once: their keys
+        are read now; event-time probe rows wait, their keys read when due (`fire_due`)."""
         pairs: list[Emitted] = []
         join = self.join
+        reads_now = isinstance(join, ProcessingTimeTemporalJoin)
+        bucket.keys.prefetch(k for k, side in zip(rows.keys, rows.sides, strict=True)
+                             if reads_now or side == 1)  # fmt: skip
         for i in rows.order():
             key, row, probe = rows.keys[i], rows.row(i), rows.sides[i] == 0
             if isinstance(join, ProcessingTimeTemporalJoin):

@@ -4,6 +4,7 @@ versioned plain data that outlives the code's classes."""
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -25,11 +26,15 @@ class CountingStore:
 
     def __init__(self) -> None:
         self.entries: dict[bytes, bytes] = {}
-        self.gets = self.puts = self.removes = 0
+        self.gets = self.puts = self.removes = self.scans = 0
 
     def get(self, key: bytes) -> bytes | None:
         self.gets += 1
         return self.entries.get(key)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        self.scans += 1
+        yield from list(self.entries.items())
 
     def put(self, key: bytes, value: bytes) -> None:
         self.puts += 1
@@ -61,6 +66,28 @@ def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:
     assert store.calls() == (3, 1, 1)
     again = StoredKeys(store, timers, as_is, as_is, never)
     assert [again.get((k,)) for k in ("p7", "p8", "p9")] == [("p7", 70), ("p8", 8), None]
+
+
+def test_a_batch_touching_many_of_a_buckets_keys_reads_them_in_one_pass() -> None:
+    store = CountingStore()
+    loading = StoredKeys(store, {}, as_is, as_is, never)
+    loading.prefetch((f"p{i}",) for i in range(100))  # an empty bucket: one pass, no gets
+    for i in range(100):
+        loading[(f"p{i}",)] = i
+    loading.flush()
+    assert (store.scans, store.gets, loading.stored) == (1, 0, 100)
+
+    store.scans = store.gets = 0
+    dense = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
+    dense.prefetch([*((f"p{i}",) for i in range(30)), ("x",)] * 2)  # 31 keys of 100
+    assert [dense.get(k) for k in [("p1",), ("p3",), ("x",)]] == [1, 3, None]
+    assert (store.scans, store.gets) == (1, 0)
+
+    store.scans = 0
+    sparse = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
+    sparse.prefetch([("p1",), ("p2",)])  # 2 keys of 100: read one by one, when used
+    assert sparse.get(("p2",)) == 2
+    assert (store.scans, store.gets) == (0, 1)
 
 
 def test_a_key_finds_its_entry_whether_or_not_its_equal_values_are_one_object() -> None:
