@@ -59,24 +59,25 @@ def check_state_record(spark: SparkSession, location: str, settings: dict[str, A
     """Resume only state this code can read, partitioned as the configuration says.
 
     The checkpoint records the state format (`state.encoding.FORMAT`) and the variables that
-    decide how the state is laid out (`settings`, by variable name) when its query starts for
-    the first time; a later start with another format or another value is refused with
-    StartupError, before any record is read. A checkpoint with batches but no record was
-    written before the format was recorded (format 1, pickled objects).
+    decide how the state is laid out (`settings`, by variable name) while its query has planned
+    no batch yet (a first start that failed early may be retried with other values); a later
+    start with another format or another value is refused with StartupError, before any record
+    is read. A checkpoint with batches but no record was written before the format was recorded
+    (format 1, pickled objects).
     """
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
     fs = _filesystem(spark, path)
     wanted = {"state_format": FORMAT, **settings}
-    if not fs.exists(path):
-        if _latest_offsets_entry(spark, location) is not None:
-            _refuse_format(1)
+    if _latest_offsets_entry(spark, location) is None:
         stream = fs.create(path, True)
         try:
             stream.write(bytearray(json.dumps(wanted, sort_keys=True).encode()))
         finally:
             stream.close()
         return
+    if not fs.exists(path):
+        _refuse_format(1)
     stream = fs.open(path)
     try:
         recorded = json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))

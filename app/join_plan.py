@@ -88,7 +88,7 @@ PROCESSORS: dict[type, type[BucketedJoinProcessor]] = {
 
 def bucketed_join(
     changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
-    late_rows: Accumulator[dict] | None = None,
+    late_rows: Accumulator[dict] | None = None, held_rows: Accumulator[dict] | None = None,
 ) -> DataFrame:  # fmt: skip
     """The joined changelog (`op` + output columns) of the unified input changelog.
 
@@ -106,7 +106,7 @@ def bucketed_join(
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            PROCESSORS[type(spec)](spec, schema.names, kinds, late_rows),
+            PROCESSORS[type(spec)](spec, schema.names, kinds, late_rows, held_rows),
             outputStructType=schema,
             outputMode="Append",
             timeMode=spec.time_mode,

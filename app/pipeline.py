@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -110,9 +111,10 @@ def decode_input(
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
-def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int) -> DataFrame:
+def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
+                      held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
-    in `buckets` (see `state.normalize.NormalizeProcessor`)."""
+    in `buckets` (see `state.normalize.NormalizeProcessor`); `held_rows` takes the keys held."""
     row_schema = row_type(source)
     keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
     kinds = {f"c_{f.name}": value_kind(f.dataType) for f in row_schema}
@@ -129,7 +131,7 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int) -> 
         changes.select(bucket, *keys, "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            NormalizeProcessor(row_schema.names, len(keys), kinds),
+            NormalizeProcessor(row_schema.names, len(keys), kinds, source.side, held_rows),
             outputStructType=schema,
             outputMode="Append",
             timeMode="None",
@@ -155,12 +157,12 @@ def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
     return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
 
 
-def join_input(changes: DataFrame, source: InputConfig, left: StructType,
-               right: StructType, buckets: int) -> DataFrame:  # fmt: skip
+def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
+               buckets: int, held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
     """One input's changes, normalized if its format needs it (its keys in `buckets`), as one
     side of the unified changelog the joins take (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source):
-        changes = normalize_changes(changes, source, buckets)
+        changes = normalize_changes(changes, source, buckets, held_rows)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
@@ -204,12 +206,14 @@ def joined_output(
                 left_type,
                 right_type,
                 config.join.state_buckets,
+                metrics.held_rows.accumulator,
             )
         )
     left_changes, right_changes = sides
     changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
-    joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator)
+    joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
+                           metrics.held_rows.accumulator)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],

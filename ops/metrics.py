@@ -11,7 +11,7 @@ import json
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
@@ -56,6 +56,42 @@ class LabelledAccumulatedCounter:
             self._seen[labels] = value
 
 
+class LatestReports(AccumulatorParam):
+    """Accumulates `{key: (when, value)}`, keeping each key's latest report."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, first: dict, second: dict) -> dict:
+        for key, report in second.items():
+            if key not in first or first[key][0] <= report[0]:
+                first[key] = report
+        return first
+
+
+class HeldRowsGauge:
+    """`streamjoin_state_rows{operator,side}`: what the joins' and normalizers' state holds, the
+    sum of each bucket's latest report (`state.bucketed_processor.HeldRows`). Buckets report
+    when visited: after a restart, one not visited yet is missing from the sum until it is."""
+
+    def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
+        self.gauge = Gauge(
+            "streamjoin_state_rows",
+            "Rows a join's state holds per input side (versions of a versioned table, probe "
+            "rows waiting for the watermark), and keys a normalizer holds",
+            ["operator", "side"],
+            registry=registry,
+        )
+        self.accumulator: Accumulator[dict] = context.accumulator({}, LatestReports())
+
+    def update(self) -> None:
+        totals: dict[tuple[str, str], int] = {}
+        for (operator, side, _bucket), (_when, count) in dict(self.accumulator.value).items():
+            totals[operator, side] = totals.get((operator, side), 0) + count
+        for (operator, side), total in totals.items():
+            self.gauge.labels(operator, side).set(total)
+
+
 class ProgressListener(StreamingQueryListener):
     """Folds each progress report into the metrics as Spark posts it (none is missed, and the
     driver does not poll the JVM for reports)."""
@@ -96,6 +132,7 @@ class ServiceMetrics:
             context,
         )
 
+        self.held_rows = HeldRowsGauge(self.registry, context)
         self.late_rows = LabelledAccumulatedCounter(
             Counter(
                 "streamjoin_late_rows",
@@ -114,6 +151,7 @@ class ServiceMetrics:
     def update(self) -> None:
         for counter in (self.dead_letters, self.late_rows):
             counter.update()
+        self.held_rows.update()
 
     def listen(self, spark: SparkSession) -> None:
         """Take the progress of the session's queries from a `StreamingQueryListener`."""

@@ -61,9 +61,9 @@ class ProgressMetrics:
             ["topic", "partition"],
             registry=registry,
         )
-        self.state_rows = Gauge(
-            "streamjoin_state_rows",
-            "Rows in a stateful operator's state store (join keys or buckets, and timers)",
+        self.state_entries = Gauge(
+            "streamjoin_state_entries",
+            "Entries in a stateful operator's state store (keys, pages or buckets, and timers)",
             ["operator"],
             registry=registry,
         )
@@ -153,7 +153,7 @@ class ProgressMetrics:
                 self.changes.labels(kind).inc(int(changes[column]))
         for i, operator in enumerate(progress.get("stateOperators") or ()):
             name = f"{i}-{operator.get('operatorName', 'state')}"
-            self.state_rows.labels(name).set(operator.get("numRowsTotal", 0))
+            self.state_entries.labels(name).set(operator.get("numRowsTotal", 0))
             self.state_bytes.labels(name).set(operator.get("memoryUsedBytes", 0))
             custom = operator.get("customMetrics") or {}
             if custom.get("rocksdbSstFileSize") is not None:

@@ -17,6 +17,7 @@ the join sees it.
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -60,6 +61,21 @@ class LateRows(Protocol):
     """Where late rows are counted, `{(side,): count}`: a Spark accumulator on a cluster."""
 
     def add(self, counts: dict[tuple[str], int]) -> None: ...
+
+
+class HeldRows(Protocol):
+    """Where each bucket reports what its state holds after a visit,
+    `{(operator, side, bucket): (when, count)}`: a Spark accumulator keeping each bucket's
+    latest report (`ops.metrics`), so a re-executed task repeats a report, never adds to it."""
+
+    def add(self, reports: dict[tuple[str, str, int], tuple[float, int]]) -> None: ...
+
+
+def report_held(held_rows: HeldRows | None, operator: str, bucket: int,
+                counts: dict[str, int]) -> None:  # fmt: skip
+    if held_rows is not None:
+        now = time.time()
+        held_rows.add({(operator, side, bucket): (now, n) for side, n in counts.items()})
 
 
 class BucketedJoinSpec:
@@ -199,6 +215,7 @@ class KeyedEntries:
         to_plain: Callable[[Any], Any],
         from_plain: Callable[[Any], Any],
         timer_of: Callable[[Any], int | None],
+        size_of: Callable[[Any], tuple[int, int]],
         ttl_ms: int | None = None,
     ) -> None:
         """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
@@ -206,14 +223,15 @@ class KeyedEntries:
         self.own = handle.getValueState("bucket", BUCKET_STATE)
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
+        self.size_of = size_of
 
     def read(self) -> tuple[KeyedBucket, bytes | None]:
         stored = self.own.get()
-        spark_timer, timers, waiting, count = (
-            (None, [], {}, 0) if stored is None else load(stored[0])
+        spark_timer, timers, waiting, count, held = (
+            (None, [], {}, 0, (0, 0)) if stored is None else load(stored[0])
         )
         keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
-                          self.timer_of, count)  # fmt: skip
+                          self.timer_of, count, held, self.size_of)  # fmt: skip
         return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -230,7 +248,8 @@ class KeyedEntries:
             if before is not None:
                 self.own.clear()
             return
-        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting, keys.stored))
+        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting, keys.stored,
+                     tuple(keys.held)))  # fmt: skip
         if blob != before:
             self.own.update((blob,))
 
@@ -266,13 +285,16 @@ class BucketedJoinProcessor(StatefulProcessor):
         output_names: list[str],
         kinds: dict[str, str],
         late_rows: LateRows | None = None,
+        held_rows: HeldRows | None = None,
     ) -> None:
         """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT;
-        `late_rows` counts event-time rows that arrive behind the watermark, by side."""
+        `late_rows` counts event-time rows that arrive behind the watermark, by side;
+        `held_rows` takes what each bucket holds per side (`held`)."""
         self.spec = spec
         self.output_names = output_names
         self.kinds = kinds
         self.late_rows = late_rows
+        self.held_rows = held_rows
         self.join = spec.operator()
 
     @abstractmethod
@@ -286,6 +308,10 @@ class BucketedJoinProcessor(StatefulProcessor):
     @abstractmethod
     def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Emitted]:
         """What the bucket's input rows of a micro-batch emit."""
+
+    @abstractmethod
+    def held(self, bucket: Any) -> tuple[int, int]:
+        """The rows (or versions) the bucket's state holds for each side."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
@@ -317,6 +343,12 @@ class BucketedJoinProcessor(StatefulProcessor):
                 self.handle.registerTimer(wanted)
             bucket.spark_timer = wanted
         self.store.write(bucket, before)
+
+    def _visited(self, key: tuple[int], bucket: Any, before: bytes | None, now: int) -> None:
+        """Save the bucket, and report what it holds."""
+        self._save(bucket, before, now)
+        left, right = self.held(bucket)
+        report_held(self.held_rows, "join", key[0], {"left": left, "right": right})
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
@@ -360,7 +392,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         if self.late_rows is not None and not self.spec.proctime:
             self._count_late(rows, now)
         pairs += self.apply(bucket, rows, now)
-        self._save(bucket, before, now)
+        self._visited(key, bucket, before, now)
         if pairs:
             yield self._frame(pairs)
 
@@ -372,7 +404,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         if bucket.spark_timer is not None and bucket.spark_timer <= now:
             bucket.spark_timer = None  # this one, firing (or about to, in this batch)
         pairs = self.fire_due(bucket, now)
-        self._save(bucket, before, now)
+        self._visited(key, bucket, before, now)
         if pairs:
             yield self._frame(pairs)
 

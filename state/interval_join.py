@@ -39,9 +39,6 @@ class KeyState:
     def timers(self) -> list[int]:
         return sorted({t for t in (self.left_timer, self.right_timer) if t is not None})
 
-    def rows(self) -> int:
-        return sum(len(rows) for cache in (self.left, self.right) for rows in cache.values())
-
 
 @dataclass
 class Bucket:
@@ -54,6 +51,12 @@ class Bucket:
 
     def next_timer(self) -> int | None:
         return min((t for key in self.keys.values() for t in key.timers()), default=None)
+
+
+def cached_rows(bucket: Bucket, left: bool) -> int:
+    """The rows one side's caches hold, over the bucket's keys."""
+    return sum(len(rows) for state in bucket.keys.values()
+               for rows in (state.left if left else state.right).values())  # fmt: skip
 
 
 def bucket_to_plain(bucket: Bucket) -> tuple:

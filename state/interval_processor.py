@@ -23,7 +23,14 @@ from state.bucketed_processor import (
 )
 from state.condition import JoinCondition, parse_condition
 from state.interval_bounds import IntervalCondition, split_interval
-from state.interval_join import Bucket, IntervalJoin, Pair, bucket_from_plain, bucket_to_plain
+from state.interval_join import (
+    Bucket,
+    IntervalJoin,
+    Pair,
+    bucket_from_plain,
+    bucket_to_plain,
+    cached_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,10 @@ class IntervalJoinProcessor(BucketedJoinProcessor):
 
     def layout(self, handle: StatefulProcessorHandle) -> WholeBuckets:
         return WholeBuckets(handle, Bucket, bucket_to_plain, bucket_from_plain)
+
+    def held(self, bucket: Bucket) -> tuple[int, int]:
+        """The rows each side's caches hold."""
+        return cached_rows(bucket, left=True), cached_rows(bucket, left=False)
 
     def fire_due(self, bucket: Bucket, now: int) -> list[Emitted]:
         return _inserts(self.join.fire_due(bucket, now))

@@ -75,8 +75,9 @@ class StoredKeys:
 
     `to_plain` / `from_plain` convert a key's state to plain data (`state.encoding`);
     `timer_of` says when a key's state next needs time to pass (None: never). `timers` holds
-    that for every stored key that has one, and `stored` how many entries the store holds (at
-    most: Spark's TTL drops entries unseen); `flush` keeps both current.
+    that for every stored key that has one, `stored` how many entries the store holds, and
+    `held` what the entries hold, per side, as `size_of` counts a state (rows, versions; both at
+    most: Spark's TTL drops entries unseen); `flush` keeps them current.
     """
 
     def __init__(
@@ -87,10 +88,15 @@ class StoredKeys:
         from_plain: Callable[[Any], Any],
         timer_of: Callable[[Any], int | None],
         stored: int = 0,
+        held: tuple[int, int] = (0, 0),
+        size_of: Callable[[Any], tuple[int, int]] = lambda _state: (0, 0),
     ) -> None:
         self.store = store
         self.timers = timers
         self.stored = stored
+        self.held = list(held)
+        self.size_of = size_of
+        self.sizes: dict[Any, tuple[int, int]] = {}  # key -> its size when read
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.read: dict[Any, tuple[bytes, bytes | None]] = {}  # key -> (key bytes, entry read)
         self.live: dict[Any, Any] = {}
@@ -101,7 +107,8 @@ class StoredKeys:
             blob = self.store.get(name)
             self.read[key] = (name, blob)
             if blob is not None:
-                self.live[key] = self.from_plain(load(blob))
+                self.live[key] = state = self.from_plain(load(blob))
+                self.sizes[key] = self.size_of(state)
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         """Read the keys a batch is about to use in one pass over the store's entries, if they
@@ -113,7 +120,8 @@ class StoredKeys:
             key = wanted.pop(name, None)
             if key is not None:
                 self.read[key] = (name, blob)
-                self.live[key] = self.from_plain(load(blob))
+                self.live[key] = state = self.from_plain(load(blob))
+                self.sizes[key] = self.size_of(state)
         for name, key in wanted.items():
             self.read[key] = (name, None)
 
@@ -137,6 +145,9 @@ class StoredKeys:
         """Write back the keys whose state changed, remove the emptied ones, update `timers`."""
         for key, (name, before) in self.read.items():
             state = self.live.get(key)
+            size = (0, 0) if state is None else self.size_of(state)
+            was = self.sizes.get(key, (0, 0))
+            self.held = [h + now - then for h, now, then in zip(self.held, size, was, strict=True)]
             timer = None if state is None else self.timer_of(state)
             if timer is None:
                 self.timers.pop(key, None)
@@ -153,6 +164,7 @@ class StoredKeys:
                 self.stored += before is None
         self.read.clear()
         self.live.clear()
+        self.sizes.clear()
 
 
 @dataclass

@@ -42,9 +42,11 @@ from ops.worker_gc import settle_worker
 from state.bucketed_processor import (
     BUCKET_STATE,
     ENTRY_KEY,
+    HeldRows,
     MapEntries,
     pandas_column,
     python_values,
+    report_held,
 )
 from state.keyed_state import StoredKeys, as_is, never
 
@@ -87,11 +89,21 @@ class NormalizeProcessor(StatefulProcessor):
     ~1,500 rows/s (a grouping key, a `Row` per row and two state calls per key: 0.4-1.2 ms).
     """
 
-    def __init__(self, row_names: list[str], keys: int, kinds: dict[str, str]) -> None:
-        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT."""
+    def __init__(
+        self,
+        row_names: list[str],
+        keys: int,
+        kinds: dict[str, str],
+        side: str = "left",
+        held_rows: HeldRows | None = None,
+    ) -> None:
+        """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT;
+        `held_rows` takes how many keys each bucket holds, for the input `side`."""
         self.columns = [f"c_{name}" for name in row_names]
         self.key_columns = [f"pk{i}" for i in range(keys)]
         self.kinds = kinds
+        self.side = side
+        self.held_rows = held_rows
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
@@ -127,6 +139,7 @@ class NormalizeProcessor(StatefulProcessor):
         last_rows.flush()
         if last_rows.stored != stored:
             self.count.update((last_rows.stored,))
+        report_held(self.held_rows, "normalizer", key[0], {self.side: last_rows.stored})
         if output:
             yield self._frame(output)
 

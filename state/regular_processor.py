@@ -42,6 +42,7 @@ from state.views import (
     View,
     new_view,
     views_from_plain,
+    views_size,
     views_to_plain,
 )
 
@@ -97,7 +98,12 @@ class RegularJoinProcessor(BucketedJoinProcessor):
     def layout(self, handle: StatefulProcessorHandle) -> KeyedEntries:
         ttl = self.spec.state_ttl_ms or None
         self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
-        return KeyedEntries(handle, views_to_plain, views_from_plain, never, ttl)
+        return KeyedEntries(handle, views_to_plain, views_from_plain, never, views_size, ttl)
+
+    def held(self, bucket: KeyedBucket) -> tuple[int, int]:
+        """Rows per side (distinct rows of a side without a unique key)."""
+        left, right = bucket.keys.held
+        return left, right
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""

@@ -68,6 +68,11 @@ def key_timer(state: VersionedKey) -> int | None:
     return state.timer
 
 
+def key_size(state: VersionedKey) -> tuple[int, int]:
+    """What a key holds, per side: versions of the table (the right side)."""
+    return 0, len(state.versions)
+
+
 @dataclass
 class VersionedBucket:
     """The keys of one bucket, in memory: their versions, and the probe rows that wait."""

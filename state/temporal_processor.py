@@ -29,14 +29,20 @@ from state.condition import (
     parse_condition,
     split_condition,
 )
-from state.keyed_state import as_is, never
+from state.keyed_state import KeyedBucket, as_is, never
 from state.temporal_join import (
     EventTimeTemporalJoin,
     ProcessingTimeTemporalJoin,
     key_from_plain,
+    key_size,
     key_timer,
     key_to_plain,
 )
+
+
+def latest_row(_row: Any) -> tuple[int, int]:
+    """What a key holds in the processing-time join: the table's latest row (right side)."""
+    return 0, 1
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,12 @@ class TemporalJoinProcessor(BucketedJoinProcessor):
         """Each key its own entry: a versioned table is state far larger than what a batch
         touches. Processing time keeps each key's latest row, and never waits for time."""
         if self.spec.proctime:
-            return KeyedEntries(handle, as_is, as_is, never)
-        return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer)
+            return KeyedEntries(handle, as_is, as_is, never, latest_row)
+        return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer, key_size)
+
+    def held(self, bucket: KeyedBucket) -> tuple[int, int]:
+        """Probe rows waiting for the watermark; the table's versions (or latest rows)."""
+        return sum(map(len, bucket.waiting.values())), bucket.keys.held[1]
 
     def fire_due(self, bucket: Any, now: int) -> list[Emitted]:
         if isinstance(self.join, ProcessingTimeTemporalJoin):

@@ -163,5 +163,9 @@ def views_to_plain(views: tuple[View, View]) -> tuple:
     return _plain(views[0]), _plain(views[1])
 
 
+def views_size(views: tuple[View, View]) -> tuple[int, int]:
+    return len(views[0]), len(views[1])
+
+
 def views_from_plain(plain: tuple) -> tuple[View, View]:
     return _view(plain[0]), _view(plain[1])

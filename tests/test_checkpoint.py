@@ -85,13 +85,16 @@ def test_a_new_query_has_one_state_partition_per_task_slot(spark: SparkSession) 
     assert task_slots(spark) == 2  # local[2]
 
 
-def test_a_checkpoint_keeps_the_state_layout_it_was_started_with(
+def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Hashing keys into other buckets would look the old keys up in the wrong place."""
+    """Hashing keys into other buckets would look the old keys up in the wrong place; until a
+    batch is planned there is no state, and a first start that failed may retry otherwise."""
     checkpoint = str(tmp_path / "checkpoint")
     layout = {"JOIN_TYPE": "temporal", "JOIN_STATE_BUCKETS": 128}
-    check_state_record(spark, checkpoint, layout)
+    check_state_record(spark, checkpoint, {**layout, "JOIN_STATE_BUCKETS": 64})
+    check_state_record(spark, checkpoint, layout)  # no batch yet: retried with other buckets
+    checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
     check_state_record(spark, checkpoint, layout)  # a restart as configured
     with pytest.raises(StartupError, match=r"^JOIN_STATE_BUCKETS: 64, .*JOIN_STATE_BUCKETS=128"):
         check_state_record(spark, checkpoint, {**layout, "JOIN_STATE_BUCKETS": 64})

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.bucketed_processor import SideSpec
-from state.interval_join import MAX_TIME, Bucket, IntervalJoin
+from state.interval_join import MAX_TIME, Bucket, IntervalJoin, cached_rows
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
 
 HOUR = 3_600_000
@@ -77,7 +77,7 @@ def test_cached_rows_are_bounded_by_the_interval_over_an_endless_stream() -> Non
         t = i * 60_000  # one row per minute per side, 200 intervals long
         op.fire_due(bucket, max(t - 60_000, 0))
         op.process(bucket, f"k{i % 7}", i % 2, (i,), t, max(t - 60_000, 0))
-        sizes.append(sum(state.rows() for state in bucket.keys.values()))
+        sizes.append(cached_rows(bucket, left=True) + cached_rows(bucket, left=False))
     assert max(sizes[1000:]) <= max(sizes[:200]) + 2
     assert max(sizes) < 40
 

@@ -83,7 +83,7 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         assert metric(service, 'streamjoin_event_time_max_seconds{side="left"}') > 0
         lag = rf'streamjoin_kafka_lag_records{{partition="0",topic="{orders}"}}'
         assert metric(service, lag) == 0  # everything produced was processed
-        assert re.search(r'^streamjoin_state_rows\{operator="\d+-\w+"\} \d', page, re.M)
+        assert re.search(r'^streamjoin_state_entries\{operator="\d+-\w+"\} \d', page, re.M)
         if shutil.which("promtool"):
             checked = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
                                      capture_output=True)  # fmt: skip
@@ -98,7 +98,7 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
 
 
 def state_rows(service: Service) -> float:
-    """The rows in the state of every stateful operator, from `/metrics`."""
+    """The rows the join's state holds, both sides, from `/metrics`."""
     rows = re.findall(r"^streamjoin_state_rows\{.*\} (\S+)$", scrape(service), re.M)
     return sum(map(float, rows))
 

@@ -143,9 +143,9 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
     produce_events(kafka, orders, orders_events[:half], "order_id")
     bad = produce(kafka, orders, list(BAD_RECORDS.values()))  # among the good ones
     produce_events(kafka, orders, orders_events[half:], "order_id")
-    expected = expected_left_join(
-        final_table(orders_events, "order_id"), final_table(products_events, "product_id")
-    )
+    final_orders = final_table(orders_events, "order_id")
+    final_products = final_table(products_events, "product_id")
+    expected = expected_left_join(final_orders, final_products)
     service = Service(join_env(kafka, orders, products, out, tmp_path / "ck"), tmp_path / "log")
     try:
         wait_for(
@@ -155,9 +155,15 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
         dead = read_topic(kafka, f"{out}.dlq", at_least=len(bad))
         counted = [f'streamjoin_dead_letters_total{{input="left",reason="{r}"}} 1.0'
                    for r in BAD_RECORDS]  # fmt: skip
+        # the rows the join holds are the final tables' rows; each normalizer holds their keys
+        counted += [
+            f'streamjoin_state_rows{{operator="{operator}",side="{side}"}} {len(rows)}.0'
+            for operator in ("join", "normalizer")
+            for side, rows in (("left", final_orders), ("right", final_products))
+        ]
         wait_for(
             lambda: all(line in scrape(service) for line in counted),
-            60, "the dead letters were not counted by reason", service,
+            60, "the dead letters or the state's rows were not counted", service,
         )  # fmt: skip
     finally:
         assert service.terminate() == 0, service.log()[-3000:]

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from ops.endpoints import Readiness, serve
+from ops.metrics import LatestReports
 from ops.progress import ProgressMetrics
 
 PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join query
@@ -32,7 +33,8 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
     },
     "stateOperators": [
         {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 42,
-         "memoryUsedBytes": 1024, "customMetrics": {"rocksdbSstFileSize": 4096}},
+         "memoryUsedBytes": 1024, "customMetrics": {"rocksdbSstFileSize": 4096,
+                                                 "numValuesRemovedDueToTTLExpiry": 3}},
     ],
 }  # fmt: skip
 NOW = 1795341600.0  # 2026-11-22T10:00:00Z
@@ -55,7 +57,8 @@ def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None
     assert value("streamjoin_input_rows_total") == 1200
     assert value("streamjoin_last_batch_id") == 7
     operator = "0-transformWithStateInPandasExec"
-    assert value("streamjoin_state_rows", operator=operator) == 42
+    assert value("streamjoin_state_entries", operator=operator) == 42
+    assert value("streamjoin_state_expired_keys_total") == 3
     assert value("streamjoin_state_sst_bytes", operator=operator) == 4096
     assert value("streamjoin_batch_duration_seconds_count") == 1
     assert value("streamjoin_changes_total", kind="+I") == 5
@@ -109,3 +112,15 @@ def test_health_endpoints_answer_beside_the_metrics() -> None:
     status, page = get(port, "/metrics")
     assert status == 200 and "streamjoin_watermark_lag_seconds 60.0" in page
     assert get(port, "/nothing")[0] == 404
+
+
+def test_a_buckets_held_rows_are_its_latest_report_however_often_a_task_reran() -> None:
+    merged = LatestReports().zero({})
+    for reports in (
+        {("join", "left", 0): (1.0, 5), ("join", "left", 1): (1.0, 7)},
+        {("join", "left", 0): (2.0, 4)},  # bucket 0 visited again
+        {("join", "left", 0): (2.0, 4)},  # ... and that task re-executed
+        {("join", "left", 0): (1.5, 9)},  # a report older than the last one merged
+    ):
+        merged = LatestReports().addInPlace(merged, reports)
+    assert merged == {("join", "left", 0): (2.0, 4), ("join", "left", 1): (1.0, 7)}

@@ -151,3 +151,26 @@ def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None
     (left, _right) = stored_keys(tester, 0)[("p1",)]
     assert sorted(left[2]) == [("o1995",), ("o1996",), ("o1997",), ("o1998",), ("o1999",),
                                ("o5000",)]  # fmt: skip
+
+
+class Reports:
+    """A `HeldRows` that keeps each bucket's latest report, as the driver's accumulator."""
+
+    def __init__(self) -> None:
+        self.latest: dict[tuple[str, str, int], int] = {}
+
+    def add(self, reports: dict) -> None:
+        self.latest |= {key: count for key, (_when, count) in reports.items()}
+
+
+def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
+    reports = Reports()
+    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS, held_rows=reports))
+    tester.testInPandas(
+        3,
+        changes((1, "+I", 1, ("p1", 10)), (0, "+I", 2, ("o1", "p1", 1)),
+                (0, "+I", 3, ("o2", "p2", 1)), (0, "+I", 4, ("o3", "p2", 1))),
+    )  # fmt: skip
+    assert reports.latest == {("join", "left", 3): 3, ("join", "right", 3): 1}
+    tester.testInPandas(3, changes((0, "-D", 5, ("o2", "p2", 1)), (1, "-D", 6, ("p1", 10))))
+    assert reports.latest == {("join", "left", 3): 2, ("join", "right", 3): 0}

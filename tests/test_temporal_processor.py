@@ -7,6 +7,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.bucketed_processor import SideSpec
 from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
+from tests.test_regular_processor import Reports
 
 SPEC = TemporalJoinSpec(
     "inner",
@@ -59,8 +60,10 @@ def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_
     `handleExpiredTimer`), each with the rate valid then, even when a later order arrived first
     and an earlier one took over the bucket's timer."""
     spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    reports = Reports()
+    kinds = {"L_amount": "integral", "R_rate": "integral"}
     tester = TwsTester(
-        TemporalJoinProcessor(spec, OUT, {"L_amount": "integral", "R_rate": "integral"}),
+        TemporalJoinProcessor(spec, OUT, kinds, held_rows=reports),
         timeMode="EventTime",
         # The changelog carries its time as a plain `ts`: Spark drops no row as late.
         eventTimeExtractor=lambda _row: float("inf"),
@@ -74,6 +77,8 @@ def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_
     assert tester.testInPandas(0, at(300, changes((0, "+I", 12, (2, "Euro"))))).empty
     tester.testInPandas(0, at(600, changes((1, "+U", 14, ("Euro", 116)))))
     tester.testInPandas(0, at(650, changes((0, "+I", 16, (1, "Euro")))))
+    # held: the orders waiting for the watermark (left), the Euro's two versions (right)
+    assert reports.latest == {("join", "left", 0): 3, ("join", "right", 0): 2}
     assert yen(tester.setWatermark(400)) == [228]
     # An order earlier than the one the bucket's timer waits for (500) takes the timer over:
     # one engine timer per bucket (a second one makes Spark warn at every registration).
@@ -81,3 +86,4 @@ def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_
     assert list(tester.handle.listTimers()) == [450]
     assert sorted(yen(tester.setWatermark(700))) == [116, 342, 456]
     assert tester.setWatermark(800).empty
+    assert reports.latest == {("join", "left", 0): 0, ("join", "right", 0): 1}
