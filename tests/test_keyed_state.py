@@ -79,13 +79,13 @@ def test_a_batch_touching_many_of_a_buckets_keys_reads_them_in_one_pass() -> Non
 
     store.scans = store.gets = 0
     dense = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
-    dense.prefetch([*((f"p{i}",) for i in range(30)), ("x",)] * 2)  # 31 keys of 100
+    dense.prefetch([*((f"p{i}",) for i in range(70)), ("x",)] * 2)  # 71 keys of 100
     assert [dense.get(k) for k in [("p1",), ("p3",), ("x",)]] == [1, 3, None]
     assert (store.scans, store.gets) == (1, 0)
 
     store.scans = 0
     sparse = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
-    sparse.prefetch([("p1",), ("p2",)])  # 2 keys of 100: read one by one, when used
+    sparse.prefetch([(f"p{i}",) for i in range(60)])  # 60 keys of 100: one by one, when used
     assert sparse.get(("p2",)) == 2
     assert (store.scans, store.gets) == (0, 1)
 
