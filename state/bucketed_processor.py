@@ -347,8 +347,9 @@ class BucketedJoinProcessor(StatefulProcessor):
     def _visited(self, key: tuple[int], bucket: Any, before: bytes | None, now: int) -> None:
         """Save the bucket, and report what it holds."""
         self._save(bucket, before, now)
-        left, right = self.held(bucket)
-        report_held(self.held_rows, "join", key[0], {"left": left, "right": right})
+        if self.held_rows is not None:
+            left, right = self.held(bucket)
+            report_held(self.held_rows, "join", key[0], {"left": left, "right": right})
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
