@@ -33,6 +33,11 @@ def never(_state: Any) -> None:
     """The timer of a state that never waits for time."""
 
 
+def unsized(_state: Any) -> tuple[int, int]:
+    """The size of a state whose rows nobody counts (per side: none)."""
+    return 0, 0
+
+
 Waiting = dict[Any, list[tuple]]  # key -> rows waiting for time, each (seq, time, ...)
 
 
@@ -91,7 +96,7 @@ class StoredKeys:
         timer_of: Callable[[Any], int | None],
         stored: int = 0,
         held: tuple[int, int] = (0, 0),
-        size_of: Callable[[Any], tuple[int, int]] = lambda _state: (0, 0),
+        size_of: Callable[[Any], tuple[int, int]] = unsized,
     ) -> None:
         self.store = store
         self.timers = timers

@@ -36,21 +36,16 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import LongType, StructField, StructType
 
 from ops.worker_gc import settle_worker
 from state.bucketed_processor import (
-    BUCKET_STATE,
-    ENTRY_KEY,
     HeldRows,
-    MapEntries,
+    KeyedEntries,
     pandas_column,
     python_values,
     report_held,
 )
-from state.keyed_state import StoredKeys, as_is, never
-
-COUNT = StructType([StructField("entries", LongType())])  # a bucket's entries (`StoredKeys`)
+from state.keyed_state import as_is, never, unsized
 
 # (op, seq, ts, row) of one change
 Change = tuple[str, int, int | None, tuple[Any, ...]]
@@ -107,8 +102,7 @@ class NormalizeProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
-        self.entries = MapEntries(handle.getMapState("last", ENTRY_KEY, BUCKET_STATE))
-        self.count = handle.getValueState("count", COUNT)
+        self.store = KeyedEntries(handle, as_is, as_is, never, unsized)
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
@@ -124,9 +118,8 @@ class NormalizeProcessor(StatefulProcessor):
         by_key: dict[Any, list[Change]] = {}
         for i in sorted(range(len(ops)), key=seqs.__getitem__):
             by_key.setdefault(keys[i], []).append((ops[i], seqs[i], times[i], values[i]))
-        count = self.count.get()
-        stored = 0 if count is None else count[0]
-        last_rows = StoredKeys(self.entries, {}, as_is, as_is, never, stored)
+        bucket, before = self.store.read()
+        last_rows = bucket.keys
         last_rows.prefetch(by_key)
         output: list[Change] = []
         for k, changes in by_key.items():
@@ -136,9 +129,8 @@ class NormalizeProcessor(StatefulProcessor):
             else:
                 last_rows[k] = last
             output += emitted
-        last_rows.flush()
-        if last_rows.stored != stored:
-            self.count.update((last_rows.stored,))
+        self.store.flush(bucket)
+        self.store.write(bucket, before)
         report_held(self.held_rows, "normalizer", key[0], {self.side: last_rows.stored})
         if output:
             yield self._frame(output)

@@ -102,7 +102,7 @@ class RegularJoinProcessor(BucketedJoinProcessor):
 
     def held(self, bucket: KeyedBucket) -> tuple[int, int]:
         """Rows per side (distinct rows of a side without a unique key)."""
-        left, right = bucket.keys.held
+        left, right = bucket.keys.held  # the counts kept in the bucket's own value
         return left, right
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:

@@ -71,7 +71,7 @@ def test_the_processor_keeps_the_last_row_between_batches() -> None:
         ("+I", 4, 10, A1), ("-U", 8, 10, A1), ("+U", 9, 20, A2)
     ]  # fmt: skip
     assert batch(("-D", 6, 30, ("a", None))) == [("-D", 12, 30, A2)]
-    assert tester.peekMapState("last", 7) == {}
+    assert tester.peekMapState("keys", 7) == {}
 
 
 def test_upsert_records_decode_from_key_and_value() -> None:
