@@ -86,12 +86,16 @@ def check_state_record(spark: SparkSession, location: str, settings: dict[str, A
     if recorded.get("state_format") != FORMAT:
         _refuse_format(recorded.get("state_format"))
     for variable, value in settings.items():
-        if recorded.get(variable, value) != value:
+        if recorded.get(variable) != value:  # a setting recorded later than others was None
             raise StartupError(
-                f"{variable}: {value}, but the checkpoint at CHECKPOINT_LOCATION holds state "
-                f"made with {variable}={recorded[variable]}: set it back, or give a new "
-                "CHECKPOINT_LOCATION"
+                f"{variable}: {_shown(value)}, but the checkpoint at CHECKPOINT_LOCATION holds "
+                f"state made with {variable}={_shown(recorded.get(variable))}: set it back, or "
+                "give a new CHECKPOINT_LOCATION"
             )
+
+
+def _shown(value: Any) -> Any:
+    return "(none)" if value is None else value
 
 
 def _refuse_format(found: Any) -> None:

@@ -14,6 +14,7 @@ from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    BinaryType,
     ByteType,
     DataType,
     IntegerType,
@@ -27,10 +28,12 @@ from pyspark.sql.types import (
 )
 
 from app.plan import JoinSpec
+from serdes.encode import KEY_COLUMN
 from state.bucketed_processor import BucketedJoinProcessor
 from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
 from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
 from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
+from state.upsert_materializer import UpsertMaterializer
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +51,13 @@ def changelog_schema(left: StructType, right: StructType) -> StructType:
     )
 
 
-def output_schema(spec: JoinSpec, left: StructType, right: StructType) -> StructType:
-    """`op`, then every left column as `L_<col>` and (except SEMI/ANTI) right as `R_<col>`."""
+def output_schema(spec: JoinSpec, left: StructType, right: StructType,
+                  sequenced: bool = False) -> StructType:  # fmt: skip
+    """`op`, `seq` if `sequenced`, then every left column as `L_<col>` and (except SEMI/ANTI)
+    right as `R_<col>`."""
     fields = [StructField("op", StringType(), False)]
+    if sequenced:
+        fields.append(StructField("seq", LongType(), False))
     fields += [StructField(f"L_{f.name}", f.dataType) for f in left]
     if spec.projects_right:
         fields += [StructField(f"R_{f.name}", f.dataType) for f in right]
@@ -89,18 +96,20 @@ PROCESSORS: dict[type, type[BucketedJoinProcessor]] = {
 def bucketed_join(
     changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
     late_rows: Accumulator[dict] | None = None, held_rows: Accumulator[dict] | None = None,
+    sequenced: bool = False,
 ) -> DataFrame:  # fmt: skip
-    """The joined changelog (`op` + output columns) of the unified input changelog.
+    """The joined changelog (`op` + output columns) of the unified input changelog; with
+    `sequenced`, each change's `seq` in its task's order, for `materialized_upserts`.
 
     Rows are grouped by a hash bucket of their join key, not by the key itself, and cross to
     Python as flat columns: see `state.bucketed_processor` for why.
     """
     keys = _join_key(spec, left)
-    schema = output_schema(spec, left, right)
+    schema = output_schema(spec, left, right, sequenced)
     bucket = F.pmod(F.xxhash64(*keys), F.lit(spec.buckets)).alias("bucket")
     flat = [F.col("left")[f.name].alias(f"L_{f.name}") for f in left]
     flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
-    kinds = {f.name: value_kind(f.dataType) for f in schema}
+    kinds = {f.name: value_kind(f.dataType) for f in schema if f.name != "seq"}
     kinds |= {f"k{i}": value_kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
     return (
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
@@ -112,3 +121,32 @@ def bucketed_join(
             timeMode=spec.time_mode,
         )
     )
+
+
+def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,
+                         held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+    """An upsert output's changes (`op`, `seq`, the record key `KEY_COLUMN`, the row's
+    columns) applied per record key as Flink's sink upsert materializer does
+    (`state.upsert_materializer`): `op`, `KEY_COLUMN` and the row's columns, the keys hashed
+    into `buckets`."""
+    names = [c for c in changes.columns if c not in ("op", "seq", KEY_COLUMN)]
+    flat = [F.col(f"`{name}`").alias(f"c{i}") for i, name in enumerate(names)]
+    kinds = {f"c{i}": value_kind(changes.schema[name].dataType) for i, name in enumerate(names)}
+    schema = StructType(
+        [StructField("op", StringType(), False), StructField("key", BinaryType())]
+        + [StructField(f"c{i}", changes.schema[name].dataType) for i, name in enumerate(names)]
+    )
+    key = F.col(KEY_COLUMN)
+    bucket = F.pmod(F.xxhash64(key), F.lit(buckets)).alias("bucket")
+    materialized = (
+        changes.select(bucket, "op", "seq", key.alias("key"), *flat)
+        .groupBy("bucket")
+        .transformWithStateInPandas(
+            UpsertMaterializer(len(names), kinds, ttl_ms, held_rows),
+            outputStructType=schema,
+            outputMode="Append",
+            timeMode="ProcessingTime" if ttl_ms > 0 else "None",
+        )
+    )
+    row = [F.col(f"c{i}").alias(name) for i, name in enumerate(names)]
+    return materialized.select("op", F.col("key").alias(KEY_COLUMN), *row)

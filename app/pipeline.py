@@ -22,8 +22,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.checkpoint import check_state_record, shuffle_partitions
 from app.config import Config, InputConfig
-from app.join_plan import bucketed_join, value_kind
-from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized
+from app.join_plan import bucketed_join, materialized_upserts, value_kind
+from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
 from app.projection import project
 from ops.metrics import ServiceMetrics
 from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
@@ -212,19 +212,26 @@ def joined_output(
     left_changes, right_changes = sides
     changes = left_changes.unionByName(right_changes)
     spec = join_spec(config)
+    materialize = upsert_materialized(config)
     joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
-                           metrics.held_rows.accumulator)  # fmt: skip
+                           metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],
     )
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:
-        joined = project(joined, config.join.select, keep=[KEY_COLUMN])
+        joined = project(joined, config.join.select,
+                         keep=[KEY_COLUMN, "seq"] if materialize else [KEY_COLUMN])  # fmt: skip
     if config.output.key:
         joined = joined.withColumn(
             KEY_COLUMN, F.to_json(F.struct(*config.output.key)).cast("binary")
         )
+    if materialize:
+        joined = materialized_upserts(
+            joined, config.join.state_buckets, config.join.state_ttl_ms,
+            metrics.held_rows.accumulator,
+        )  # fmt: skip
     records = encode(joined, config.output.encoding)
     if config.output.format == "avro-confluent":
         records = as_avro(records, config.schema_registry_url or "",
@@ -256,11 +263,14 @@ def writers(spark: SparkSession, config: Config) -> Writers:
 
 
 def state_settings(config: Config) -> dict[str, object]:
-    """The variables that decide how a checkpoint's state is laid out: its join, and the
-    buckets the bucketed processors (interval, temporal, normalizer) hash their keys into."""
+    """The variables that decide how a checkpoint's state is laid out: its join, the buckets
+    the bucketed processors hash their keys into, and the key of an upsert materializer."""
     if not config.join.on:
         return {}
-    return {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets}
+    # the upsert materializer's state is keyed by the output key
+    materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
+    return {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
+            "OUTPUT_KEY": materializer_key}  # fmt: skip
 
 
 def _exactly_once(config: Config) -> ExactlyOnce | None:

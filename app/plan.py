@@ -8,7 +8,7 @@ whose result updates (Flink refuses that plan too).
 from __future__ import annotations
 
 from app.config import Config, ConfigError, InputConfig
-from app.projection import select_expressions
+from app.projection import select_expressions, selected_columns
 from state.bucketed_processor import PROCTIME, SideSpec
 from state.condition import ConditionError
 from state.interval_processor import IntervalJoinSpec
@@ -58,6 +58,35 @@ def produces_updates(config: Config) -> bool:
         return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
     return inputs_update or config.join.kind != "inner"
+
+
+def output_columns(config: Config, spec: JoinSpec) -> dict[str, str | None]:
+    """The output's column names, each with the joined column (`L_<col>` / `R_<col>`) it is,
+    or None if it is computed."""
+    if config.join.select:
+        return selected_columns(config.join.select)
+    names = [f"L_{c}" for c in spec.left.fields]
+    names += [f"R_{c}" for c in spec.right.fields] if spec.projects_right else []
+    return {name: name for name in names}
+
+
+def upsert_materialized(config: Config) -> bool:
+    """Whether an upsert output goes through the sink upsert materializer
+    (`state.upsert_materializer`), as Flink decides it: when the join's result updates and one
+    output key's changes can come from more than one join key, so from tasks that Kafka does
+    not order. They cannot when `OUTPUT_KEY` holds the whole join key, as columns of a side
+    that the join never pads with NULL."""
+    if config.output.encoding != "upsert" or not produces_updates(config):
+        return False
+    spec = join_spec(config)
+    columns = output_columns(config, spec)
+    held = {columns.get(name) for name in config.output.key}
+    left_whole = spec.kind in ("inner", "left", "semi", "anti")
+    right_whole = spec.kind in ("inner", "right")
+    return not all(
+        (left_whole and f"L_{a}" in held) or (right_whole and f"R_{b}" in held)
+        for a, b in spec.equi_keys
+    )
 
 
 def _check_interval(config: Config) -> None:
@@ -145,6 +174,11 @@ def check_plan(config: Config) -> None:
         except ConditionError as err:
             raise ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
                               config.join.select) from None  # fmt: skip
+    columns = output_columns(config, spec)
+    unknown = [name for name in config.output.key if name not in columns]
+    if unknown:
+        raise ConfigError("OUTPUT_KEY", f"columns of the output ({', '.join(columns)})",
+                          ",".join(config.output.key))  # fmt: skip
     if config.output.encoding == "append" and produces_updates(config):
         raise ConfigError(
             "OUTPUT_ENCODING",

@@ -32,14 +32,15 @@ def _unique(name: str, taken: set[str]) -> str:
     return next(f"{name}{i}" for i in range(len(taken) + 1) if f"{name}{i}" not in taken)
 
 
-def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None = None) -> list[str]:
-    """Spark SQL expressions, each aliased to its output column name; ConditionError names
-    what the list may not hold, or (given each alias' `columns`) a column that does not exist."""
+def _select_items(
+    select: str, columns: dict[str, tuple[str, ...]] | None
+) -> list[tuple[str, exp.Expression]]:
+    """Each item of the list: its output name and its expression over `L_`/`R_` columns."""
     try:
         tree = sqlglot.parse_one(f"SELECT {select}", read=FLINK_LEXICON)
     except ParseError as err:
         raise ConditionError(f"select list: {err.errors[0]['description']}") from None
-    expressions, taken = [], set()
+    items, taken = [], set()
     for position, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
         refused = unsupported(inner)
@@ -59,9 +60,23 @@ def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None =
             name = f"EXPR${position}"
         name = _unique(name, taken)
         taken.add(name)
-        rewritten = inner.transform(_qualified_to_flat)
-        expressions.append(f"{rewritten.sql(dialect='spark')} AS `{name}`")
-    return expressions
+        items.append((name, inner.transform(_qualified_to_flat)))
+    return items
+
+
+def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """Spark SQL expressions, each aliased to its output column name; ConditionError names
+    what the list may not hold, or (given each alias' `columns`) a column that does not exist."""
+    return [f"{e.sql(dialect='spark')} AS `{name}`" for name, e in _select_items(select, columns)]
+
+
+def selected_columns(select: str) -> dict[str, str | None]:
+    """Each output column's name, and the joined column (`L_<col>` / `R_<col>`) it is, if it
+    is a bare column (None if computed): what says whether an output key holds the join key."""
+    return {
+        name: e.name if isinstance(e, exp.Column) else None
+        for name, e in _select_items(select, None)
+    }
 
 
 def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> DataFrame:

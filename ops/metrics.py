@@ -78,7 +78,8 @@ class HeldRowsGauge:
         self.gauge = Gauge(
             "streamjoin_state_rows",
             "Rows a join's state holds per input side (versions of a versioned table, probe "
-            "rows waiting for the watermark), and keys a normalizer holds",
+            "rows waiting for the watermark), keys a normalizer holds, and rows an upsert "
+            "materializer keeps (side output)",
             ["operator", "side"],
             registry=registry,
         )

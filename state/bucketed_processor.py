@@ -277,7 +277,9 @@ class InputRows:
 class BucketedJoinProcessor(StatefulProcessor):
     """Input columns: `side`, `op`, `seq` (order), `ts` (event time, ms), the join key
     `k0..kN`, then `L_<col>` and `R_<col>` for every column of each side (one side's null).
-    Output: `op` and the same `L_`/`R_` columns (a side's columns NULL when it is padded)."""
+    Output: `op`, `seq` if `output_names` has it (the order this task emitted its changes in,
+    for an upsert materializer downstream), and the same `L_`/`R_` columns (a side's columns
+    NULL when it is padded)."""
 
     def __init__(
         self,
@@ -320,6 +322,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         self.left_columns = [f"L_{name}" for name in self.spec.left.fields]
         self.right_columns = [f"R_{name}" for name in self.spec.right.fields]
         self.key_columns = [f"k{i}" for i in range(max(1, len(self.spec.equi_keys)))]
+        self.emitted = 0  # changes this task has emitted: the next one's `seq`
 
     def _operator_time(self, timer_values: TimerValues) -> int:
         if self.spec.proctime:
@@ -373,6 +376,8 @@ class BucketedJoinProcessor(StatefulProcessor):
 
     def _frame(self, emitted: list[Emitted]) -> pd.DataFrame:
         columns: dict[str, Any] = {"op": [change[0] for change in emitted]}
+        columns["seq"] = np.arange(self.emitted, self.emitted + len(emitted), dtype=np.int64)
+        self.emitted += len(emitted)
         for side, names in ((1, self.left_columns), (2, self.right_columns)):
             rows = [change[side] for change in emitted]
             blank = (None,) * len(names)

@@ -98,6 +98,9 @@ def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
     check_state_record(spark, checkpoint, layout)  # a restart as configured
     with pytest.raises(StartupError, match=r"^JOIN_STATE_BUCKETS: 64, .*JOIN_STATE_BUCKETS=128"):
         check_state_record(spark, checkpoint, {**layout, "JOIN_STATE_BUCKETS": 64})
+    # an upsert materializer's state, keyed by the output key, would be new to this checkpoint
+    with pytest.raises(StartupError, match=r"^OUTPUT_KEY: id, .*OUTPUT_KEY=\(none\): set it"):
+        check_state_record(spark, checkpoint, {**layout, "OUTPUT_KEY": "id"})
 
 
 def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(

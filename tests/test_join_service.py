@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.kafka_io import join_topics, produce, read_topic
-from tests.service import Service, service_env
+from tests.service import Service, run_to_exit, service_env
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -234,3 +234,38 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
         assert service.terminate() == 0, service.log()[-3000:]
     [padded] = read_topic(kafka, out)
     assert json.loads(padded.value)["op"] == "+I"
+
+
+def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move_products(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Orders created, each moved to another product, some deleted, all in one micro-batch:
+    a move's retraction and its new row come from the tasks of two products, in any order. The
+    topic keyed by order alone must still end, per order, on its joined row, or on a tombstone
+    for a deleted order (Flink's sink upsert materializer)."""
+    orders, products, out = join_topics(kafka, partitions=3)
+    produce_events(kafka, products, [
+        {"before": None, "after": {"product_id": f"p{i}", "name": f"n{i}", "price": "1.50"},
+         "op": "c"} for i in range(16)
+    ], "product_id")  # fmt: skip
+    live = {f"o{i}": {"order_id": f"o{i}", "product_id": f"p{i % 16}", "qty": 1}
+            for i in range(300)}  # fmt: skip
+    events = [{"before": None, "after": row, "op": "c"} for row in live.values()]
+    for i, row in enumerate(list(live.values())):
+        live[row["order_id"]] = moved = row | {"product_id": f"p{(i + 5) % 16}", "qty": 2}
+        events.append({"before": row, "after": moved, "op": "u"})
+    deleted = [f"o{i}" for i in range(0, 300, 10)]
+    events += [{"before": live.pop(oid), "after": None, "op": "d"} for oid in deleted]
+    produce_events(kafka, orders, events, "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
+        "TRIGGER_INTERVAL": "available-now", "OUTPUT_ENCODING": "upsert", "OUTPUT_KEY": "id",
+        "JOIN_SELECT": "L.order_id AS id, L.qty AS qty, R.name AS name",
+    }  # fmt: skip
+    done = run_to_exit(env, timeout_s=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compacted = {}
+    for record in read_topic(kafka, out):  # each key's records in order: one partition each
+        compacted[json.loads(record.key)["id"]] = record.value and json.loads(record.value)
+    expected = {oid: {"id": oid, "qty": 2, "name": f"n{row['product_id'][1:]}"}
+                for oid, row in live.items()}  # fmt: skip
+    assert compacted == expected | dict.fromkeys(deleted)

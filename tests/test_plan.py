@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import ConfigError, load_config
-from app.plan import check_plan
+from app.plan import check_plan, upsert_materialized
 
 JOIN = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker:9092",
@@ -165,3 +165,38 @@ def test_a_select_list_runs_only_the_function_library(select: str, named: str) -
             }
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("changes", "materialized"),
+    [
+        # the output key holds the join key: each key's changes come from one task, in order
+        ({"OUTPUT_KEY": "L_order_id,L_product_id"}, False),
+        ({"JOIN_KIND": "inner", "OUTPUT_KEY": "L_order_id,R_product_id"}, False),
+        ({"JOIN_SELECT": "L.order_id AS id, L.product_id AS pid", "OUTPUT_KEY": "id,pid"},
+         False),
+        # an order moving between products is retracted and added by two tasks
+        ({"OUTPUT_KEY": "L_order_id"}, True),
+        # the right side's key column is NULL in a LEFT join's padded rows
+        ({"OUTPUT_KEY": "L_order_id,R_product_id"}, True),
+        ({"JOIN_SELECT": "L.order_id AS id, UPPER(L.product_id) AS pid",
+          "OUTPUT_KEY": "id,pid"}, True),
+        # insert-only results, and encodings that carry every change, need no ordering
+        ({"OUTPUT_KEY": "L_order_id", "OUTPUT_ENCODING": "retract"}, False),
+        ({"OUTPUT_KEY": "L_order_id", "JOIN_KIND": "inner", "RIGHT_FORMAT": "json"}, False),
+    ],
+)  # fmt: skip
+def test_an_upsert_output_is_materialized_when_its_key_does_not_hold_the_join_key(
+    changes: dict, materialized: bool
+) -> None:
+    env = {**JOIN, "OUTPUT_ENCODING": "upsert", "JOIN_KIND": "left", **changes}
+    config = load_config(env)
+    check_plan(config)
+    assert upsert_materialized(config) is materialized
+
+
+def test_an_output_key_naming_no_output_column_is_refused() -> None:
+    message = refusal(OUTPUT_KEY="order_id")
+    assert message.startswith("OUTPUT_KEY: expected columns of the output (L_order_id, ")
+    message = refusal(JOIN_SELECT="L.order_id AS id", OUTPUT_KEY="L_order_id")
+    assert message.startswith("OUTPUT_KEY: expected columns of the output (id);")
