@@ -1,4 +1,5 @@
-"""`streamjoin` command line: `run` the service from environment variables, or the `demo`."""
+"""`streamjoin` command line: `run` the service from environment variables, `check` what it
+would run, `replay` oracle cases, or the `demo`."""
 
 from __future__ import annotations
 
@@ -7,31 +8,71 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from app.config import ConfigError, load_config
+from app.config import KNOWN_VARIABLES, Config, ConfigError, load_config
 from app.plan import check_plan
-from app.preflight import StartupError, check_kafka
+from app.preflight import StartupError, check_environment, check_kafka
 from ops.logging import setup_logging
+
+VARIABLES_HELP = (
+    "variables (see the README): " + ", ".join(sorted(KNOWN_VARIABLES))
+    + ", KAFKA_<PROPERTY> (Kafka client properties), SCHEMA_REGISTRY_<PROPERTY>, "
+    "SPARK_CONF_<KEY> (Spark properties)"
+)  # fmt: skip
+
+
+def _refused(err: Exception) -> int:
+    """Print each problem on a line of its own, and exit 2."""
+    for line in str(err).splitlines():
+        print(f"streamjoin: {line}", file=sys.stderr)
+    return 2
+
+
+def checked(env: Mapping[str, str]) -> Config:
+    """The configuration, once every start-up check has passed: the variables, the plan,
+    Kafka and its topics, the metrics port, the checkpoint directory, the schema registry."""
+    config = load_config(env)
+    check_plan(config)
+    check_kafka(config)
+    check_environment(config)
+    return config
+
+
+def check(env: Mapping[str, str]) -> int:
+    """`streamjoin check`: every start-up check, then the plan; nothing is read or written."""
+    from app.explain import describe
+
+    try:
+        config = checked(env)
+    except (ConfigError, StartupError) as err:
+        return _refused(err)
+    print("streamjoin check: the configuration, Kafka and its topics, the metrics port, the "
+          "checkpoint directory and the schema registry are usable")  # fmt: skip
+    for line in describe(config, env):
+        print(line)
+    return 0
 
 
 def run(env: Mapping[str, str]) -> int:
     """The service: validate everything, then stream until the query ends or SIGTERM."""
     try:
-        config = load_config(env)
-        check_plan(config)
-        check_kafka(config)
+        config = checked(env)
     except (ConfigError, StartupError) as err:
-        print(f"streamjoin: {err}", file=sys.stderr)
-        return 2
+        return _refused(err)
     # Spark is imported only now: a configuration error costs no JVM start.
     from app import pipeline
     from app.lifecycle import install_stop_signals, stop_session, supervise
-    from app.spark import build_session
+    from app.spark import SparkStartError, build_session
     from ops.metrics import ServiceMetrics
 
     stop = install_stop_signals()
-    spark = build_session(config.spark_master, config.spark_conf)
+    try:
+        spark = build_session(config.spark_master, config.spark_conf)
+    except SparkStartError as err:
+        named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
+        return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
     exit_code = 1
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
         drain_marker = Path(runtime) / "draining"
@@ -43,8 +84,7 @@ def run(env: Mapping[str, str]) -> int:
             metrics.readiness.started()
             exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query))
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
-            print(f"streamjoin: {err}", file=sys.stderr)
-            exit_code = 2
+            exit_code = _refused(err)
         finally:
             stop_session(spark, exit_code)
     return exit_code
@@ -67,9 +107,11 @@ def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
+    parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__, epilog=VARIABLES_HELP)
+    parser.add_argument("--version", action="version", version=f"streamjoin {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the service, configured by environment variables")
+    commands.add_parser("check", help="run every start-up check and print the plan; exit 0 or 2")
     commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
     replay = commands.add_parser("replay", help="run oracle case files through the pipeline")
     replay.add_argument("cases", nargs="+", type=Path, help="case files (oracle format)")
@@ -83,7 +125,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo(os.environ)
     if args.command == "replay":
         return run_replay(args.cases, args.output, args.materialize)
+    if args.command == "check":
+        return check(os.environ)
     return run(os.environ)
+
+
+def _version() -> str:
+    try:
+        return version("streamjoin")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -1,24 +1,31 @@
 """Service configuration, read from environment variables and validated before anything starts.
 
 Every variable is checked up front so that a mistake stops the service at once with one line
-naming the variable and what was expected, instead of surfacing minutes later inside Spark.
+naming the variable and what was expected, instead of surfacing minutes later inside Spark; all
+the mistakes at once (`ConfigErrors`), so that a deployment is not fixed one restart per line.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import TypeVar
+
+from pyspark.sql.types import TimestampType
 
 from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
 STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in
-JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function")
+FORWARD = "forward"  # no join: both inputs forwarded, each record tagged with its side
+JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", FORWARD)
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
@@ -26,13 +33,39 @@ OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
 TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
 AVAILABLE_NOW = "available-now"
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 # Variables with a meaning of their own; every other KAFKA_* is a client property.
 _KAFKA_NAMED = {"KAFKA_BOOTSTRAP_SERVERS"}
+# Client properties the service sets itself, and the variable to use instead (None: none).
+_KAFKA_OWN = {
+    "bootstrap.servers": "KAFKA_BOOTSTRAP_SERVERS",
+    "transactional.id": "OUTPUT_TRANSACTIONAL_ID",
+    "group.id": None,
+    "enable.auto.commit": None,
+    "isolation.level": None,
+}
+# The variables this service reads (besides KAFKA_*, SCHEMA_REGISTRY_* and SPARK_CONF_*).
+KNOWN_VARIABLES = frozenset(
+    {
+        "KAFKA_BOOTSTRAP_SERVERS", "CHECKPOINT_LOCATION", "SPARK_MASTER", "TRIGGER_INTERVAL",
+        "STARTING_OFFSETS", "MAX_RECORDS_PER_TRIGGER", "METRICS_PORT", "READINESS_TIMEOUT",
+        "JOIN_TYPE", "JOIN_KIND", "JOIN_ON", "JOIN_SELECT", "JOIN_STATE_BUCKETS", "STATE_TTL",
+        "OUTPUT_TOPIC", "DLQ_TOPIC", "OUTPUT_ENCODING", "OUTPUT_FORMAT", "OUTPUT_KEY",
+        "OUTPUT_DELIVERY", "OUTPUT_MARKER_TOPIC", "OUTPUT_TRANSACTIONAL_ID",
+        "SCHEMA_REGISTRY_URL", "LOG_LEVEL",
+    }
+    | {f"{side}_{name}" for side in ("LEFT", "RIGHT") for name in (
+        "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY")}
+)  # fmt: skip
+# Prefixes of this service's own variables: an unknown name under one is a typo, not a setting.
+_OWN_PREFIXES = ("LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", "STATE_", "DLQ_", "TRIGGER_",
+                 "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_")  # fmt: skip
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 _UNIT_MS = {
-    "": 1000, "ms": 1, "millisecond": 1, "milliseconds": 1,
+    "ms": 1, "millisecond": 1, "milliseconds": 1,
     "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
     "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
     "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
@@ -43,10 +76,29 @@ _UNIT_MS = {
 class ConfigError(ValueError):
     """A variable that is missing or wrong: names it, says what was expected and what was seen."""
 
-    def __init__(self, variable: str, expected: str, got: str | None = None) -> None:
-        seen = "it is not set" if got is None else f"got {got!r}"
+    def __init__(self, variable: str, expected: str, got: str | None = None,
+                 seen: str | None = None) -> None:  # fmt: skip
+        """`seen` says what was found instead of quoting `got` (a value not to be shown)."""
+        seen = seen or ("it is not set" if got is None else f"got {got!r}")
         super().__init__(f"{variable}: expected {expected}; {seen}")
         self.variable = variable
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found, one line each (the first's variable as `variable`)."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        ValueError.__init__(self, "\n".join(str(e) for e in errors))
+        self.variable = errors[0].variable
+        self.errors = errors
+
+
+def raise_all(errors: list[ConfigError]) -> None:
+    """Raise the errors found, if any: one alone as itself, several as `ConfigErrors`."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigErrors(errors)
 
 
 @dataclass(frozen=True)
@@ -114,10 +166,19 @@ _V = TypeVar("_V")
 
 
 class _Reader:
-    """Reads variables from one environment mapping, raising ConfigError on the first bad one."""
+    """Reads variables from one environment mapping. A bad one is kept in `errors` (its first
+    mistake) and read as missing, so that reading goes on and every mistake is found."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
+        self.errors: dict[str, ConfigError] = {}
+
+    def fail(self, error: ConfigError) -> None:
+        self.errors.setdefault(error.variable, error)
+
+    def good(self, *names: str) -> bool:
+        """Whether none of the variables `names` was found wrong."""
+        return not any(name in self.errors for name in names)
 
     def raw(self, name: str, default: str | None = None) -> str | None:
         value = self.env.get(name)
@@ -126,7 +187,8 @@ class _Reader:
     def required(self, name: str, expected: str) -> str:
         value = self.raw(name)
         if value is None:
-            raise ConfigError(name, expected)
+            self.fail(ConfigError(name, expected))
+            return ""
         return value
 
     def parsed(
@@ -140,30 +202,37 @@ class _Reader:
         value = self.raw(name, default)
         if value is None:
             if required:
-                raise ConfigError(name, expected)
+                self.fail(ConfigError(name, expected))
             return None
         try:
             return parse(value)
         except (ValueError, TypeError) as err:
             detail = f" ({err})" if isinstance(err, SchemaError | ConditionError) else ""
-            raise ConfigError(name, expected + detail, value) from None
+            self.fail(ConfigError(name, expected + detail, value))
+            return None
 
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = (self.raw(name, default) or default).lower()
         if value not in choices:
-            raise ConfigError(name, "one of " + "|".join(choices), self.env.get(name))
+            self.fail(ConfigError(name, "one of " + "|".join(choices), self.env.get(name)))
+            return default
         return value
 
     def topic(self, name: str, default: str | None = None) -> str:
         value = self.raw(name, default)
         if value is None or not _TOPIC_NAME.match(value):
-            raise ConfigError(name, "a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)", value)
+            self.fail(ConfigError(name, "a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)", value))
+            return ""
         return value
 
 
 def parse_duration_ms(text: str) -> int:
-    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`; a bare number is seconds."""
+    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, or `0`. A bare number other than 0 is refused:
+    Flink reads one as milliseconds and this service once read it as seconds, so neither
+    reading is safe to assume."""
     match = _DURATION.match(text.lower())
+    if match and match.group(2) == "" and int(match.group(1)) == 0:
+        return 0
     if not match or match.group(2) not in _UNIT_MS:
         raise ValueError(text)
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
@@ -226,6 +295,30 @@ def _trigger(text: str) -> int | None:
     return None if text.lower() == AVAILABLE_NOW else parse_duration_ms(text)
 
 
+DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
+
+
+def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
+    """The input's time attribute: a TIMESTAMP column (Flink's rowtime), or a special name."""
+    name = f"{prefix}_TIME"
+    time = read.raw(name, "proctime") or "proctime"
+    if time in TIME_SPECIAL or not read.good(f"{prefix}_SCHEMA"):
+        return time
+    column = next((c for c in schema or () if c.name == time), None)
+    expected = f"a column of {prefix}_SCHEMA, kafka_timestamp, source_ts_ms or proctime"
+    if column is None:
+        read.fail(ConfigError(name, expected, time))
+    elif not isinstance(column.spark_type, TimestampType):
+        read.fail(ConfigError(
+            name,
+            f"a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column, as Flink's time attributes are ({time} "
+            f"is {column.declared}; a column of epoch milliseconds declared TIMESTAMP_LTZ(3) is "
+            f"read as Flink's TO_TIMESTAMP_LTZ({time}, 3) reads it)",
+            time,
+        ))  # fmt: skip
+    return time
+
+
 def _input(read: _Reader, side: str) -> InputConfig:
     prefix = side.upper()
     schema = read.parsed(
@@ -236,117 +329,181 @@ def _input(read: _Reader, side: str) -> InputConfig:
         f"{prefix}_PRIMARY_KEY", "a comma-separated list of column names", _column_list, None
     )
     if schema and primary_key and not set(primary_key) <= names:
-        raise ConfigError(
+        read.fail(ConfigError(
             f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
-        )
-    time = read.raw(f"{prefix}_TIME", "proctime") or "proctime"
-    if time not in TIME_SPECIAL and (not schema or time not in names):
-        raise ConfigError(
-            f"{prefix}_TIME",
-            f"a column of {prefix}_SCHEMA, kafka_timestamp, source_ts_ms or proctime",
-            time,
-        )
+        ))  # fmt: skip
     return InputConfig(
         side=side,
         topic=read.topic(f"{prefix}_TOPIC"),
         format=read.choice(f"{prefix}_FORMAT", INPUT_FORMATS, "json"),
         schema=schema,
         primary_key=primary_key or (),
-        time=time,
+        time=_time(read, prefix, schema),
         watermark_delay_ms=read.parsed(
-            f"{prefix}_WATERMARK_DELAY", "a duration like 5s or 500ms", parse_duration_ms, "0"
-        ),
+            f"{prefix}_WATERMARK_DELAY", DURATION, parse_duration_ms, "0"
+        )
+        or 0,
     )
 
 
-def _prefixed(env: Mapping[str, str], prefix: str, skip: set[str]) -> dict[str, str]:
-    """`KAFKA_SASL_MECHANISM` -> `sasl.mechanism`; a name with a dot is taken as written."""
+@cache
+def _spark_keys() -> dict[str, str]:
+    """Spark's keys that are not all lower case, by their lower-case spelling."""
+    text = resources.files("app").joinpath("spark_conf_keys.txt").read_text()
+    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return {key.lower(): key for key in keys}
+
+
+def _client_properties(read: _Reader, prefix: str, skip: set[str]) -> dict[str, str]:
+    """`KAFKA_SASL_MECHANISM` -> `sasl.mechanism`; a name with a dot is taken as written. A
+    property the service sets itself is refused, naming the variable to use instead."""
     found = {}
-    for name, value in env.items():
+    for name, value in read.env.items():
         if name.startswith(prefix) and name not in skip and len(name) > len(prefix):
             key = name[len(prefix) :]
-            found[key if "." in key else key.lower().replace("_", ".")] = value
+            key = key if "." in key else key.lower().replace("_", ".")
+            if prefix == "KAFKA_" and key.lower() in _KAFKA_OWN:
+                instead = _KAFKA_OWN[key.lower()]
+                why = f"set {instead} instead" if instead else "the service sets it itself"
+                read.fail(ConfigError(name, f"a client property other than {key} ({why})", value))
+                continue
+            found[key] = value
     return found
 
 
+def _spark_conf(read: _Reader) -> dict[str, str]:
+    """`SPARK_CONF_spark.x.yZ` as written; `SPARK_CONF_SPARK_X_YZ` as Spark spells that key
+    (Spark's keys are case-sensitive: `spark.x.yz` would be ignored)."""
+    conf = {}
+    for name, value in read.env.items():
+        if not name.startswith("SPARK_CONF_") or len(name) == len("SPARK_CONF_"):
+            continue
+        key = name[len("SPARK_CONF_") :]
+        if "." not in key:
+            key = key.lower().replace("_", ".")
+            key = _spark_keys().get(key, key)
+        if not key.startswith("spark."):
+            read.fail(ConfigError(
+                name, "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
+                key,
+            ))  # fmt: skip
+            continue
+        conf[key] = value
+    return conf
+
+
+def _unknown_variables(read: _Reader) -> None:
+    """A variable under one of this service's prefixes that it does not read is a typo (a
+    setting silently ignored otherwise): refused, with the nearest name."""
+    for name in read.env:
+        if name.startswith(_OWN_PREFIXES) and name not in KNOWN_VARIABLES:
+            near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            read.fail(ConfigError(name, f"a variable streamjoin reads{hint}",
+                                  seen="streamjoin has no such variable"))  # fmt: skip
+    level = read.raw("LOG_LEVEL", "INFO") or "INFO"
+    if level.upper() not in LOG_LEVELS:
+        read.fail(ConfigError("LOG_LEVEL", "one of " + "|".join(LOG_LEVELS), level))
+
+
+def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> None:
+    if offsets is None or offsets in ("earliest", "latest"):
+        return
+    stray = sorted(set(json.loads(offsets)) - inputs)
+    if stray:
+        read.fail(ConfigError("STARTING_OFFSETS", "offsets of the input topics ("
+                              + ", ".join(sorted(inputs)) + ")", offsets))  # fmt: skip
+
+
+def _distinct_topics(read: _Reader, left: str, right: str, output: OutputConfig) -> None:
+    """An output topic that is also an input feeds the service its own output: a loop."""
+    for name, topic in (("OUTPUT_TOPIC", output.topic), ("DLQ_TOPIC", output.dlq_topic),
+                        ("OUTPUT_MARKER_TOPIC", output.marker_topic)):  # fmt: skip
+        if topic and topic in (left, right):
+            read.fail(ConfigError(name, "a topic other than the inputs' (LEFT_TOPIC, "
+                                  "RIGHT_TOPIC): the service would read its own output",
+                                  topic))  # fmt: skip
+
+
 def load_config(env: Mapping[str, str]) -> Config:
-    """Build the whole configuration from `env`, or raise ConfigError for the first bad variable."""
+    """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
+    naming every bad variable."""
     read = _Reader(env)
     output_topic = read.topic("OUTPUT_TOPIC")
     encoding = read.choice("OUTPUT_ENCODING", OUTPUT_ENCODINGS, "retract")
     output_key = read.parsed(
         "OUTPUT_KEY", "a comma-separated list of output column names", _column_list, None
     )
-    if encoding == "upsert" and not output_key:
-        raise ConfigError("OUTPUT_KEY", "the unique key columns when OUTPUT_ENCODING=upsert")
+    if encoding == "upsert" and not output_key and read.good("OUTPUT_KEY"):
+        read.fail(ConfigError("OUTPUT_KEY", "the unique key columns when OUTPUT_ENCODING=upsert"))
     on = read.raw("JOIN_ON")
     read.parsed("JOIN_ON", "a condition over L and R like 'L.id = R.id'", parse_condition, None)
-    spark_conf = _prefixed(env, "SPARK_CONF_", set())
-    for key in spark_conf:
-        if not key.startswith("spark."):
-            raise ConfigError(
-                "SPARK_CONF_" + key.upper().replace(".", "_"),
-                "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
-                key,
-            )
     checkpoint_location = read.required(
         "CHECKPOINT_LOCATION", "a directory or URI for Spark checkpoints"
     )
     # Stable for one deployment (its output and checkpoint), distinct between deployments.
     query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
-    return Config(
+    left, right = _input(read, "left"), _input(read, "right")
+    output = OutputConfig(
+        topic=output_topic,
+        dlq_topic=read.topic("DLQ_TOPIC", f"{output_topic}.dlq"),
+        encoding=encoding,
+        format=read.choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json"),
+        key=output_key or (),
+        delivery=read.choice("OUTPUT_DELIVERY", OUTPUT_DELIVERIES, "exactly-once"),
+        marker_topic=read.topic("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers"),
+        transactional_id=read.parsed(
+            "OUTPUT_TRANSACTIONAL_ID",
+            "a name of letters, digits, '.', '_' or '-', unique per deployment",
+            _transactional_id,
+            f"streamjoin-{output_topic}-{query_id}",
+        ) or "",
+    )  # fmt: skip
+    _distinct_topics(read, left.topic, right.topic, output)
+    starting_offsets = read.parsed(
+        "STARTING_OFFSETS", 'earliest, latest or JSON like {"topic": {"0": 42}}',
+        _starting_offsets, "earliest",
+    )  # fmt: skip
+    _starting_topics(read, starting_offsets, {left.topic, right.topic})
+    _unknown_variables(read)
+    config = Config(
         bootstrap_servers=read.parsed(
             "KAFKA_BOOTSTRAP_SERVERS", "host:port[,host:port...]", _bootstrap, None, required=True
-        ),
-        left=_input(read, "left"),
-        right=_input(read, "right"),
+        ) or "",
+        left=left,
+        right=right,
         join=JoinConfig(
             type=read.choice("JOIN_TYPE", JOIN_TYPES, "regular"),
             kind=read.choice("JOIN_KIND", JOIN_KINDS, "inner"),
             on=on,
             select=read.raw("JOIN_SELECT"),
             state_ttl_ms=read.parsed(
-                "STATE_TTL", "a duration like 1h (0 keeps state forever)", parse_duration_ms, "0"
-            ),
+                "STATE_TTL", DURATION + " (0 keeps state forever)", parse_duration_ms, "0"
+            ) or 0,
             state_buckets=read.parsed(
                 "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, str(STATE_BUCKETS)
-            ),
+            ) or STATE_BUCKETS,
         ),
-        output=OutputConfig(
-            topic=output_topic,
-            dlq_topic=read.topic("DLQ_TOPIC", f"{output_topic}.dlq"),
-            encoding=encoding,
-            format=read.choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json"),
-            key=output_key or (),
-            delivery=read.choice("OUTPUT_DELIVERY", OUTPUT_DELIVERIES, "exactly-once"),
-            marker_topic=read.topic("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers"),
-            transactional_id=read.parsed(
-                "OUTPUT_TRANSACTIONAL_ID",
-                "a name of letters, digits, '.', '_' or '-', unique per deployment",
-                _transactional_id,
-                f"streamjoin-{output_topic}-{query_id}",
-            ),
-        ),
+        output=output,
         checkpoint_location=checkpoint_location,
         spark_master=read.raw("SPARK_MASTER", "local[*]") or "local[*]",
         trigger_interval_ms=read.parsed(
-            "TRIGGER_INTERVAL", f"a duration like 1s, or {AVAILABLE_NOW}", _trigger, "1s"
+            "TRIGGER_INTERVAL", f"{DURATION}, 0 (back to back) or {AVAILABLE_NOW}", _trigger, "1s"
         ),
-        starting_offsets=read.parsed(
-            "STARTING_OFFSETS",
-            'earliest, latest or JSON like {"topic": {"0": 42}}',
-            _starting_offsets,
-            "earliest",
-        ),
+        starting_offsets=starting_offsets or "earliest",
         max_records_per_trigger=read.parsed(
             "MAX_RECORDS_PER_TRIGGER", "a positive whole number", _positive_int, None
         ),
-        metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464"),
+        metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464") or 0,
         readiness_timeout_ms=read.parsed(
-            "READINESS_TIMEOUT", "a duration like 10m", parse_duration_ms, "10m"
-        ),
-        kafka_properties=_prefixed(env, "KAFKA_", _KAFKA_NAMED),
+            "READINESS_TIMEOUT", DURATION, parse_duration_ms, "10m"
+        ) or 0,
+        kafka_properties=_client_properties(read, "KAFKA_", _KAFKA_NAMED),
         schema_registry_url=read.parsed("SCHEMA_REGISTRY_URL", "an http(s):// URL", _url, None),
-        schema_registry_properties=_prefixed(env, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}),
-        spark_conf=spark_conf,
-    )
+        schema_registry_properties=_client_properties(
+            read, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}
+        ),
+        spark_conf=_spark_conf(read),
+    )  # fmt: skip
+    raise_all(list(read.errors.values()))
+    return config

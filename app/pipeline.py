@@ -1,9 +1,10 @@
 """Wiring of the streaming query: both input topics in, one output topic out.
 
-With a join condition (`JOIN_ON`): each input is decoded into typed change rows (records that
+With a join (`JOIN_TYPE`, `JOIN_ON`): each input is decoded into typed change rows (records that
 cannot be decoded become dead letters), both are joined, the result is encoded and written to
-the output topic, dead letters beside it to the dead-letter topic. Without one, both inputs are
-forwarded unchanged, each record tagged with a `streamjoin.side` header naming its input.
+the output topic, dead letters beside it to the dead-letter topic. With `JOIN_TYPE=forward`,
+both inputs are forwarded unchanged, each record tagged with a `streamjoin.side` header naming
+its input.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.checkpoint import check_state_record, shuffle_partitions
-from app.config import Config, InputConfig
+from app.config import FORWARD, Config, InputConfig
 from app.join_plan import bucketed_join, materialized_upserts, value_kind
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
 from app.projection import project
@@ -265,7 +266,7 @@ def writers(spark: SparkSession, config: Config) -> Writers:
 def state_settings(config: Config) -> dict[str, object]:
     """The variables that decide how a checkpoint's state is laid out: its join, the buckets
     the bucketed processors hash their keys into, and the key of an upsert materializer."""
-    if not config.join.on:
+    if config.join.type == FORWARD:
         return {}
     # the upsert materializer's state is keyed by the output key
     materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
@@ -288,7 +289,7 @@ def start(
     """Start the query; once `drain_marker` exists, the sources offer no more records."""
     tasks = writers(spark, config)
     check_state_record(spark, config.checkpoint_location, state_settings(config))
-    if config.join.on:
+    if config.join.type != FORWARD:
         output = joined_output(spark, config, metrics, tasks, drain_marker)
     else:
         left, right = (

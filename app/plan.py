@@ -7,10 +7,13 @@ whose result updates (Flink refuses that plan too).
 
 from __future__ import annotations
 
-from app.config import Config, ConfigError, InputConfig
+from collections.abc import Iterator
+
+from app.condition_check import condition_problem
+from app.config import FORWARD, Config, ConfigError, InputConfig, raise_all
 from app.projection import select_expressions, selected_columns
 from state.bucketed_processor import PROCTIME, SideSpec
-from state.condition import ConditionError
+from state.condition import ConditionError, parse_condition
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec
 from state.temporal_processor import TemporalJoinSpec
@@ -89,14 +92,14 @@ def upsert_materialized(config: Config) -> bool:
     )
 
 
-def _check_interval(config: Config) -> None:
+def _interval_errors(config: Config) -> Iterator[ConfigError]:
     """An interval join takes insert-only inputs and one notion of time for both."""
     if config.join.kind not in OUTER_KINDS:
-        raise ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
+        yield ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
                           config.join.kind)  # fmt: skip
     for source in (config.left, config.right):
         if source.format not in INSERT_ONLY_FORMATS:
-            raise ConfigError(
+            yield ConfigError(
                 f"{source.side.upper()}_FORMAT",
                 "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + "): an interval "
                 "join cannot take the updates and deletes of a changelog input",
@@ -104,27 +107,27 @@ def _check_interval(config: Config) -> None:
             )
     if (config.left.time == PROCTIME) != (config.right.time == PROCTIME):
         same = "proctime" if config.left.time == PROCTIME else "an event time"
-        raise ConfigError("RIGHT_TIME", f"{same} like LEFT_TIME: an interval join runs in "
+        yield ConfigError("RIGHT_TIME", f"{same} like LEFT_TIME: an interval join runs in "
                           "event time or in processing time, on both sides",
                           config.right.time)  # fmt: skip
 
 
-def _check_temporal(config: Config) -> None:
+def _temporal_errors(config: Config) -> Iterator[ConfigError]:
     """A probe side of any format (a changelog's changes join with their kinds, as Flink's); a
     build side with a primary key, versioned by event time (`temporal`), or an append-only
     history (`temporal-function`)."""
     kind, right = config.join.type, config.right
     if config.join.kind not in ("inner", "left"):
-        raise ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
+        yield ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
     if not right.primary_key:
-        raise ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
+        yield ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
                           "looks up versions of")  # fmt: skip
     if kind == "temporal" and right.format not in NORMALIZED_FORMATS:
-        raise ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(NORMALIZED_FORMATS)
+        yield ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(NORMALIZED_FORMATS)
                           + ") for the versioned table; an append-only history is "
                           "JOIN_TYPE=temporal-function", right.format)  # fmt: skip
     if kind == "temporal-function" and right.format not in INSERT_ONLY_FORMATS:
-        raise ConfigError("RIGHT_FORMAT", "an append-only format (" + "|".join(INSERT_ONLY_FORMATS)
+        yield ConfigError("RIGHT_FORMAT", "an append-only format (" + "|".join(INSERT_ONLY_FORMATS)
                           + ") for a temporal table function's history",
                           right.format)  # fmt: skip
     event_time = kind == "temporal" or (
@@ -132,57 +135,102 @@ def _check_temporal(config: Config) -> None:
     )
     for source in (config.left, right) if event_time else ():
         if source.time == PROCTIME:
-            raise ConfigError(f"{source.side.upper()}_TIME", f"an event time (a column, "
+            yield ConfigError(f"{source.side.upper()}_TIME", f"an event time (a column, "
                               f"kafka_timestamp or source_ts_ms) for a {kind} join as of the "
                               "probe row's event time", source.time)  # fmt: skip
 
 
-def check_plan(config: Config) -> None:
-    """Raise ConfigError, naming the variable, for a join this service cannot run."""
-    if not config.join.on:
-        return  # forwarding both inputs needs nothing more
-    if config.join.type == "interval":
-        _check_interval(config)
-    if config.join.type in TEMPORAL_TYPES:
-        _check_temporal(config)
-    for source in (config.left, config.right):
-        prefix = source.side.upper()
-        if source.format not in AVAILABLE_FORMATS:
-            raise ConfigError(f"{prefix}_FORMAT", "one of " + "|".join(AVAILABLE_FORMATS),
-                              source.format)  # fmt: skip
-        if not source.schema:
-            raise ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
-        if source.format in AVRO_FORMATS and not config.schema_registry_url:
-            raise ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
-                              f"{source.format}")  # fmt: skip
-        if source.format == "upsert" and not source.primary_key:
-            raise ConfigError(f"{prefix}_PRIMARY_KEY", "the primary key of an upsert input: "
-                              "its record key, by which its changelog is normalized")  # fmt: skip
-    if config.output.format == "avro-confluent" and not config.schema_registry_url:
-        raise ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
-                          "avro-confluent")  # fmt: skip
+def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
+    prefix = source.side.upper()
+    if source.format not in AVAILABLE_FORMATS:
+        yield ConfigError(f"{prefix}_FORMAT", "one of " + "|".join(AVAILABLE_FORMATS),
+                          source.format)  # fmt: skip
+    if not source.schema:
+        yield ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
+    if source.format in AVRO_FORMATS and not config.schema_registry_url:
+        yield ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
+                          f"{source.format}")  # fmt: skip
+    if source.format == "upsert" and not source.primary_key:
+        yield ConfigError(f"{prefix}_PRIMARY_KEY", "the primary key of an upsert input: "
+                          "its record key, by which its changelog is normalized")  # fmt: skip
+
+
+def _condition_errors(config: Config) -> Iterator[ConfigError]:
+    """The condition over the inputs' columns: names, a boolean, like compared with like."""
     try:
         spec = join_spec(config)
         spec.operator()
     except ConditionError as err:
-        raise ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
-                          config.join.on) from None  # fmt: skip
+        yield ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
+                          config.join.on)  # fmt: skip
+        return
+    columns = {alias: {c.name: c for c in source.schema or ()}
+               for alias, source in (("L", config.left), ("R", config.right))}  # fmt: skip
+    problem = condition_problem(parse_condition(config.join.on or ""), columns)
+    if problem:
+        yield ConfigError("JOIN_ON", f"a condition Flink accepts ({problem})", config.join.on)
+
+
+def _output_errors(config: Config) -> Iterator[ConfigError]:
+    spec = join_spec(config)
     if config.join.select:
         visible = {"L": spec.left.fields, "R": spec.right.fields if spec.projects_right else ()}
         try:
             select_expressions(config.join.select, visible)
         except ConditionError as err:
-            raise ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
-                              config.join.select) from None  # fmt: skip
+            yield ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
+                              config.join.select)  # fmt: skip
+            return
     columns = output_columns(config, spec)
-    unknown = [name for name in config.output.key if name not in columns]
-    if unknown:
-        raise ConfigError("OUTPUT_KEY", f"columns of the output ({', '.join(columns)})",
+    if any(name not in columns for name in config.output.key):
+        yield ConfigError("OUTPUT_KEY", f"columns of the output ({', '.join(columns)})",
                           ",".join(config.output.key))  # fmt: skip
     if config.output.encoding == "append" and produces_updates(config):
-        raise ConfigError(
+        yield ConfigError(
             "OUTPUT_ENCODING",
             f"retract, upsert or debezium-json: a {config.join.kind} join over these inputs "
             "produces updates and deletes, which an append-only output cannot carry",
             "append",
         )
+
+
+def plan_errors(config: Config) -> list[ConfigError]:
+    """Every reason, each naming its variable, why the service cannot run this join."""
+    join = config.join
+    if join.type == FORWARD:
+        if join.on:
+            return [ConfigError("JOIN_ON", "no condition: JOIN_TYPE=forward joins nothing",
+                                join.on)]  # fmt: skip
+        return []
+    if not join.on:
+        return [ConfigError("JOIN_ON", "a join condition over L and R like 'L.id = R.id' (to "
+                            "forward both inputs unjoined, set JOIN_TYPE=forward)")]  # fmt: skip
+    errors = []
+    if join.type == "interval":
+        errors += _interval_errors(config)
+    if join.type in TEMPORAL_TYPES:
+        errors += _temporal_errors(config)
+    if join.state_ttl_ms and join.type != "regular":
+        errors.append(ConfigError(
+            "STATE_TTL", f"0 or unset: a {join.type} join's state is bounded by time (its "
+            "watermark or the table's versions), not by retention", f"{join.state_ttl_ms}ms",
+        ))  # fmt: skip
+    for source in (config.left, config.right):
+        errors += _input_errors(config, source)
+    if config.output.format == "avro-confluent" and not config.schema_registry_url:
+        errors.append(ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
+                                  "avro-confluent"))  # fmt: skip
+    if (
+        config.left.schema
+        and config.right.schema
+        and not any(e.variable == "JOIN_KIND" for e in errors)
+    ):
+        condition = list(_condition_errors(config))
+        errors += condition or _output_errors(config)
+    return errors
+
+
+def check_plan(config: Config) -> None:
+    """Raise ConfigError (ConfigErrors: several), naming each variable, for a join this
+    service cannot run."""
+    raise_all(plan_errors(config))

@@ -1,14 +1,20 @@
-"""Start-up checks against Kafka, so that a wrong address or topic fails in one clear line.
+"""Start-up checks of what the service will use: Kafka, its topics, the metrics port, the
+checkpoint directory, the schema registry; each failure one clear line naming the variable.
 
 Without them Spark would start, plan, and fail deep inside a task with a stack trace.
 """
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaException
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from app.config import Config
+from app.config import FORWARD, Config
 
 METADATA_TIMEOUT_S = 10.0
 
@@ -17,11 +23,11 @@ class StartupError(RuntimeError):
     """The service cannot start as configured; the message names the variable at fault."""
 
 
-def _admin(config: Config) -> AdminClient:
+def _admin(config: Config, errors: list[KafkaError]) -> AdminClient:
     try:
-        # log_level 0 and a silent error callback: the failure is reported once, by us.
+        # log_level 0: the failure is reported once, by us, from what `errors` collects.
         return AdminClient(
-            {**config.kafka_client_config(), "log_level": 0, "error_cb": lambda _e: None}
+            {**config.kafka_client_config(), "log_level": 0, "error_cb": errors.append}
         )
     except KafkaException as err:
         message = err.args[0].str() if err.args else str(err)
@@ -30,30 +36,131 @@ def _admin(config: Config) -> AdminClient:
         raise StartupError(f"{variable}: not a usable Kafka client property: {message}") from None
 
 
+def _unreachable(config: Config, errors: list[KafkaError], failure: KafkaError) -> StartupError:
+    """Why no broker answered, naming the variable to look at: the client's error callback
+    has the cause (DNS, refused connection, TLS, authentication) that the failure lacks."""
+    by_code = {e.code(): e for e in errors}
+    servers = config.bootstrap_servers
+    auth = by_code.get(KafkaError._AUTHENTICATION) or by_code.get(
+        KafkaError.SASL_AUTHENTICATION_FAILED
+    )
+    if auth is not None:
+        return StartupError(f"KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: the brokers at {servers} "
+                            f"refused the credentials ({auth.str()})")  # fmt: skip
+    tls = by_code.get(KafkaError._SSL)
+    transport = by_code.get(KafkaError._TRANSPORT)
+    if tls is not None or (transport is not None and "security.protocol" in transport.str()):
+        cause = (tls or transport).str()  # type: ignore[union-attr]
+        return StartupError(f"KAFKA_SECURITY_PROTOCOL: the brokers at {servers} do not speak "
+                            f"it: TLS against a plaintext listener? ({cause})")  # fmt: skip
+    resolve = by_code.get(KafkaError._RESOLVE)
+    if resolve is not None:
+        return StartupError(f"KAFKA_BOOTSTRAP_SERVERS: a host of {servers} is not known to "
+                            f"DNS ({resolve.str()})")  # fmt: skip
+    if transport is not None:
+        return StartupError(f"KAFKA_BOOTSTRAP_SERVERS: cannot connect to {servers} "
+                            f"({transport.str()})")  # fmt: skip
+    protocol = config.kafka_properties.get("security.protocol", "").upper()
+    if "SSL" in protocol:  # a plaintext listener never answers a TLS handshake
+        return StartupError(f"KAFKA_SECURITY_PROTOCOL: no broker at {servers} answered over "
+                            f"{protocol} within {METADATA_TIMEOUT_S:.0f}s: is its listener "
+                            "plaintext?")  # fmt: skip
+    return StartupError(
+        f"KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster answered at {servers} within "
+        f"{METADATA_TIMEOUT_S:.0f}s ({failure.str()})"
+    )
+
+
 def check_kafka(config: Config) -> None:
     """Raise StartupError unless the cluster answers and every topic the service uses exists."""
+    errors: list[KafkaError] = []
+    admin = _admin(config, errors)
     try:
-        metadata = _admin(config).list_topics(timeout=METADATA_TIMEOUT_S)
+        metadata = admin.list_topics(timeout=METADATA_TIMEOUT_S)
     except KafkaException as err:
-        raise StartupError(
-            f"KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster answered at {config.bootstrap_servers} "
-            f"within {METADATA_TIMEOUT_S:.0f}s ({err.args[0].str()})"
-        ) from None
+        admin.poll(0.5)  # hands over what the error callback has
+        raise _unreachable(config, errors, err.args[0]) from None
     topics = [
         ("LEFT_TOPIC", config.left.topic, ""),
         ("RIGHT_TOPIC", config.right.topic, ""),
         ("OUTPUT_TOPIC", config.output.topic, ""),
     ]
+    if config.join.type != FORWARD:
+        topics.append(("DLQ_TOPIC", config.output.dlq_topic,
+                       " (records that cannot be decoded are written there)"))  # fmt: skip
     if config.output.delivery == "exactly-once":
         topics.append(
             ("OUTPUT_MARKER_TOPIC", config.output.marker_topic,
              " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
              "cleanup.policy=compact)")
         )  # fmt: skip
-    for variable, topic, why in topics:
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise StartupError(
-                f"{variable}: Kafka topic {topic!r} does not exist at "
-                f"{config.bootstrap_servers}{why}"
-            )
+    missing = [
+        f"{variable}: Kafka topic {topic!r} does not exist at {config.bootstrap_servers}{why}"
+        for variable, topic, why in topics
+        if metadata.topics.get(topic) is None or metadata.topics[topic].error is not None
+    ]
+    if missing:
+        raise StartupError("\n".join(missing))
+
+
+def _registry_problem(config: Config) -> str | None:
+    """Whether the schema registry the Avro formats need answers, with these properties."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    uses = [s.format for s in (config.left, config.right)] + [config.output.format]
+    if not config.schema_registry_url or not any("avro" in f for f in uses):
+        return None
+    try:
+        client = SchemaRegistryClient({"url": config.schema_registry_url, "timeout": 10,
+                                       **config.schema_registry_properties})  # fmt: skip
+    except ValueError as err:  # names the properties, never their values
+        return f"SCHEMA_REGISTRY_*: not schema registry client properties ({err})"
+    try:
+        client.get_subjects()
+    except SchemaRegistryError as err:  # it answered
+        if err.http_status_code in (401, 403):
+            return ("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO: the schema registry refused the "
+                    f"credentials (HTTP {err.http_status_code})")  # fmt: skip
+    except Exception as err:  # the client raises its HTTP library's errors as they come
+        return f"SCHEMA_REGISTRY_URL: no schema registry answered ({type(err).__name__}: {err})"
+    return None
+
+
+def _port_problem(port: int) -> str | None:
+    if port == 0:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))
+        except OSError as err:
+            return f"METRICS_PORT: port {port} cannot be served ({err.strerror})"
+    return None
+
+
+def _checkpoint_problem(location: str) -> str | None:
+    """A local checkpoint directory must be writable, or creatable where it would be made (a
+    check that writes nothing); a remote one is Hadoop's to check."""
+    scheme = urlparse(location).scheme
+    if scheme not in ("", "file"):
+        return None
+    path = Path(urlparse(location).path if scheme else location).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return f"CHECKPOINT_LOCATION: {existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"CHECKPOINT_LOCATION: cannot write to {location} ({existing} is not writable)"
+    return None
+
+
+def check_environment(config: Config) -> None:
+    """Raise StartupError naming every resource besides Kafka that the service cannot use:
+    the metrics port, the checkpoint directory, the schema registry."""
+    problems = [
+        _port_problem(config.metrics_port),
+        _checkpoint_problem(config.checkpoint_location),
+        _registry_problem(config),
+    ]
+    found = [p for p in problems if p]
+    if found:
+        raise StartupError("\n".join(found))

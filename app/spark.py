@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from app.checkpoint import SHUFFLE_PARTITIONS
+from app.redaction import SECRET_NAMES
 from ops.jvm_console import filtered_stderr
 from serdes.kafka_datasource import KafkaDataSource
 
@@ -27,6 +28,9 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
     # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
     "spark.sql.adaptive.enabled": "false",
+    # Secrets (the Kafka clients' travel as data source options) masked in plans and logs.
+    "spark.redaction.regex": SECRET_NAMES,
+    "spark.sql.redaction.options.regex": SECRET_NAMES.replace("(?i)", "(?i)url|", 1),
 }
 # Loggers that warn about what a user can do nothing about: the Python state server at every
 # absent value, the trigger at every batch longer than its interval (the service runs batches
@@ -68,6 +72,10 @@ def worker_python() -> str:
     return str(wrapper) if wrapper.is_file() else sys.executable
 
 
+class SparkStartError(RuntimeError):
+    """Spark did not start; the message is the first line of why (the JVM's, or Spark's)."""
+
+
 def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
     """Create (or reuse) the session with the service's defaults, overridden by `conf`."""
     # Python workers must run the interpreter that has this project installed.
@@ -80,8 +88,15 @@ def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSessi
     builder = SparkSession.builder.master(master).appName("streamjoin")
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
-    with filtered_stderr():  # the JVM starts here, and keeps the filtered stderr
-        spark = builder.getOrCreate()
+    try:
+        with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it
+            spark = builder.getOrCreate()
+        console.release()
+    except Exception as err:  # Spark's JVM and gateway raise what they raise
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "JAVA_GATEWAY_EXITED" in reason:  # the JVM's own words say why
+            reason = console.first_line() or reason
+        raise SparkStartError(reason) from None
     if SHUFFLE_PARTITIONS not in (conf or {}):
         spark.conf.set(SHUFFLE_PARTITIONS, str(task_slots(spark)))
     spark.sparkContext.setLogLevel("WARN")

@@ -29,7 +29,7 @@ def main() -> None:
         env = service_env(
             KAFKA_BOOTSTRAP_SERVERS=bootstrap, LEFT_TOPIC=left, RIGHT_TOPIC=right,
             OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(work / "ck"), TRIGGER_INTERVAL="0",
-            OUTPUT_DELIVERY=delivery,
+            OUTPUT_DELIVERY=delivery, JOIN_TYPE="forward",
         )  # fmt: skip
         service = Service(env, work / "service.log")
         stack.callback(service.terminate)

@@ -28,8 +28,41 @@ NOISE = (  # parts of the lines dropped
 )
 
 
-def _copy(source: int, target: int) -> None:
-    """Copy lines from `source` to `target`, less the noise and the blank line after each."""
+class Console:
+    """Where the filtered lines go: the console, or, while the JVM starts (`holding`), a list
+    kept for the one line a failed start is reported in (`first_line`)."""
+
+    def __init__(self, target: int, holding: bool) -> None:
+        self.target = target
+        self.holding = holding
+        self.held: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def write(self, line: bytes) -> None:
+        with self.lock:
+            if self.holding:
+                self.held.append(line)
+                return
+        # Never stop reading: a JVM whose stderr pipe fills up blocks on its next line.
+        with contextlib.suppress(OSError):
+            os.write(self.target, line)
+
+    def release(self) -> None:
+        """Started: what was held goes to the console, and what follows too."""
+        with self.lock:
+            self.holding = False
+            held, self.held = self.held, []
+        for line in held:
+            self.write(line)
+
+    def first_line(self) -> str | None:
+        """The first line held (a failed JVM's reason), if any."""
+        return next((line.decode(errors="replace").strip() for line in self.held
+                     if line.strip()), None)  # fmt: skip
+
+
+def _copy(source: int, console: Console) -> None:
+    """Copy lines from `source` to `console`, less the noise and the blank line after each."""
     after_noise = False
     with os.fdopen(source, "rb") as lines:
         for line in lines:
@@ -38,26 +71,32 @@ def _copy(source: int, target: int) -> None:
                 after_noise = bool(text)
                 continue
             after_noise = False
-            # Never stop reading: a JVM whose stderr pipe fills up blocks on its next line.
-            with contextlib.suppress(OSError):
-                os.write(target, line)
+            console.write(line)
 
 
 @contextlib.contextmanager
-def filtered_stderr() -> Iterator[None]:
+def filtered_stderr(hold: bool = False) -> Iterator[Console]:
     """While inside, processes started (the JVM) get a stderr that drops the noise; this
-    process's own stderr is restored on leaving."""
+    process's own stderr is restored on leaving. With `hold`, lines are held until the
+    console is released; a failure inside waits for every line its processes wrote."""
     read_end, write_end = os.pipe()
-    console = os.dup(2)  # where the filtered lines go, for as long as the JVM writes
-    threading.Thread(target=_copy, args=(read_end, console), name="jvm-console",
-                     daemon=True).start()  # fmt: skip
+    console = Console(os.dup(2), hold)  # the filtered lines' way out, as long as the JVM writes
+    copier = threading.Thread(target=_copy, args=(read_end, console), name="jvm-console",
+                              daemon=True)  # fmt: skip
+    copier.start()
     sys.stderr.flush()
     own = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
+    failed = False
     try:
-        yield
+        yield console
+    except BaseException:
+        failed = True
+        raise
     finally:
         sys.stderr.flush()
         os.dup2(own, 2)
         os.close(own)
+        if failed:  # a JVM that did not start holds no end of the pipe: read it to its end
+            copier.join(5)

@@ -48,7 +48,7 @@ class Column:
     spark_type: T.DataType
 
 
-def _spark_type(name: str, kind: exp.DataType) -> T.DataType:
+def _spark_type(name: str, kind: exp.DataType, written: str) -> T.DataType:
     if kind.this == _D.DECIMAL:
         params = [int(p.sql()) for p in kind.expressions]
         precision, scale = (params + [10, 0][len(params) :])[:2]
@@ -57,24 +57,57 @@ def _spark_type(name: str, kind: exp.DataType) -> T.DataType:
         return _SIMPLE_TYPES[kind.this]
     if kind.this == _D.USERDEFINED and str(kind.args.get("kind", "")).upper() == "BYTES":
         return T.BinaryType()
-    raise SchemaError(f"column {name}: unsupported type {kind.sql()}")
+    raise SchemaError(f"column {name}: unsupported type {written}")
+
+
+def _definitions(text: str) -> list[str]:
+    """The column definitions as written: the text split at commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += 1 if char in "(<[" else -1 if char in ")>]" else 0
+        if char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
+def _written_types(text: str) -> dict[str, str]:
+    """Each column's type as the user wrote it (what a message should quote), by name."""
+    written = {}
+    for definition in _definitions(text):
+        name, _, kind = definition.partition(" ")
+        written[name.strip('`"')] = kind.strip()
+    return written
 
 
 def parse_schema(text: str) -> tuple[Column, ...]:
     """Parse `name TYPE, name TYPE, ...`; raise SchemaError naming the part that is wrong."""
     if not text.strip():
         raise SchemaError("an empty column list")
+    written = _written_types(text)
     try:
-        table = sqlglot.parse_one(f"CREATE TABLE t ({text})")
+        statements = sqlglot.parse(f"CREATE TABLE t ({text})")
     except ParseError as err:
+        for name, kind in written.items():  # a type the parser does not know: name it
+            try:
+                sqlglot.parse(f"CREATE TABLE t (x {kind})")
+            except ParseError:
+                raise SchemaError(f"column {name}: unsupported type {kind}") from None
+        if not err.errors:
+            raise SchemaError(str(err)) from None
         first = err.errors[0]
         raise SchemaError(f"{first['description']} near {first['highlight']!r}") from None
+    table = statements[0] if len(statements) == 1 else None
+    if not isinstance(table, exp.Create) or not isinstance(table.this, exp.Schema):
+        raise SchemaError("one list of columns, nothing after it")
     columns = []
     for definition in table.this.expressions:
         kind = definition.args.get("kind")
         if not isinstance(definition, exp.ColumnDef) or kind is None:
             raise SchemaError(f"column {definition.sql()!r} has no type")
-        columns.append(Column(definition.name, kind.sql(), _spark_type(definition.name, kind)))
+        declared = written.get(definition.name) or kind.sql()
+        spark_type = _spark_type(definition.name, kind, declared)
+        columns.append(Column(definition.name, declared, spark_type))
     names = [c.name for c in columns]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -53,13 +53,19 @@ class ConditionError(ValueError):
 def parse_condition(text: str) -> exp.Expression:
     """Parse a boolean condition whose every column is qualified by `L.` or `R.`."""
     try:
-        tree = sqlglot.parse_one(text, read=FLINK_LEXICON)
+        statements = sqlglot.parse(text, read=FLINK_LEXICON)
     except ParseError as err:
+        if not err.errors:
+            raise ConditionError(str(err)) from None
         first = err.errors[0]
         raise ConditionError(
             f"{first['description']} at column {first['col']}: "
             f"...{first['start_context']}>>{first['highlight']}<<{first['end_context']}..."
         ) from None
+    parsed = [s for s in statements if s is not None]
+    if len(parsed) != 1:
+        raise ConditionError(f"one condition, not {len(parsed)} statements")
+    tree = parsed[0]
     for column in tree.find_all(exp.Column):
         if column.table.upper() not in ALIASES:
             raise ConditionError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import ConfigError, load_config, parse_duration_ms
+from app.config import ConfigError, ConfigErrors, load_config, parse_duration_ms
 
 BASE = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker-1:9092,broker-2:9092",
@@ -147,8 +147,49 @@ def test_spark_conf_variables_become_spark_properties() -> None:
 
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("250ms", 250), ("5s", 5000), ("5", 5000), ("2 minutes", 120_000), ("1h", 3_600_000),
+    [("250ms", 250), ("5s", 5000), ("2 minutes", 120_000), ("1h", 3_600_000),
      ("7d", 604_800_000), ("0", 0)],
 )  # fmt: skip
 def test_durations(text: str, ms: int) -> None:
     assert parse_duration_ms(text) == ms
+
+
+def test_a_bare_number_is_no_duration_except_zero() -> None:
+    """Flink reads `3600` as milliseconds; this service once read it as seconds."""
+    with pytest.raises(ValueError):
+        parse_duration_ms("3600")
+    assert parse_duration_ms("0") == 0
+
+
+def test_spark_keys_written_with_underscores_are_spelled_as_spark_spells_them() -> None:
+    """Spark's keys are case-sensitive: `spark.driver.extrajavaoptions` would be ignored."""
+    config = load_config({
+        **BASE, "SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": "-Dx=1",
+        "SPARK_CONF_SPARK_SQL_STREAMING_STATESTORE_PROVIDERCLASS": "p",
+    })  # fmt: skip
+    assert config.spark_conf == {
+        "spark.driver.extraJavaOptions": "-Dx=1",
+        "spark.sql.streaming.stateStore.providerClass": "p",
+    }
+
+
+@pytest.mark.parametrize(
+    ("variable", "instead"),
+    [("KAFKA_bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS"),
+     ("KAFKA_TRANSACTIONAL_ID", "OUTPUT_TRANSACTIONAL_ID"),
+     ("KAFKA_GROUP_ID", "the service sets it itself")],
+)  # fmt: skip
+def test_a_client_property_the_service_sets_itself_is_refused(variable: str, instead: str) -> None:
+    message = config_error(**{variable: "x"})
+    assert message.startswith(f"{variable}: expected a client property other than ")
+    assert instead in message
+
+
+def test_every_bad_variable_is_named_at_once() -> None:
+    with pytest.raises(ConfigErrors) as caught:
+        load_config({**BASE, "JOIN_KIND": "sideways", "STATE_TTL": "5", "LEFT_TOPIC": None,
+                     "JOIN_TPYE": "regular"})  # fmt: skip
+    assert [e.variable for e in caught.value.errors] == [
+        "LEFT_TOPIC", "JOIN_TPYE", "JOIN_KIND", "STATE_TTL"
+    ]  # fmt: skip
+    assert len(str(caught.value).splitlines()) == 4

@@ -89,6 +89,11 @@ def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> N
         {"config": {"CHECKPOINT_LOCATION": "/data"}},
         {"sparkOnKubernetes": {"executor": {"memory": "lots"}}},
         {"replicas": 3},
+        {"readinessTimeout": "600"},  # a bare number: a unit is required
+        # a secret belongs in secretEnv (a Secret), never in the ConfigMap
+        {"config": {"KAFKA_SASL_PASSWORD": "hunter2"}},
+        {"config": {"KAFKA_sasl.jaas.config": "org.apache.kafka..."}},
+        {"config": {"SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "u:p"}},
     ],
 )
 def test_a_wrong_value_fails_at_install_time(values: dict) -> None:

@@ -46,6 +46,7 @@ def test_run_delivers_every_input_record_once_tagged_with_its_side(
     env = service_env(
         KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
         CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), TRIGGER_INTERVAL="200ms",
+        JOIN_TYPE="forward",
     )  # fmt: skip
     service = Service(env, tmp_path / "service.log")
     try:
@@ -82,7 +83,7 @@ def test_at_least_once_sigkill_and_restart_lose_nothing_and_rewrite_only_uncommi
     env = service_env(
         KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
         CHECKPOINT_LOCATION=str(checkpoint), TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="1500",
-        OUTPUT_DELIVERY="at-least-once",
+        OUTPUT_DELIVERY="at-least-once", JOIN_TYPE="forward",
     )  # fmt: skip
     first = Service(env, tmp_path / "first.log")
     wait_for(lambda: len(committed_ends(checkpoint)) == 2, 240, "no batch committed", first)
@@ -115,7 +116,6 @@ def test_at_least_once_sigkill_and_restart_lose_nothing_and_rewrite_only_uncommi
     ("change", "expected"),
     [
         ({"LEFT_TOPIC": "no-such-topic"}, "LEFT_TOPIC: Kafka topic 'no-such-topic' does not exist"),
-        ({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}, "KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster"),
         (
             {"OUTPUT_MARKER_TOPIC": "no-markers"},
             "OUTPUT_MARKER_TOPIC: Kafka topic 'no-markers' does not exist",
@@ -131,7 +131,7 @@ def test_start_up_errors_are_one_line_naming_the_problem(
     left, right, out = three_topics(kafka)
     env = service_env(
         KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"),
+        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), JOIN_TYPE="forward",
     )  # fmt: skip
     result = run_to_exit({**env, **change})
     assert result.returncode == 2
