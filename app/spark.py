@@ -91,6 +91,7 @@ def build_session(master: str, conf: dict[str, str] | None = None) -> SparkSessi
     try:
         with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it
             spark = builder.getOrCreate()
+            spark.conf.get(SHUFFLE_PARTITIONS)  # the SQL configuration, checked as it is built
         console.release()
     except Exception as err:  # Spark's JVM and gateway raise what they raise
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -155,9 +155,16 @@ def test_a_metrics_port_in_use_and_a_bad_registry_property_are_named(
     ), lines[1]
 
 
-def test_spark_refusing_its_configuration_is_one_line(kafka: str, topics, tmp_path: Path) -> None:
-    lines = refused(kafka, topics, tmp_path, **{"SPARK_CONF_spark.driver.memory": "lots"})
-    assert_one_line(lines, "SPARK_CONF_spark.driver.memory: Spark did not start: ")
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [("spark.driver.memory", "Invalid maximum heap size: -Xmxlots"),  # the JVM's own words
+     ("spark.sql.shuffle.partitions", "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'lots'")],
+)  # fmt: skip
+def test_spark_refusing_its_configuration_is_one_line(
+    kafka: str, topics, tmp_path: Path, key: str, reason: str
+) -> None:
+    lines = refused(kafka, topics, tmp_path, **{f"SPARK_CONF_{key}": "lots"})
+    assert_one_line(lines, f"SPARK_CONF_{key}: Spark did not start: {reason}")
 
 
 @pytest.mark.parametrize(
