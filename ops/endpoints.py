@@ -1,9 +1,11 @@
 """The service's HTTP endpoints, on METRICS_PORT: `/metrics`, `/healthz` and `/readyz`.
 
-`/healthz` answers 200 while the process serves at all (Kubernetes' liveness). `/readyz` answers
-200 only while the query is active, has no exception and made progress recently; a query that
-died or stalled longer than the configured time answers 503 with the reason, so Kubernetes
-restarts the pod (which resumes from the checkpoint).
+`/readyz` answers 200 only while the query is active, has no exception and made progress
+recently (waiting for data is progress; a micro-batch running longer than READINESS_TIMEOUT is
+not). `/healthz`, Kubernetes' liveness, answers the same except while the query starts (a
+start-up probe waits for that): a query that died or stalls answers 503 with the reason, and
+only a failing liveness probe makes Kubernetes restart the pod, which resumes from the
+checkpoint. A failing readiness probe alone restarts nothing.
 """
 
 from __future__ import annotations
@@ -19,13 +21,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 
+NOT_STARTED = "the query has not started"
+
+
 class Readiness:
-    """Whether the query is fit to serve: set by the driver's poll loop, read by `/readyz`."""
+    """Whether the query is fit to serve: set by the driver's poll loop, read by `/readyz` and
+    (but for its start) by `/healthz`."""
 
     def __init__(self, stall_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_timeout_s = stall_timeout_s
         self.clock = clock
-        self._problem: str | None = "the query has not started"
+        self._problem: str | None = NOT_STARTED
         self._last_progress = clock()
 
     def started(self) -> None:
@@ -47,6 +53,12 @@ class Readiness:
             return f"no progress for {stalled:.0f}s (READINESS_TIMEOUT {self.stall_timeout_s:.0f}s)"
         return None
 
+    def dead(self) -> str | None:
+        """Why the service should be restarted (the query died or stalls), or None; a query
+        still starting is not dead."""
+        problem = self.problem()
+        return None if problem == NOT_STARTED else problem
+
 
 def serve(registry: CollectorRegistry, readiness: Readiness, port: int) -> int:
     """Serve the endpoints in a daemon thread; return the port (a free one when `port` is 0)."""
@@ -57,7 +69,11 @@ def serve(registry: CollectorRegistry, readiness: Readiness, port: int) -> int:
             if path == "/metrics":
                 self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
-                self._answer(200, b"ok\n")
+                dead = readiness.dead()
+                if dead is None:
+                    self._answer(200, b"ok\n")
+                else:
+                    self._answer(503, f"not alive: {dead}\n".encode())
             elif path == "/readyz":
                 problem = readiness.problem()
                 if problem is None:

@@ -81,15 +81,16 @@ def test_readiness_fails_when_the_query_stalls_or_dies() -> None:
     now = [0.0]
     readiness = Readiness(60, clock=lambda: now[0])
     assert readiness.problem() == "the query has not started"
+    assert readiness.dead() is None  # starting is not dying: no liveness restart for it
     readiness.started()
     now[0] = 59
     assert readiness.problem() is None
     now[0] = 61
-    assert readiness.problem() == "no progress for 61s (READINESS_TIMEOUT 60s)"
+    assert readiness.problem() == readiness.dead() == "no progress for 61s (READINESS_TIMEOUT 60s)"
     readiness.progressed()
     assert readiness.problem() is None
     readiness.failed("query stopped")
-    assert readiness.problem() == "query stopped"
+    assert readiness.problem() == readiness.dead() == "query stopped"
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -109,6 +110,8 @@ def test_health_endpoints_answer_beside_the_metrics() -> None:
     assert get(port, "/readyz") == (503, "not ready: the query has not started\n")
     readiness.started()
     assert get(port, "/readyz") == (200, "ready\n")
+    readiness.failed("the query failed: boom")
+    assert get(port, "/healthz") == (503, "not alive: the query failed: boom\n")
     status, page = get(port, "/metrics")
     assert status == 200 and "streamjoin_watermark_lag_seconds 60.0" in page
     assert get(port, "/nothing")[0] == 404

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -138,3 +141,39 @@ def test_start_up_errors_are_one_line_naming_the_problem(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("streamjoin: " + expected), lines[0]
+
+
+def health(service: Service) -> tuple[int, str]:
+    """`/healthz` of the running service: status and body (None before it serves)."""
+    found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", service.log())
+    if found is None:
+        return 0, ""
+    try:
+        url = f"http://127.0.0.1:{found.group(1)}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_liveness_fails_while_a_micro_batch_runs_past_its_limit(kafka: str, tmp_path: Path) -> None:
+    """A micro-batch running longer than READINESS_TIMEOUT (here 1s: the first batch, with
+    every Python worker to start, runs longer) fails `/healthz`, which makes Kubernetes restart
+    the pod; once batches finish in time again, it answers 200."""
+    left, right, out = three_topics(kafka)
+    fill_inputs(kafka, left, right)
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), JOIN_TYPE="forward",
+        READINESS_TIMEOUT="1s", TRIGGER_INTERVAL="200ms",
+    )  # fmt: skip
+    service = Service(env, tmp_path / "service.log")
+    answers: list[tuple[int, str]] = []
+    try:
+        wait_for(lambda: answers.append(health(service)) or answers[-1][0] == 503, 240,
+                 "/healthz never failed during the long first batch", service)  # fmt: skip
+        assert answers[-1][1].startswith("not alive: no progress for "), answers[-1]
+        wait_for(lambda: health(service) == (200, "ok\n"), 240,
+                 "/healthz did not recover once batches ran in time", service)  # fmt: skip
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
