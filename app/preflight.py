@@ -115,7 +115,10 @@ def _registry_problem(config: Config) -> str | None:
         client = SchemaRegistryClient({"url": config.schema_registry_url, "timeout": 10,
                                        **config.schema_registry_properties})  # fmt: skip
     except ValueError as err:  # names the properties, never their values
-        return f"SCHEMA_REGISTRY_*: not schema registry client properties ({err})"
+        names = str(err).split(":", 1)[-1].split(",")
+        variables = ", ".join("SCHEMA_REGISTRY_" + n.strip().upper().replace(".", "_")
+                              for n in names)  # fmt: skip
+        return f"{variables}: not a schema registry client property ({err})"
     try:
         client.get_subjects()
     except SchemaRegistryError as err:  # it answered
