@@ -83,13 +83,18 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             *_state(config),
             f"  state buckets: {join.state_buckets}",
         ]
-    changes = "+I -U +U -D" if join.type != FORWARD and produces_updates(config) else "+I"
-    key = ",".join(output.key) or "the join key"
-    lines.append(f"output: {output.topic}, {output.format}, changelog {changes}, "
-                 f"{output.encoding}: {ENCODED[output.encoding]}; record key {key}")  # fmt: skip
-    if join.type != FORWARD and upsert_materialized(config):
-        lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
-    lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
+    if join.type == FORWARD:
+        lines.append(f"output: {output.topic}: every input record unchanged, with a "
+                     f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip
+    else:
+        changes = "+I -U +U -D" if produces_updates(config) else "+I"
+        key = ",".join(output.key) or "the join key"
+        encoded = f"{output.encoding}: {ENCODED[output.encoding]}"
+        lines.append(f"output: {output.topic}, {output.format}, changelog {changes}, "
+                     f"{encoded}; record key {key}")  # fmt: skip
+        if upsert_materialized(config):
+            lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
+        lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
     lines.append("configuration:")
     lines += [f"  {name}={value}" for name, value in shown_variables(env).items()]
     return lines
