@@ -23,7 +23,7 @@ from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
-STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in
+STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in (replay)
 FORWARD = "forward"  # no join: both inputs forwarded, each record tagged with its side
 JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", FORWARD)
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
@@ -121,7 +121,9 @@ class JoinConfig:
     on: str | None
     select: str | None
     state_ttl_ms: int
-    state_buckets: int = STATE_BUCKETS  # every join and the normalizer: key buckets
+    # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
+    # `app.checkpoint.state_buckets` gives a new one
+    state_buckets: int | None = None
 
 
 @dataclass(frozen=True)
@@ -481,8 +483,8 @@ def load_config(env: Mapping[str, str]) -> Config:
                 "STATE_TTL", DURATION + " (0 keeps state forever)", parse_duration_ms, "0"
             ) or 0,
             state_buckets=read.parsed(
-                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, str(STATE_BUCKETS)
-            ) or STATE_BUCKETS,
+                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, None
+            ),
         ),
         output=output,
         checkpoint_location=checkpoint_location,

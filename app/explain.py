@@ -15,6 +15,7 @@ from app.redaction import shown_variables
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec
 
+AUTO_BUCKETS = "the checkpoint's, or 8 per state partition for a new one"
 ENCODED = {
     "append": "inserts only",
     "retract": "every change, its kind in the value and the op header",
@@ -81,7 +82,7 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             f"  join key: {keys}",
             f"  residual condition: {residual}",
             *_state(config),
-            f"  state buckets: {join.state_buckets}",
+            f"  state buckets: {join.state_buckets or AUTO_BUCKETS}",
         ]
     if join.type == FORWARD:
         lines.append(f"output: {output.topic}: every input record unchanged, with a "

@@ -10,7 +10,7 @@ its input.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from app.checkpoint import check_state_record, shuffle_partitions
+from app.checkpoint import check_state_record, shuffle_partitions, state_buckets
 from app.config import FORWARD, Config, InputConfig
 from app.join_plan import bucketed_join, materialized_upserts, value_kind
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
@@ -288,6 +288,9 @@ def start(
 ) -> StreamingQuery:
     """Start the query; once `drain_marker` exists, the sources offer no more records."""
     tasks = writers(spark, config)
+    if config.join.state_buckets is None:
+        buckets = state_buckets(spark, config.checkpoint_location)
+        config = replace(config, join=replace(config.join, state_buckets=buckets))
     check_state_record(spark, config.checkpoint_location, state_settings(config))
     if config.join.type != FORWARD:
         output = joined_output(spark, config, metrics, tasks, drain_marker)

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.checkpoint import SHUFFLE_PARTITIONS, check_state_record, shuffle_partitions
+from app.checkpoint import (
+    SHUFFLE_PARTITIONS,
+    check_state_record,
+    shuffle_partitions,
+    state_buckets,
+)
 from app.config import load_config
 from app.pipeline import writers
 from app.preflight import StartupError
@@ -109,3 +114,14 @@ def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(
     checkpoint = checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
     with pytest.raises(StartupError, match=r"^CHECKPOINT_LOCATION: .* format 1, .*new CHECKPOINT"):
         check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular"})
+
+
+def test_a_new_checkpoint_takes_eight_buckets_per_partition_an_old_one_keeps_its_own(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Unset, JOIN_STATE_BUCKETS is what the checkpoint was made with (128 before this
+    default), so that a checkpoint of an earlier version resumes as it is."""
+    checkpoint = str(tmp_path / "checkpoint")
+    assert state_buckets(spark, checkpoint) == 8 * 2  # the session's 2 shuffle partitions
+    check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 128})
+    assert state_buckets(spark, checkpoint) == 128
