@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from pyspark.sql.types import TimestampType
 
+from app.redaction import shown_value
 from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
 
@@ -78,8 +79,9 @@ class ConfigError(ValueError):
 
     def __init__(self, variable: str, expected: str, got: str | None = None,
                  seen: str | None = None) -> None:  # fmt: skip
-        """`seen` says what was found instead of quoting `got` (a value not to be shown)."""
-        seen = seen or ("it is not set" if got is None else f"got {got!r}")
+        """`seen` says what was found instead of quoting `got`; `got` is quoted as
+        `app.redaction` shows it (a secret masked, a URL without its user info)."""
+        seen = seen or ("it is not set" if got is None else f"got {shown_value(variable, got)!r}")
         super().__init__(f"{variable}: expected {expected}; {seen}")
         self.variable = variable
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.config import FORWARD, Config, InputConfig
+from app.config import FORWARD, KNOWN_VARIABLES, Config, InputConfig
 from app.plan import join_spec, normalized, produces_updates, upsert_materialized
 from app.redaction import shown_variables
 from state.interval_processor import IntervalJoinSpec
@@ -97,5 +97,5 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
         lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
     lines.append("configuration:")
-    lines += [f"  {name}={value}" for name, value in shown_variables(env).items()]
+    lines += [f"  {name}={value}" for name, value in shown_variables(env, KNOWN_VARIABLES).items()]
     return lines

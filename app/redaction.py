@@ -9,10 +9,8 @@ for the data source options the Kafka clients' properties travel in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from urllib.parse import urlsplit, urlunsplit
-
-from app.config import KNOWN_VARIABLES
 
 # Java regex syntax and Python's alike; matched against a name anywhere (Spark: `find`).
 SECRET_NAMES = (
@@ -38,16 +36,19 @@ def without_user_info(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def shown_variables(env: Mapping[str, str]) -> dict[str, str]:
-    """The service's variables in `env`, sorted, each secret value masked."""
+def shown_value(name: str, value: str) -> str:
+    """A variable's value as it may be printed: masked if secret, a URL without user info."""
+    if is_secret(name):
+        return MASK
+    return without_user_info(value) if "://" in value else value
+
+
+def shown_variables(env: Mapping[str, str], known: Collection[str]) -> dict[str, str]:
+    """The service's variables in `env` (`known`, and the prefixed client properties), sorted,
+    each as `shown_value` prints it."""
     shown = {}
     for name in sorted(env):
-        if name not in KNOWN_VARIABLES and not name.startswith(_PREFIXES):
+        if name not in known and not name.startswith(_PREFIXES):
             continue
-        value = env[name]
-        if is_secret(name):
-            value = MASK
-        elif name.endswith("_URL"):
-            value = without_user_info(value)
-        shown[name] = value
+        shown[name] = shown_value(name, env[name])
     return shown
