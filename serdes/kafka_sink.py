@@ -14,19 +14,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ops.worker_gc import settle_worker
-from serdes.kafka_produce import OutputRecord, produce, producer_config
+from serdes.kafka_produce import (
+    DeliveryFailures,
+    OutputRecord,
+    produce_all,
+    producer_config,
+)
 from serdes.kafka_transactions import BATCH_ID_PROPERTY, ExactlyOnce
 
 FLUSH_TIMEOUT_S = 120.0
-
-
-class DeliveryError(RuntimeError):
-    """Kafka did not acknowledge every record of a task."""
 
 
 @dataclass
@@ -98,22 +99,7 @@ def write_once(
 
 def deliver(client_config: dict[str, str], records: list[OutputRecord], topic: str) -> int:
     """Produce `records` with an idempotent producer and wait until each is acknowledged."""
-    producer = Producer(producer_config(client_config))
-    failures: list[KafkaError] = []
-
-    def delivered(error: KafkaError | None, _message: Message) -> None:
-        if error is not None:
-            failures.append(error)
-
-    for count, record in enumerate(records, 1):
-        produce(producer, record, delivered)
-        if count % 1000 == 0:
-            producer.poll(0)
-    undelivered = producer.flush(FLUSH_TIMEOUT_S)
-    if failures or undelivered:
-        first = failures[0] if failures else "flush timed out"
-        raise DeliveryError(
-            f"{len(failures) + undelivered} of {len(records)} records to {topic!r} "
-            f"were not delivered: {first}"
-        )
+    failures = DeliveryFailures()
+    producer = Producer(producer_config(client_config, failures))
+    produce_all(producer, records, failures, FLUSH_TIMEOUT_S, repr(topic))
     return len(records)

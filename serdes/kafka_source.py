@@ -160,37 +160,39 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
 
 
-class _Columns:
-    """Column buffers for one Arrow batch of records."""
+def record_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
+    """One Arrow batch of consumed records (`confluent_kafka.Message`s), a column at a time:
+    a comprehension per column costs about half of five appends per record."""
+    n = len(messages)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array([m.timestamp()[1] for m in messages], pa.timestamp("ms", tz="UTC")).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+            pa.array([m.headers() for m in messages], HEADER_TYPE),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
-    def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.headers: list[list[tuple[str, bytes | None]] | None] = []
 
-    def add(self, message) -> None:  # confluent_kafka.Message
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        self.timestamps.append(message.timestamp()[1] * 1000)
-        self.headers.append(message.headers())
-
-    def batch(self, topic: str, partition: int) -> pa.RecordBatch:
-        n = len(self.offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                pa.array([topic] * n, pa.string()),
-                pa.array([partition] * n, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-                pa.array(self.headers, HEADER_TYPE),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+def _records_before(messages: list, end: int) -> list:
+    """The records among `messages` (skipping end-of-partition events) with offsets before
+    `end`; any other error is raised."""
+    records = []
+    for message in messages:
+        error = message.error()
+        if error is None:
+            records.append(message)
+        elif error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+    if records and records[-1].offset() >= end:
+        records = [m for m in records if m.offset() < end]
+    return records
 
 
 def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -207,30 +209,26 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
         }
     )
     consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-    columns = _Columns()
+    pending: list = []
     position, last_progress = task.start, time.monotonic()
     try:
         while position < task.end:
-            for message in consumer.consume(num_messages=10_000, timeout=0.5):
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                if message.offset() >= task.end:
-                    position = task.end
-                    break
-                if error is None:
-                    columns.add(message)
-                    position = message.offset() + 1
-                    last_progress = time.monotonic()
-            if len(columns.offsets) >= ARROW_BATCH_ROWS:
-                yield columns.batch(task.topic, task.partition)
-                columns = _Columns()
+            messages = consumer.consume(num_messages=10_000, timeout=0.5)
+            records = _records_before(messages, task.end)
+            if records:
+                pending += records
+                position, last_progress = records[-1].offset() + 1, time.monotonic()
+            if messages and messages[-1].offset() >= task.end:
+                position = task.end  # the range ends in a transaction marker or an abort
+            if len(pending) >= ARROW_BATCH_ROWS:
+                yield record_batch(pending, task.topic, task.partition)
+                pending = []
             if time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise TimeoutError(
                     f"{task.topic}[{task.partition}]: stuck at offset {position} "
                     f"of [{task.start}, {task.end}) for {STALL_TIMEOUT_S:.0f}s"
                 )
-        if columns.offsets:
-            yield columns.batch(task.topic, task.partition)
+        if pending:
+            yield record_batch(pending, task.topic, task.partition)
     finally:
         consumer.close()

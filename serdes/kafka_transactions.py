@@ -8,11 +8,14 @@ in one transaction together with a marker of (transactional id, partition, batch
   transaction (`send_offsets_to_transaction`): group `<id>-<partition>`, offset `batch + 1` on
   partition 0 of the marker topic. It becomes visible only if the transaction commits;
 - the marker a person (or an auditor) reads is a record in the marker topic, keyed by
-  `<id>/<partition>` (compact the topic), naming the batch and the offsets its records took.
+  `<id>/<partition>` (compact the topic), naming the batch and the attempt that committed it.
 
-Every record also carries a `streamjoin.batch` header, `<partition>:<batch>`: with the marker's
-offsets, a reader can tell a committed record from one of an aborted attempt even on a broker
-that does not hide aborted transactions from `read_committed` consumers (Tansu is one).
+Every record also carries a `streamjoin.batch` header naming its attempt,
+`<partition>:<batch>:<random token>`: a record counts if the last marker of its partition and
+batch names its attempt, so a reader can tell a committed record from one of an aborted attempt
+even on a broker that does not hide aborted transactions from `read_committed` consumers (Tansu
+is one). The marker used to list the offsets each attempt took, which cost a Python delivery
+callback per record (a quarter of producing's time); the attempt token costs nothing per record.
 
 A task that finds its batch already marked writes nothing; a task reads its marker back after
 committing, and fails the batch if it is not there. One transactional id per partition
@@ -30,15 +33,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import secrets
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from serdes.kafka_produce import OutputRecord, produce, producer_config
+from serdes.kafka_produce import (
+    DeliveryError,
+    DeliveryFailures,
+    OutputRecord,
+    produce_all,
+    producer_config,
+)
 
 # The Spark local property holding the running micro-batch's id (set by MicroBatchExecution).
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -93,7 +103,7 @@ class ExactlyOnce:
         aborts lingering transactions at start-up for the same reason.
         """
         for partition in range(partitions):
-            self._initialised_producer(client_config, partition)
+            self._initialised_producer(client_config, partition, DeliveryFailures())
 
     @contextlib.contextmanager
     def _ending_transactions(self) -> Iterator[None]:
@@ -114,11 +124,13 @@ class ExactlyOnce:
     def _name(self, partition: int) -> str:
         return f"{self.transactional_id}-{partition}"
 
-    def _initialised_producer(self, client_config: dict[str, str], partition: int) -> Producer:
+    def _initialised_producer(
+        self, client_config: dict[str, str], partition: int, failures: DeliveryFailures
+    ) -> Producer:
         """A producer with the partition's transactional id, initialised: any earlier
         producer of the id is fenced, and the transaction it left open aborted."""
         producer = Producer(
-            {**producer_config(client_config), "transactional.id": self._name(partition)}
+            {**producer_config(client_config, failures), "transactional.id": self._name(partition)}
         )
         with self._ending_transactions():
             _call("initialising transactions", producer.init_transactions, TIMEOUT_S)
@@ -129,7 +141,8 @@ class ExactlyOnce:
     ) -> bool:
         """Write `records` as batch `batch` of `partition`, unless that batch is marked already;
         return whether they were written."""
-        producer = self._initialised_producer(client_config, partition)
+        failures = DeliveryFailures()
+        producer = self._initialised_producer(client_config, partition, failures)
         consumer = Consumer(
             {**client_config, "group.id": self._name(partition), "enable.auto.commit": False}
         )
@@ -137,11 +150,12 @@ class ExactlyOnce:
             if self.committed_batch(consumer) >= batch:
                 return False
             producer.begin_transaction()
-            tag = (BATCH_HEADER, f"{partition}:{batch}".encode())
-            tagged = ((t, k, v, [*(h or ()), tag]) for t, k, v, h in records)
-            offsets = _produce_all(producer, tagged)
+            attempt = f"{partition}:{batch}:{secrets.token_hex(6)}"
+            tag = (BATCH_HEADER, attempt.encode())
+            tagged = ((t, k, v, [*h, tag] if h else [tag]) for t, k, v, h in records)
+            produce_all(producer, tagged, failures, TIMEOUT_S, f"batch {batch}")
             marker = {"batch": batch, "partition": partition, "records": len(records),
-                      "offsets": offsets}  # fmt: skip
+                      "attempt": attempt}  # fmt: skip
             producer.produce(self.marker_topic, json.dumps(marker).encode(),
                              f"{self.transactional_id}/{partition}".encode())  # fmt: skip
             _call(
@@ -155,34 +169,12 @@ class ExactlyOnce:
                 _call("committing the transaction", producer.commit_transaction, TIMEOUT_S)
             self._confirm(consumer, partition, batch)
             return True
-        except (TransactionError, KafkaException):
+        except (TransactionError, DeliveryError, KafkaException):
             with self._ending_transactions():
                 _abort(producer)
             raise
         finally:
             consumer.close()
-
-
-def _produce_all(producer: Producer, records: Iterable[OutputRecord]) -> dict[str, list[int]]:
-    """Produce and flush `records`; return the first and last offset per topic-partition."""
-    failures: list[KafkaError] = []
-    offsets: dict[str, list[int]] = {}
-
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            failures.append(error)
-            return
-        where = f"{message.topic()}/{message.partition()}"
-        span = offsets.setdefault(where, [message.offset(), message.offset()])
-        span[0], span[1] = min(span[0], message.offset()), max(span[1], message.offset())
-
-    for record in records:
-        produce(producer, record, delivered)
-    undelivered = producer.flush(TIMEOUT_S)
-    if failures or undelivered:
-        first = failures[0] if failures else "flush timed out"
-        raise TransactionError(f"{len(failures) + undelivered} records not delivered: {first}")
-    return offsets
 
 
 def _call(what: str, method: Callable[..., object], *args: object) -> None:

@@ -11,7 +11,7 @@ from functools import cache
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from serdes.kafka_produce import producer_config
+from serdes.kafka_produce import DeliveryFailures, producer_config
 from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
 
 
@@ -128,36 +128,32 @@ def broker_hides_aborted_records(bootstrap: str) -> bool:
 def committed_output(bootstrap: str, topic: str, markers: str, at_least: int = 0) -> list[Record]:
     """`topic` as a `read_committed` consumer of Kafka sees what streamjoin wrote to it.
 
-    On a broker that shows aborted transactions to such consumers, a record counts only if the
-    last marker of its (partition, batch) — the attempt that committed — lists its offset.
+    On a broker that shows aborted transactions to such consumers, a record counts only if its
+    `streamjoin.batch` header names the attempt that the last marker of its (partition, batch)
+    committed.
     """
     records = read_topic(bootstrap, topic, at_least)
     if broker_hides_aborted_records(bootstrap):
         return records
-    committed: dict[bytes, dict[str, list[int]]] = {}
+    last: dict[tuple[int, int], bytes] = {}  # a later attempt's marker is the one that counts
     for marker in read_topic(bootstrap, markers):
         written = json.loads(marker.value)
-        committed[b"%d:%d" % (written["partition"], written["batch"])] = written["offsets"]
-    kept = []
-    for record in records:
-        first, last = committed.get(record.header(BATCH_HEADER), {}).get(
-            f"{topic}/{record.partition}", (0, -1)
-        )
-        if first <= record.offset <= last:
-            kept.append(record)
-    return kept
+        last[written["partition"], written["batch"]] = written["attempt"].encode()
+    committed = set(last.values())
+    return [record for record in records if record.header(BATCH_HEADER) in committed]
 
 
 def died_mid_transaction(kafka: str, sink: ExactlyOnce, partition: int, out: str) -> Producer:
     """The producer of a task that wrote part of batch 5 and died: no commit, no abort."""
     dead = Producer(
         {
-            **producer_config({"bootstrap.servers": kafka}),
+            **producer_config({"bootstrap.servers": kafka}, DeliveryFailures()),
             "transactional.id": f"{sink.transactional_id}-{partition}",
         }
     )
     dead.init_transactions(30)
     dead.begin_transaction()
-    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, f"{partition}:5".encode())])
+    attempt = f"{partition}:5:dead".encode()
+    dead.produce(out, b"half-written", b"k", headers=[(BATCH_HEADER, attempt)])
     assert dead.flush(30) == 0
     return dead
