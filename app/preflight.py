@@ -141,12 +141,23 @@ def _port_problem(port: int) -> str | None:
     return None
 
 
+# Hadoop filesystems whose classes ship in pyspark's jars (hadoop-client-api/-runtime). Object
+# stores need more (hadoop-aws and an AWS SDK for s3a://, ~300 MB): not in the image.
+SHIPPED_FILESYSTEMS = ("hdfs", "viewfs", "webhdfs", "swebhdfs")
+
+
 def _checkpoint_problem(location: str) -> str | None:
     """A local checkpoint directory must be writable, or creatable where it would be made (a
-    check that writes nothing); a remote one is Hadoop's to check."""
+    check that writes nothing); a remote one is Hadoop's to check, if its filesystem ships."""
     scheme = urlparse(location).scheme
-    if scheme not in ("", "file"):
+    if scheme in SHIPPED_FILESYSTEMS:
         return None
+    if scheme not in ("", "file"):
+        return (
+            "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
+            f"executors run elsewhere) or an hdfs:// URI; got {scheme}://…, whose Hadoop "
+            "filesystem is not installed"
+        )
     path = Path(urlparse(location).path if scheme else location).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():

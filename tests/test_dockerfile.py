@@ -27,4 +27,4 @@ def test_image_runs_the_service_as_a_non_root_user() -> None:
     lines = (ROOT / "Dockerfile").read_text().splitlines()
     user = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert user and user[-1] not in ("root", "0")
-    assert 'ENTRYPOINT ["streamjoin"]' in lines and 'CMD ["run"]' in lines
+    assert 'ENTRYPOINT ["tini", "--", "streamjoin"]' in lines and 'CMD ["run"]' in lines

@@ -69,8 +69,10 @@ def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> N
     assert (
         config["SPARK_CONF_spark.driver.host"] == "sj-streamjoin-0.sj-streamjoin-driver.stream.svc"
     )
-    assert config["CHECKPOINT_LOCATION"] == "s3a://streamjoin-checkpoints/orders-enriched"
+    assert config["CHECKPOINT_LOCATION"] == "/var/lib/streamjoin/checkpoint"
     assert "volumeClaimTemplates" not in pod
+    assert config["SPARK_CONF_spark.authenticate"] == "true"
+    assert config["SPARK_CONF_spark.network.crypto.enabled"] == "true"
     assert "Role/sj-streamjoin-spark-driver" in manifests
     assert "RoleBinding/sj-streamjoin-spark-driver" in manifests
     assert "ServiceMonitor/sj-streamjoin" in manifests
@@ -80,10 +82,44 @@ def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> N
     assert not any("PASSWORD" in k or "USER_INFO" in k for k in config)  # never a ConfigMap
 
 
+def test_executors_start_from_a_pod_template_as_hardened_as_the_driver() -> None:
+    manifests = rendered(SCALE_OUT)
+    config = manifests["ConfigMap/sj-streamjoin"]["data"]
+    driver = manifests["StatefulSet/sj-streamjoin"]["spec"]["template"]["spec"]
+    template = yaml.safe_load(manifests["ConfigMap/sj-streamjoin-executor"]["data"]["pod.yaml"])
+    kubernetes_validate.validate(template, KUBERNETES, strict=True)
+    executor = template["spec"]["containers"][0]
+    mounted = {m["mountPath"] for m in driver["containers"][0]["volumeMounts"]}
+    assert mounted >= {"/etc/streamjoin/executor", "/tmp", "/var/lib/streamjoin/checkpoint"}
+    assert config["SPARK_CONF_spark.kubernetes.executor.podTemplateFile"] == (
+        "/etc/streamjoin/executor/pod.yaml"
+    )
+    assert (
+        executor["name"] == config["SPARK_CONF_spark.kubernetes.executor.podTemplateContainerName"]
+    )
+    assert template["spec"]["securityContext"] == driver["securityContext"]
+    assert executor["securityContext"] == driver["containers"][0]["securityContext"]
+    assert template["spec"]["automountServiceAccountToken"] is False
+    claims = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert claims["checkpoint"]["persistentVolumeClaim"]["claimName"] == "streamjoin-checkpoints"
+    assert {m["mountPath"] for m in executor["volumeMounts"]} == {
+        "/tmp", "/var/lib/streamjoin/checkpoint", "/etc/streamjoin/tls"
+    }  # fmt: skip
+    role = manifests["Role/sj-streamjoin-spark-driver"]["rules"]
+    assert {r for rule in role for r in rule["resources"]} == {"pods", "configmaps"}
+
+
+def test_scale_out_without_a_shared_checkpoint_claim_is_refused() -> None:
+    values = {**SCALE_OUT, "checkpoint": {}}
+    with pytest.raises(helm.HelmRenderError, match=r"needs checkpoint\.existingClaim"):
+        rendered(values)
+
+
 @pytest.mark.parametrize(
     "values",
     [
         {"metrics": {"port": "http"}},
+        {"checkpoint": {"uri": "s3a://bucket/checkpoint"}},  # no s3a:// filesystem in the image
         {"config": {"JOIN_KIND": "sideways"}},
         {"config": {"OUTPUT_DELIVERY": "twice"}},
         {"config": {"CHECKPOINT_LOCATION": "/data"}},

@@ -130,6 +130,10 @@ def busy_port() -> socket.socket:
          "unsupported type ROW<x INT>)"),
         ({"CHECKPOINT_LOCATION": "/etc/hostname/checkpoint"},
          "CHECKPOINT_LOCATION: /etc/hostname is a file, not a directory"),
+        ({"CHECKPOINT_LOCATION": "s3a://bucket/checkpoint"},
+         "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
+         "executors run elsewhere) or an hdfs:// URI; got s3a://…, whose Hadoop filesystem is "
+         "not installed"),
     ],
 )  # fmt: skip
 def test_what_raised_a_traceback_is_one_line(

@@ -34,3 +34,48 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "streamjoin.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- /* The driver's and the executors' pods run with the same hardening. */}}
+{{- define "streamjoin.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "streamjoin.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{- /* Volumes both pods mount: scratch space, the checkpoint's shared claim, TLS material. */}}
+{{- define "streamjoin.sharedVolumes" -}}
+- name: tmp  # Spark's scratch space, Python workers, RocksDB's native library (needs exec)
+  emptyDir: {}
+{{- if .Values.checkpoint.existingClaim }}
+- name: checkpoint
+  persistentVolumeClaim:
+    claimName: {{ .Values.checkpoint.existingClaim }}
+{{- end }}
+{{- if .Values.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{- define "streamjoin.sharedVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: checkpoint
+  mountPath: {{ .Values.checkpoint.mountPath }}
+{{- if .Values.tls.secretName }}
+- name: tls
+  mountPath: {{ .Values.tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
