@@ -31,9 +31,14 @@ def _refused(err: Exception) -> int:
 
 
 def checked(env: Mapping[str, str]) -> Config:
-    """The configuration, once every start-up check has passed: the variables, the plan,
-    Kafka and its topics, the metrics port, the checkpoint directory, the schema registry."""
+    """The configuration, once every start-up check has passed: the variables, a lookup join's
+    table, the plan, Kafka and its topics, the metrics port, the checkpoint directory, the
+    schema registry."""
     config = load_config(env)
+    if config.lookup is not None:  # the right side's columns are the table's
+        from app.lookup_plan import with_table
+
+        config = with_table(config)
     check_plan(config)
     check_kafka(config)
     check_environment(config)

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from pyspark.sql.types import TimestampType
 
+from app.lookup_config import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
 from app.redaction import shown_value
 from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
@@ -26,7 +27,8 @@ from state.condition import ConditionError, parse_condition
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
 STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in (replay)
 FORWARD = "forward"  # no join: both inputs forwarded, each record tagged with its side
-JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", FORWARD)
+JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", LOOKUP,
+              FORWARD)  # fmt: skip
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
@@ -58,10 +60,12 @@ KNOWN_VARIABLES = frozenset(
     }
     | {f"{side}_{name}" for side in ("LEFT", "RIGHT") for name in (
         "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY")}
+    | LOOKUP_VARIABLES
 )  # fmt: skip
 # Prefixes of this service's own variables: an unknown name under one is a typo, not a setting.
 _OWN_PREFIXES = ("LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", "STATE_", "DLQ_", "TRIGGER_",
-                 "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_")  # fmt: skip
+                 "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_",
+                 "LOOKUP_")  # fmt: skip
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
@@ -160,6 +164,7 @@ class Config:
     spark_conf: dict[str, str] = field(default_factory=dict)
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
+    lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
 
     def kafka_client_config(self) -> dict[str, str]:
         """librdkafka settings shared by every client the service creates."""
@@ -323,7 +328,8 @@ def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
     return time
 
 
-def _input(read: _Reader, side: str) -> InputConfig:
+def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
+    """One input's variables; without `topic`, the side is a table (the lookup join)."""
     prefix = side.upper()
     schema = read.parsed(
         f"{prefix}_SCHEMA", "a column list like 'id STRING, ts TIMESTAMP(3)'", parse_schema, None
@@ -338,7 +344,7 @@ def _input(read: _Reader, side: str) -> InputConfig:
         ))  # fmt: skip
     return InputConfig(
         side=side,
-        topic=read.topic(f"{prefix}_TOPIC"),
+        topic=read.topic(f"{prefix}_TOPIC") if topic else "",
         format=read.choice(f"{prefix}_FORMAT", INPUT_FORMATS, "json"),
         schema=schema,
         primary_key=primary_key or (),
@@ -447,7 +453,8 @@ def load_config(env: Mapping[str, str]) -> Config:
     )
     # Stable for one deployment (its output and checkpoint), distinct between deployments.
     query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
-    left, right = _input(read, "left"), _input(read, "right")
+    join_type = read.choice("JOIN_TYPE", JOIN_TYPES, "regular")
+    left, right = _input(read, "left"), _input(read, "right", topic=join_type != LOOKUP)
     output = OutputConfig(
         topic=output_topic,
         dlq_topic=read.topic("DLQ_TOPIC", f"{output_topic}.dlq"),
@@ -468,7 +475,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         "STARTING_OFFSETS", 'earliest, latest or JSON like {"topic": {"0": 42}}',
         _starting_offsets, "earliest",
     )  # fmt: skip
-    _starting_topics(read, starting_offsets, {left.topic, right.topic})
+    _starting_topics(read, starting_offsets, {left.topic, right.topic} - {""})
+    lookup = read_lookup(read, parse_duration_ms, _positive_int) if join_type == LOOKUP else None
     _unknown_variables(read)
     config = Config(
         bootstrap_servers=read.parsed(
@@ -477,7 +485,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         left=left,
         right=right,
         join=JoinConfig(
-            type=read.choice("JOIN_TYPE", JOIN_TYPES, "regular"),
+            type=join_type,
             kind=read.choice("JOIN_KIND", JOIN_KINDS, "inner"),
             on=on,
             select=read.raw("JOIN_SELECT"),
@@ -508,6 +516,7 @@ def load_config(env: Mapping[str, str]) -> Config:
             read, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}
         ),
         spark_conf=_spark_conf(read),
+        lookup=lookup,
     )  # fmt: skip
     raise_all(list(read.errors.values()))
     return config

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.config import FORWARD, KNOWN_VARIABLES, Config, InputConfig
+from app.lookup_plan import table_lookup
 from app.plan import join_spec, normalized, produces_updates, upsert_materialized
-from app.redaction import shown_variables
+from app.redaction import shown_variables, without_user_info
 from state.interval_processor import IntervalJoinSpec
+from state.lookup import LookupJoinSpec
 from state.regular_processor import RegularJoinSpec
 
 AUTO_BUCKETS = "the checkpoint's, or 8 per state partition for a new one"
@@ -66,11 +68,53 @@ def _state(config: Config) -> list[str]:
     ]
 
 
+def _lookup(config: Config) -> list[str]:
+    """The lookup join's plan: the query each batch's keys go out in, and the cache."""
+    lookup = config.lookup
+    assert lookup is not None
+    spec = join_spec(config)
+    assert isinstance(spec, LookupJoinSpec)
+    query = table_lookup(config, spec)
+    cache = lookup.cache
+    kept = {
+        "NONE": "no cache: every key is looked up",
+        "PARTIAL": f"partial cache per worker: at most {cache.max_rows or 'unbounded'} keys, "
+        f"expire after write {cache.expire_after_write_s or 'never'} s, after access "
+        f"{cache.expire_after_access_s or 'never'} s, missing keys "
+        + ("cached" if cache.cache_missing_key else "not cached"),
+        "FULL": f"full cache per worker: the whole table, reloaded every "
+        f"{cache.reload_interval_s} s",
+    }[cache.kind]
+    after = spec.residual.after
+    how = (
+        f"asynchronous, up to {lookup.max_concurrent} queries at once, {query.batch_keys} "
+        "keys per query"
+        if lookup.asynchronous
+        else "synchronous, one query per key"
+    )
+    return [
+        f"join: lookup {config.join.kind.upper()} (processing time), append-only",
+        "  join key: " + " AND ".join(f"L.{a} = R.{b}" for a, b in spec.equi_keys),
+        "  query: " + (query.batch_query() if lookup.asynchronous else query.key_query()),
+        f"    ({how}; timeout {lookup.timeout_ms} ms, {lookup.max_retries} retries)",
+        f"  evaluated after the lookup: {after.sql() if after is not None else 'none'}",
+        f"  {kept}",
+        "  input partitioned by the join key: " + ("yes" if lookup.shuffle else "no"),
+    ]  # fmt: skip
+
+
 def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
-    lines = [f"left:  {_input(config.left)}", f"right: {_input(config.right)}"]
-    if join.type == FORWARD:
+    right = (
+        _input(config.right)
+        if config.lookup is None
+        else f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
+    )
+    lines = [f"left:  {_input(config.left)}", f"right: {right}"]
+    if config.lookup is not None:
+        lines += _lookup(config)
+    elif join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
     else:
         spec = join_spec(config)

@@ -195,27 +195,28 @@ def joined_output(
     left_type, right_type = row_type(config.left), row_type(config.right)
     exactly_once = _exactly_once(config)
     sides = []
-    for source in (config.left, config.right):
+    for source in (config.left, config.right) if config.lookup is None else (config.left,):
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         raw = read_input(spark, config, source, drain_marker)
         decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters)
-        sides.append(
-            join_input(
-                timed_changes(decoded, source),
-                source,
-                left_type,
-                right_type,
-                config.join.state_buckets,
-                metrics.held_rows.accumulator,
-            )
-        )
-    left_changes, right_changes = sides
-    changes = left_changes.unionByName(right_changes)
+        sides.append(timed_changes(decoded, source))
     spec = join_spec(config)
     materialize = upsert_materialized(config)
-    joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
-                           metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
+    if config.lookup is not None:
+        from app.lookup_plan import looked_up
+
+        joined = looked_up(sides[0], config, spec, metrics.lookups.events.accumulator,
+                           metrics.lookups.latency)  # fmt: skip
+    else:
+        left_changes, right_changes = (
+            join_input(changes, source, left_type, right_type, config.join.state_buckets,
+                       metrics.held_rows.accumulator)
+            for changes, source in zip(sides, (config.left, config.right), strict=True)
+        )  # fmt: skip
+        changes = left_changes.unionByName(right_changes)
+        joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
+                               metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],
@@ -257,7 +258,7 @@ def writers(spark: SparkSession, config: Config) -> Writers:
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     count = shuffle_partitions(spark, config.checkpoint_location)
     first = {}
-    for source in (config.left, config.right):
+    for source in (config.left, config.right) if config.right.topic else (config.left,):
         first[source.side] = count
         count += len(topics[source.topic].partitions)
     return Writers(count, first)

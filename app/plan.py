@@ -11,14 +11,16 @@ from collections.abc import Iterator
 
 from app.condition_check import condition_problem
 from app.config import FORWARD, Config, ConfigError, InputConfig, raise_all
+from app.lookup_config import LOOKUP
 from app.projection import select_expressions, selected_columns
 from state.bucketed_processor import PROCTIME, SideSpec
 from state.condition import ConditionError, parse_condition
 from state.interval_processor import IntervalJoinSpec
+from state.lookup import LookupJoinSpec
 from state.regular_processor import RegularJoinSpec
 from state.temporal_processor import TemporalJoinSpec
 
-JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec
+JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 
 AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
@@ -32,6 +34,8 @@ def join_spec(config: Config) -> JoinSpec:
     """The join's description, as the processors on the executors receive it."""
     left = SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key)
     right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
+    if config.join.type == LOOKUP:
+        return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
     if config.join.type == "interval":
         return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
                                 config.left.time, config.right.time,
@@ -55,7 +59,7 @@ def normalized(source: InputConfig) -> bool:
 
 def produces_updates(config: Config) -> bool:
     """Whether the join's result changelog can hold more than inserts."""
-    if config.join.type == "interval":
+    if config.join.type in ("interval", LOOKUP):
         return False  # outer rows are emitted once, padded, when nothing can match them any more
     if config.join.type in TEMPORAL_TYPES:
         return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
@@ -155,6 +159,22 @@ def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
                           "its record key, by which its changelog is normalized")  # fmt: skip
 
 
+def _lookup_errors(config: Config) -> Iterator[ConfigError]:
+    if config.join.kind not in ("inner", "left"):
+        yield ConfigError("JOIN_KIND", "inner or left, for JOIN_TYPE=lookup (as Flink's lookup "
+                          "join)", config.join.kind)  # fmt: skip
+    if config.left.format not in INSERT_ONLY_FORMATS:
+        yield ConfigError("LEFT_FORMAT", "json or avro-confluent: the lookup join takes an "
+                          "append-only left input", config.left.format)  # fmt: skip
+    try:
+        keyed = bool(join_spec(config).equi_keys)
+    except ConditionError:
+        return  # told by the condition's own check
+    if not keyed:
+        yield ConfigError("JOIN_ON", "at least one equality between an L column and a column "
+                          "of the table, like L.id = R.id", config.join.on)  # fmt: skip
+
+
 def _condition_errors(config: Config) -> Iterator[ConfigError]:
     """The condition over the inputs' columns: names, a boolean, like compared with like."""
     try:
@@ -215,7 +235,9 @@ def plan_errors(config: Config) -> list[ConfigError]:
             "STATE_TTL", f"0 or unset: a {join.type} join's state is bounded by time (its "
             "watermark or the table's versions), not by retention", f"{join.state_ttl_ms}ms",
         ))  # fmt: skip
-    for source in (config.left, config.right):
+    if join.type == LOOKUP:
+        errors += _lookup_errors(config)
+    for source in (config.left, config.right) if join.type != LOOKUP else (config.left,):
         errors += _input_errors(config, source)
     if config.output.format == "avro-confluent" and not config.schema_registry_url:
         errors.append(ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="

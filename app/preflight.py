@@ -82,7 +82,7 @@ def check_kafka(config: Config) -> None:
         raise _unreachable(config, errors, err.args[0]) from None
     topics = [
         ("LEFT_TOPIC", config.left.topic, ""),
-        ("RIGHT_TOPIC", config.right.topic, ""),
+        *([("RIGHT_TOPIC", config.right.topic, "")] if config.right.topic else []),
         ("OUTPUT_TOPIC", config.output.topic, ""),
     ]
     if config.join.type != FORWARD:

@@ -12,6 +12,7 @@ import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
@@ -93,6 +94,49 @@ class HeldRowsGauge:
             self.gauge.labels(operator, side).set(total)
 
 
+LOOKUP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def latency_counts(latencies_s: list[float]) -> dict[tuple[str], float]:
+    """What a task adds to the latency accumulator: queries per bucket (the first bound each
+    fits under, "+Inf" past the last), their count and their sum."""
+    counts: dict[tuple[str], float] = {}
+    for seconds in latencies_s:
+        bound = next((str(b) for b in LOOKUP_SECONDS_BUCKETS if seconds <= b), "+Inf")
+        counts[(bound,)] = counts.get((bound,), 0) + 1
+    if latencies_s:
+        counts[("count",)] = len(latencies_s)
+        counts[("sum",)] = sum(latencies_s)
+    return counts
+
+
+class LookupMetrics:
+    """The lookup join's `streamjoin_lookup_events_total{event}` (keys, cache hits and misses,
+    queries, retries, errors) and `streamjoin_lookup_seconds`, a histogram of query latencies,
+    both fed by accumulators the lookup tasks add to (`latency_counts`)."""
+
+    def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
+        self.events = LabelledAccumulatedCounter(
+            Counter("streamjoin_lookup_events", "Lookup join: keys looked up, cache hits and "
+                    "misses, queries sent, retries and failed lookups", ["event"],
+                    registry=registry),
+            context,
+        )  # fmt: skip
+        self.latency: Accumulator[dict] = context.accumulator({}, CountsByLabel())
+        registry.register(self)
+
+    def collect(self):
+        values = dict(self.latency.value)
+        cumulative, buckets = 0.0, []
+        for bound in (*map(str, LOOKUP_SECONDS_BUCKETS), "+Inf"):
+            cumulative += values.get((bound,), 0)
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(
+            "streamjoin_lookup_seconds", "Lookup join: how long each query to the table took",
+            buckets=buckets, sum_value=values.get(("sum",), 0.0),
+        )  # fmt: skip
+
+
 class ProgressListener(StreamingQueryListener):
     """Folds each progress report into the metrics as Spark posts it (none is missed, and the
     driver does not poll the JVM for reports)."""
@@ -145,12 +189,14 @@ class ServiceMetrics:
             context,
         )
 
+        self.lookups = LookupMetrics(self.registry, context)
+
     def serve(self, port: int) -> int:
         """Serve `/metrics`, `/healthz`, `/readyz`; return the port (a free one for 0)."""
         return serve(self.registry, self.readiness, port)
 
     def update(self) -> None:
-        for counter in (self.dead_letters, self.late_rows):
+        for counter in (self.dead_letters, self.late_rows, self.lookups.events):
             counter.update()
         self.held_rows.update()
 

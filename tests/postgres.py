@@ -23,7 +23,9 @@ def _as_cluster_owner(command: list[str]) -> list[str]:
 
 
 class PostgresCluster:
-    def __init__(self) -> None:
+    def __init__(self, settings: str = "") -> None:
+        """`settings`: more lines for postgresql.conf (`log_statement = 'all'`, …)."""
+        self.settings = settings
         self.base = Path(tempfile.mkdtemp(prefix="streamjoin-pg-"))
         self.data = self.base / "pgdata"
         self.port = free_port()
@@ -44,7 +46,7 @@ class PostgresCluster:
             conf.write(
                 f"port = {self.port}\nlisten_addresses = '127.0.0.1'\nwal_level = logical\n"
                 f"unix_socket_directories = '{self.data}'\nmax_wal_senders = 4\n"
-                "max_replication_slots = 4\n"
+                "max_replication_slots = 4\n" + self.settings
             )
         start = ["pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "start"]
         subprocess.run(_as_cluster_owner(start), check=True, capture_output=True)
@@ -63,6 +65,19 @@ class PostgresCluster:
             time.sleep(0.5)
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+    def _ctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        command = ["pg_ctl", "-D", str(self.data), *args]
+        return subprocess.run(_as_cluster_owner(command), capture_output=True)
+
+    def crash(self) -> None:
+        """Stop the server at once: clients lose their connections, new ones are refused."""
+        self._ctl("-m", "immediate", "stop").check_returncode()
+
+    def start(self) -> None:
+        """Start the server unless it runs."""
+        if self._ctl("status").returncode != 0:
+            self._ctl("-l", str(self.log), "-w", "start").check_returncode()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:  # fmt: skip

@@ -1,0 +1,165 @@
+"""The lookup join (`JOIN_TYPE=lookup`): the table's columns from its catalog, the plan's
+checks, and the Spark wiring, thin around `state.lookup` and `serdes.postgres_lookup`.
+
+The left input is decoded as every input is, then (`LOOKUP_SHUFFLE`, on by default) partitioned
+by the join key, so each key's lookups land in one task and its worker's cache (Flink's
+lookup-shuffle hint does the same). Each task joins an Arrow batch at a time: the batch's
+distinct keys are answered from the worker's cache, the rest fetched in as few queries as
+`serdes.postgres_lookup` makes them, then every row is joined (`state.lookup.LookupJoin`).
+The caches and the connection pool live per Python worker process, which Spark reuses across
+tasks and micro-batches (`spark.python.worker.reuse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pyarrow as pa
+from pyspark import Accumulator
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StringType, StructField, StructType
+
+from app.config import Config, ConfigError
+from ops.worker_gc import settle_worker
+from serdes.postgres_lookup import (
+    PostgresTable,
+    TableLookup,
+    TableUnavailable,
+    flink_type,
+    table_columns,
+)
+from serdes.schema import parse_schema
+from state.lookup import (
+    Cache,
+    FullCache,
+    Key,
+    LookupJoin,
+    LookupJoinSpec,
+    NoCache,
+    PartialCache,
+    Row,
+)
+
+
+def with_table(config: Config) -> Config:
+    """The configuration with the table's columns as the right side: `RIGHT_SCHEMA`'s (each
+    checked against the table), or every column of the table. Raises ConfigError naming
+    LOOKUP_URL / LOOKUP_TABLE / RIGHT_SCHEMA."""
+    lookup = config.lookup
+    assert lookup is not None
+    try:
+        columns = dict(table_columns(lookup.url, lookup.password, lookup.table,
+                                     lookup.timeout_ms / 1000))  # fmt: skip
+    except TableUnavailable as error:
+        variable = "LOOKUP_TABLE" if str(error).startswith("no table") else "LOOKUP_URL"
+        raise ConfigError(variable, "a PostgreSQL table the service can query",
+                          seen=str(error)) from None  # fmt: skip
+    declared = config.right.schema
+    if declared is None:
+        unsupported = [f"{n} {t}" for n, t in columns.items() if flink_type(t) is None]
+        if unsupported:
+            raise ConfigError(
+                "RIGHT_SCHEMA",
+                "the columns to read, as the table has columns of "
+                "types the service does not map (" + ", ".join(unsupported) + ")",
+            )
+        text = ", ".join(f"{n} {flink_type(t)}" for n, t in columns.items())
+        declared = parse_schema(text)
+    missing = [c.name for c in declared if c.name not in columns]
+    if missing:
+        raise ConfigError("RIGHT_SCHEMA", f"columns of {lookup.table} ("
+                          + ", ".join(columns) + ")", ", ".join(missing))  # fmt: skip
+    right = replace(config.right, schema=declared)
+    types = {c.name: columns[c.name] for c in declared}
+    return replace(config, right=right, lookup=replace(lookup, column_types=types))
+
+
+def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
+    lookup = config.lookup
+    assert lookup is not None
+    keys = tuple(b for _, b in spec.equi_keys)
+    return TableLookup(
+        dsn=lookup.url, table=lookup.table, columns=spec.right.fields, key_columns=keys,
+        key_types=tuple(lookup.column_types[k] for k in keys), pushed=spec.residual.pushed,
+        password=lookup.password, timeout_s=lookup.timeout_ms / 1000,
+        max_retries=lookup.max_retries, max_concurrent=lookup.max_concurrent,
+        asynchronous=lookup.asynchronous,
+    )  # fmt: skip
+
+
+# One table and cache per worker process and lookup, kept across its tasks.
+_TABLES: dict[TableLookup, tuple[PostgresTable, Cache]] = {}
+
+
+def _table_and_cache(config_cache, lookup: TableLookup) -> tuple[PostgresTable, Cache]:
+    if lookup not in _TABLES:
+        table = PostgresTable(lookup)
+        cache: Cache
+        if config_cache.kind == "PARTIAL":
+            cache = PartialCache(config_cache)
+        elif config_cache.kind == "FULL":
+            cache = FullCache(config_cache, table.load_all)
+        else:
+            cache = NoCache()
+        _TABLES[lookup] = (table, cache)
+    return _TABLES[lookup]
+
+
+def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec,
+              events: Accumulator[dict], latency: Accumulator[dict]) -> DataFrame:  # fmt: skip
+    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `L_*`, `R_*`."""
+    from ops.metrics import latency_counts
+
+    lookup, settings = table_lookup(config, spec), config.lookup.cache  # type: ignore[union-attr]
+    left_type = StructType([StructField(c.name, c.spark_type) for c in config.left.schema or ()])
+    right_type = StructType([StructField(c.name, c.spark_type) for c in config.right.schema or ()])
+    out_type = StructType(
+        [StructField("op", StringType(), False)]
+        + [StructField(f"L_{f.name}", f.dataType) for f in left_type]
+        + [StructField(f"R_{f.name}", f.dataType) for f in right_type]
+    )
+    arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
+                       for f in out_type])  # fmt: skip
+    key_positions = tuple(spec.left.fields.index(a) for a, _ in spec.equi_keys)
+    join = LookupJoin(spec.kind, key_positions, spec.left.fields, spec.right.fields,
+                      spec.residual.after)  # fmt: skip
+    width, fields = len(spec.right.fields), list(arrow)[1:]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        settle_worker()
+        table, cache = _table_and_cache(settings, lookup)
+        counts: dict[tuple[str], int] = {}
+        table.stats.latencies_s = []
+        for batch in batches:
+            lefts = [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
+            found: dict[Key, list[Row]] = {}
+            missing: list[Key] = []
+            for key in dict.fromkeys(k for k in map(join.key, lefts) if k is not None):
+                rows = cache.get(key)
+                (missing.append(key) if rows is None else found.__setitem__(key, rows))
+            counts[("key",)] = counts.get(("key",), 0) + len(found) + len(missing)
+            counts[("hit",)] = counts.get(("hit",), 0) + len(found)
+            counts[("miss",)] = counts.get(("miss",), 0) + len(missing)
+            fetched = table.fetch(missing)
+            for key, rows in fetched.items():
+                cache.put(key, rows)
+            found.update(fetched)
+            joined = join.join(lefts, found)
+            flat = [(*left, *(right or (None,) * width)) for left, right in joined]
+            columns = list(zip(*flat, strict=True)) if flat else [()] * (len(arrow) - 1)
+            arrays = [pa.array(["+I"] * len(joined), pa.string())]
+            arrays += [pa.array(list(c), f.type) for c, f in zip(columns, fields, strict=True)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+        stats = table.stats
+        counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
+        stats.queries = stats.retries = stats.errors = 0
+        events.add({k: v for k, v in counts.items() if v})
+        latency.add(latency_counts(stats.latencies_s or []))
+
+    if config.lookup.shuffle and spec.equi_keys:  # type: ignore[union-attr]
+        keys = [F.col("row")[a] for a, _ in spec.equi_keys]
+        changes = changes.repartition(*keys)
+    return changes.mapInArrow(run, out_type)

@@ -1,0 +1,298 @@
+"""The lookup join's semantics, with no database and no Spark: caches, the split of the
+condition into what the table's query filters and what is evaluated after, and the join of a
+batch of left rows with the rows found for their keys.
+
+Flink's lookup join (`LookupJoinRunner`, `AsyncLookupJoinRunner`) joins each left row with the
+table rows matching its equi-keys *when it is processed*; the table is not versioned, and a
+later change of the table changes nothing already emitted (the output is append-only):
+
+| left row | rows found (after the residual) | INNER                | LEFT                 |
+|----------|---------------------------------|----------------------|----------------------|
+| +I       | none                            | nothing              | +I (left, NULLs)     |
+| +I       | r1 … rn                         | +I (left, ri), n     | +I (left, ri), n     |
+
+Caches as Flink's `lookup.cache` option: NONE; PARTIAL (`DefaultLookupCache`: keys evicted
+least recently used beyond `max-rows` keys, expired after write and/or after access, missing
+keys cached unless `cache-missing-key` is false); FULL (the whole table, reloaded every
+`reload-interval`; a key it lacks has no rows, without a query).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from state.bucketed_processor import SideSpec
+from state.condition import (
+    ConditionError,
+    Evaluator,
+    compile_predicate,
+    parse_condition,
+    split_condition,
+)
+
+Key = tuple[Any, ...]
+Row = tuple[Any, ...]
+Clock = Callable[[], float]
+
+CACHES = ("NONE", "PARTIAL", "FULL")
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Flink's `lookup.cache` and `lookup.partial-cache.*` / `lookup.full-cache.*` options."""
+
+    kind: str = "NONE"
+    max_rows: int | None = None
+    expire_after_write_s: float | None = None
+    expire_after_access_s: float | None = None
+    cache_missing_key: bool = True
+    reload_interval_s: float = 3600.0
+
+
+@dataclass
+class _Entry:
+    rows: list[Row]
+    written: float
+    accessed: float
+
+
+class PartialCache:
+    """Rows by key, least recently used first; `get` answers None for a key not cached."""
+
+    def __init__(self, settings: CacheSettings, clock: Clock = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+
+    def get(self, key: Key) -> list[Row] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        now, settings = self.clock(), self.settings
+        written_out = settings.expire_after_write_s is not None and (
+            now - entry.written >= settings.expire_after_write_s
+        )
+        accessed_out = settings.expire_after_access_s is not None and (
+            now - entry.accessed >= settings.expire_after_access_s
+        )
+        if written_out or accessed_out:
+            del self._entries[key]
+            return None
+        entry.accessed = now
+        self._entries.move_to_end(key)
+        return entry.rows
+
+    def put(self, key: Key, rows: list[Row]) -> None:
+        if not rows and not self.settings.cache_missing_key:
+            return
+        now = self.clock()
+        self._entries[key] = _Entry(rows, now, now)
+        self._entries.move_to_end(key)
+        limit = self.settings.max_rows
+        while limit is not None and len(self._entries) > limit:
+            self._entries.popitem(last=False)
+
+
+class FullCache:
+    """The whole table by key, loaded by `load` (all rows, keyed) when first used and again
+    once `reload_interval_s` has passed."""
+
+    def __init__(self, settings: CacheSettings, load: Callable[[], dict[Key, list[Row]]],
+                 clock: Clock = time.monotonic) -> None:  # fmt: skip
+        self.settings = settings
+        self.load = load
+        self.clock = clock
+        self._rows: dict[Key, list[Row]] | None = None
+        self._loaded = 0.0
+
+    def get(self, key: Key) -> list[Row]:
+        now = self.clock()
+        if self._rows is None or now - self._loaded >= self.settings.reload_interval_s:
+            self._rows, self._loaded = self.load(), now
+        return self._rows.get(key, [])
+
+    def put(self, key: Key, rows: list[Row]) -> None:
+        """Nothing to add: the full cache only changes when it reloads."""
+
+
+class NoCache:
+    def get(self, key: Key) -> list[Row] | None:
+        return None
+
+    def put(self, key: Key, rows: list[Row]) -> None:
+        """Nothing is kept (`lookup.cache` = NONE)."""
+
+
+Cache = PartialCache | FullCache | NoCache
+
+# Conjuncts on R alone that the table's query can filter: a column compared with literals.
+_PUSHED_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<",
+                       exp.LTE: "<="}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PushedFilter:
+    """`column op $n` (or IS [NOT] NULL, IN, BETWEEN): SQL text with numbered placeholders
+    starting at `$first`, and the parameters they take, in order. Never a literal in the text."""
+
+    column: str
+    operator: str
+    values: tuple[Any, ...] = ()
+
+    def sql(self, first: int, quote: Callable[[str], str]) -> str:
+        name = quote(self.column)
+        if self.operator in ("IS NULL", "IS NOT NULL"):
+            return f"{name} {self.operator}"
+        marks = [f"${first + i}" for i in range(len(self.values))]
+        if self.operator == "IN":
+            return f"{name} IN ({', '.join(marks)})"
+        if self.operator == "BETWEEN":
+            return f"{name} BETWEEN {marks[0]} AND {marks[1]}"
+        return f"{name} {self.operator} {marks[0]}"
+
+
+def _literal(node: exp.Expression) -> tuple[bool, Any]:
+    if isinstance(node, exp.Literal):
+        text = node.this
+        return True, text if node.is_string else (float(text) if "." in text else int(text))
+    if isinstance(node, exp.Boolean):
+        return True, node.this
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        ok, value = _literal(node.this)
+        return ok, -value
+    return False, None
+
+
+def _right_column(node: exp.Expression) -> str | None:
+    return node.name if isinstance(node, exp.Column) and node.table.upper() == "R" else None
+
+
+def pushed_filter(node: exp.Expression) -> PushedFilter | None:
+    """The filter the table's query can apply for this conjunct, or None."""
+    if type(node) in _PUSHED_COMPARISONS:
+        column, (ok, value) = _right_column(node.this), _literal(node.expression)
+        operator = _PUSHED_COMPARISONS[type(node)]
+        if column is None:  # literal op R.col
+            flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(operator, operator)
+            column, (ok, value), operator = (
+                _right_column(node.expression),
+                _literal(node.this),
+                flipped,
+            )
+        return PushedFilter(column, operator, (value,)) if column and ok else None
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        column = _right_column(node.this)
+        return PushedFilter(column, "IS NULL") if column else None
+    if isinstance(node, exp.Not) and isinstance(node.this, exp.Is):
+        inner = pushed_filter(node.this)
+        return PushedFilter(inner.column, "IS NOT NULL") if inner else None
+    if isinstance(node, exp.In) and not node.args.get("query"):
+        literals = [_literal(v) for v in node.expressions]
+        column = _right_column(node.this)
+        if column and literals and all(ok for ok, _ in literals):
+            return PushedFilter(column, "IN", tuple(v for _, v in literals))
+        return None
+    if isinstance(node, exp.Between):
+        (low_ok, low), (high_ok, high) = _literal(node.args["low"]), _literal(node.args["high"])
+        column = _right_column(node.this)
+        return (
+            PushedFilter(column, "BETWEEN", (low, high)) if column and low_ok and high_ok else None
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SplitResidual:
+    """The residual condition as the table's query filters (`pushed`) and the rest, evaluated
+    on each (left row, table row) pair after the lookup (`after`)."""
+
+    pushed: tuple[PushedFilter, ...] = ()
+    after: exp.Expression | None = None
+
+
+def split_residual(residual: exp.Expression | None) -> SplitResidual:
+    if residual is None:
+        return SplitResidual()
+    pushed: list[PushedFilter] = []
+    after: list[exp.Expression] = []
+    for conjunct in residual.flatten() if isinstance(residual, exp.And) else [residual]:
+        node = conjunct.unnest()
+        filtered = pushed_filter(node)
+        (pushed.append(filtered) if filtered else after.append(node))
+    return SplitResidual(tuple(pushed), exp.and_(*after) if after else None)
+
+
+@dataclass(frozen=True)
+class LookupJoinSpec:
+    """The lookup join as the plan sees it (the other joins' spec interface): the left input,
+    the table's columns as the right side, the condition over L and R."""
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    projects_right = True
+
+    @property
+    def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        return split_condition(parse_condition(self.on)).equi
+
+    @property
+    def residual(self) -> SplitResidual:
+        return split_residual(split_condition(parse_condition(self.on)).residual)
+
+    def operator(self) -> LookupJoin:
+        """The join of a batch; raises ConditionError for a column neither side has."""
+        names = [(a, self.left.fields, "L", "left input") for a, _ in self.equi_keys]
+        names += [(b, self.right.fields, "R", "table") for _, b in self.equi_keys]
+        names += [(f.column, self.right.fields, "R", "table") for f in self.residual.pushed]
+        for name, fields, alias, what in names:
+            if name not in fields:
+                raise ConditionError(f"'{alias}.{name}': the {what} has no column {name!r}")
+        positions = tuple(self.left.fields.index(a) for a, _ in self.equi_keys)
+        return LookupJoin(self.kind, positions, self.left.fields, self.right.fields,
+                          self.residual.after)  # fmt: skip
+
+
+@dataclass
+class LookupJoin:
+    """Joins left rows with the table rows found for their keys: `kind` inner or left, the left
+    row's key columns at `key_positions`, `after` evaluated on each pair."""
+
+    kind: str
+    key_positions: tuple[int, ...]
+    left_fields: Sequence[str]
+    right_fields: Sequence[str]
+    after: exp.Expression | None = None
+    _predicate: Evaluator | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.after is not None:
+            self._predicate = compile_predicate(self.after, self.left_fields, self.right_fields)
+
+    def key(self, left: Row) -> Key | None:
+        """The row's lookup key; None if a part is NULL (it matches no table row)."""
+        key = tuple(left[i] for i in self.key_positions)
+        return None if any(part is None for part in key) else key
+
+    def join(
+        self, lefts: Iterable[Row], found: dict[Key, list[Row]]
+    ) -> list[tuple[Row, Row | None]]:
+        """Each left row with each matching table row; an unmatched one padded (LEFT) or
+        dropped (INNER)."""
+        joined: list[tuple[Row, Row | None]] = []
+        for left in lefts:
+            key = self.key(left)
+            rows = found.get(key, []) if key is not None else []
+            if self._predicate is not None:
+                rows = [r for r in rows if self._predicate(left, r) is True]
+            joined.extend((left, r) for r in rows)
+            if not rows and self.kind == "left":
+                joined.append((left, None))
+        return joined

@@ -1,0 +1,236 @@
+"""`streamjoin run` with a lookup join: orders from Kafka enriched from a PostgreSQL table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.redaction import MASK
+from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
+from tests.postgres import PostgresCluster
+from tests.service import Service, run_to_exit, service_env, streamjoin_command
+from tests.test_join_service import scrape
+from tests.test_service import wait_for
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(not PostgresCluster.available(), reason="PostgreSQL 15 is not installed"),
+]
+
+DOWNTIME_S = 5.0
+PRODUCTS = [("p1", "scooter", "11.11", "toys"), ("p2", "basketball", "23.11", "sport"),
+            ("p3", "kite", "5.00", "toys")]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresCluster]:
+    with PostgresCluster(settings="log_statement = 'all'\n") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def table(postgres: PostgresCluster) -> str:
+    name = unique("products").replace("-", "_")
+    postgres.sql(f"CREATE TABLE {name} (product_id text PRIMARY KEY, name text, "
+                 "price numeric(10,2), category text)")  # fmt: skip
+    postgres.sql(f"INSERT INTO {name} VALUES " + ", ".join(
+        f"('{p}', '{n}', {price}, '{c}')" for p, n, price, c in PRODUCTS))  # fmt: skip
+    return name
+
+
+def lookup_env(kafka: str, postgres: PostgresCluster, table: str, orders: str, out: str,
+               checkpoint: Path, **variables: str) -> dict[str, str]:  # fmt: skip
+    return service_env(**{
+        "KAFKA_BOOTSTRAP_SERVERS": kafka, "LEFT_TOPIC": orders, "OUTPUT_TOPIC": out,
+        "CHECKPOINT_LOCATION": str(checkpoint), "TRIGGER_INTERVAL": "200ms",
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING", "JOIN_TYPE": "lookup",
+        "JOIN_ON": "L.product_id = R.product_id", "OUTPUT_ENCODING": "append",
+        "JOIN_SELECT": "L.order_id, R.name, R.price",
+        "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
+        "LOOKUP_TABLE": table, **variables,
+    })  # fmt: skip
+
+
+def send_orders(kafka: str, topic: str, orders: list[tuple[str, str]]) -> None:
+    produce(kafka, topic, [json.dumps({"order_id": o, "product_id": p}).encode()
+                           for o, p in orders])  # fmt: skip
+
+
+def rows(kafka: str, out: str) -> list[tuple]:
+    return sorted(
+        (v["order_id"], v["name"], v["price"]) for v in
+        (json.loads(r.value) for r in committed_output(kafka, out, f"{out}.markers"))
+    )  # fmt: skip
+
+
+@pytest.fixture
+def topics(kafka: str) -> tuple[str, str]:
+    orders, out = unique("orders"), unique("out")
+    create_topics(kafka, [orders])
+    output_topics(kafka, out)
+    return orders, out
+
+
+def run_until(env: dict[str, str], log: Path, done, what: str) -> Service:
+    service = Service(env, log)
+    wait_for(done, 240, what, service)
+    return service
+
+
+@pytest.mark.parametrize("kind", ["inner", "left"])
+def test_orders_are_enriched_from_the_table_and_missing_keys_follow_the_join_kind(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path, kind: str
+) -> None:
+    orders, out = topics
+    send_orders(kafka, orders, [("o1", "p1"), ("o2", "p9"), ("o3", "p2"), ("o4", "p1")])
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", JOIN_KIND=kind)
+    expected = [("o1", "scooter", 11.11), ("o3", "basketball", 23.11), ("o4", "scooter", 11.11)]
+    if kind == "left":
+        expected = sorted([*expected, ("o2", None, None)])
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) >= len(expected),
+                        "the enriched orders never came")  # fmt: skip
+    wait_for(lambda: metric(service, "streamjoin_lookup_seconds_count") >= 1, 60,
+             "no lookup on /metrics", service)  # fmt: skip
+    page = scrape(service)
+    assert service.terminate() == 0, service.log()[-3000:]
+    assert rows(kafka, out) == expected
+    assert metric_in(page, 'streamjoin_lookup_events_total{event="key"}') >= 3
+    assert metric_in(page, 'streamjoin_lookup_events_total{event="miss"}') >= 3
+
+
+def test_a_database_down_mid_run_costs_retries_and_loses_nothing(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", LOOKUP_MAX_RETRIES="8")
+    first = [(f"o{i}", f"p{1 + i % 3}") for i in range(20)]
+    send_orders(kafka, orders, first)
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 20, "no output")
+    second = [(f"o{i}", f"p{1 + i % 3}") for i in range(20, 40)]
+    try:
+        postgres.crash()
+        send_orders(kafka, orders, second)  # looked up while the database is down
+        time.sleep(DOWNTIME_S)  # the fault itself: retries span 25 s with LOOKUP_MAX_RETRIES=8
+        postgres.start()
+        wait_for(lambda: len(rows(kafka, out)) >= 40, 120, "orders lost after the restart",
+                 service)  # fmt: skip
+        wait_for(lambda: metric(service, 'streamjoin_lookup_events_total{event="retry"}') >= 1,
+                 60, "no lookup was retried", service)  # fmt: skip
+    finally:
+        postgres.start()
+        assert service.terminate() == 0, service.log()[-3000:]
+    names = {p: n for p, n, _, _ in PRODUCTS}
+    assert [(o, n) for o, n, _ in rows(kafka, out)] == sorted(
+        (o, names[p]) for o, p in first + second
+    )
+
+
+def metric_in(page: str, name: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+              if line.startswith(name + " ")]  # fmt: skip
+    return values[0] if values else 0.0
+
+
+def metric(service: Service, name: str) -> float:
+    return metric_in(scrape(service), name)
+
+
+def test_a_table_update_is_seen_once_the_partial_cache_entry_expires(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
+                     LOOKUP_CACHE="partial", LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE="4s",
+                     SPARK_CONF_SPARK_SQL_SHUFFLE_PARTITIONS="1")  # fmt: skip
+    send_orders(kafka, orders, [("o1", "p1")])
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no first row")
+    try:
+        postgres.sql(f"UPDATE {table} SET price = 12.50 WHERE product_id = 'p1'")
+        changed = time.monotonic()
+        send_orders(kafka, orders, [("o2", "p1")])
+        wait_for(lambda: len(rows(kafka, out)) == 2, 60, "no second row", service)
+        cached = time.monotonic() - changed < 4
+        send_orders(kafka, orders, [("o3", "p1")])
+        wait_for(lambda: len(rows(kafka, out)) == 3, 60, "no third row", service)
+        while time.monotonic() - changed < 4.5:  # past the entry's expiry, whatever the load
+            time.sleep(0.1)
+        send_orders(kafka, orders, [("o4", "p1")])
+        wait_for(lambda: len(rows(kafka, out)) == 4, 60, "no fourth row", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    prices = dict((o, price) for o, _, price in rows(kafka, out))
+    assert prices["o1"] == 11.11 and prices["o4"] == 12.5
+    if cached:  # o2 was joined within the entry's 4 s: the cached price, not the new one
+        assert prices["o2"] == 11.11
+
+
+def test_a_condition_on_the_table_alone_is_sent_to_the_database_as_a_parameter(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    orders, out = topics
+    send_orders(kafka, orders, [("o1", "p1"), ("o2", "p2"), ("o3", "p3")])
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
+                     JOIN_ON="L.product_id = R.product_id AND R.category = 'toys'")  # fmt: skip
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 2,
+                        "the toys never came")  # fmt: skip
+    assert service.terminate() == 0, service.log()[-3000:]
+    assert [o for o, _, _ in rows(kafka, out)] == ["o1", "o3"]
+    sent = [line for line in postgres.log.read_text().splitlines() if f'"{table}"' in line]
+    assert any(f'FROM "{table}" AS t WHERE t."product_id" = ANY($1::text[]) AND "category" = $2'
+               in line for line in sent), sent  # fmt: skip
+    assert not any("'toys'" in line for line in sent)
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ({"LOOKUP_TABLE": "no_such_table"},
+         "streamjoin: LOOKUP_TABLE: expected a PostgreSQL table the service can query; no "
+         "table 'no_such_table' in the database"),
+        ({"LOOKUP_URL": "postgresql://postgres@127.0.0.1:1/postgres"},
+         "streamjoin: LOOKUP_URL: expected a PostgreSQL table the service can query; cannot "
+         "query the database: "),
+        ({"RIGHT_SCHEMA": "product_id STRING, colour STRING"},
+         "streamjoin: RIGHT_SCHEMA: expected columns of "),
+        ({"JOIN_KIND": "full"}, "streamjoin: JOIN_KIND: expected inner or left, for "
+         "JOIN_TYPE=lookup"),
+    ],
+)  # fmt: skip
+def test_a_lookup_that_cannot_work_is_refused_at_start_up(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path,
+    change: dict, line: str,
+) -> None:  # fmt: skip
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", **change)
+    result = run_to_exit(env)
+    assert result.returncode == 2, result.stderr
+    [printed] = result.stderr.splitlines()
+    assert printed.startswith(line), printed
+
+
+def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
+                     JOIN_ON="L.product_id = R.product_id AND R.price > 10 AND "
+                     "L.order_id <> R.name", LOOKUP_CACHE="partial",
+                     LOOKUP_PASSWORD="hunter2-lookup")  # fmt: skip
+    result = subprocess.run([*streamjoin_command(), "check"], env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    where = f"postgresql://{MASK}@127.0.0.1:{postgres.port}/postgres"  # the user masked too
+    assert f"right: table {table} (PostgreSQL, {where})" in lines
+    assert "join: lookup INNER (processing time), append-only" in lines
+    assert (
+        f'  query: SELECT t."product_id", t."name", t."price", t."category" FROM "{table}" '
+        'AS t WHERE t."product_id" = ANY($1::text[]) AND "price" > $2'
+    ) in lines
+    assert "  evaluated after the lookup: L.order_id <> R.name" in lines
+    assert "hunter2-lookup" not in result.stdout + result.stderr
