@@ -16,6 +16,7 @@
 | `LOOKUP_TIMEOUT` | (per query) | 10s |
 | `LOOKUP_MAX_CONCURRENT` | `table.exec.async-lookup.buffer-capacity`, as queries | 8 |
 | `LOOKUP_SHUFFLE` | `table.optimizer.…lookup-shuffle` (partition by key) | true |
+| `LOOKUP_ON_ERROR` | fail (Flink's behaviour) / dead-letter (the left record) | fail |
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ LOOKUP_VARIABLES = frozenset(
         "URL", "PASSWORD", "TABLE", "CACHE", "PARTIAL_CACHE_MAX_ROWS",
         "PARTIAL_CACHE_EXPIRE_AFTER_WRITE", "PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
         "PARTIAL_CACHE_CACHE_MISSING_KEY", "FULL_CACHE_RELOAD_INTERVAL", "MAX_RETRIES",
-        "ASYNC", "TIMEOUT", "MAX_CONCURRENT", "SHUFFLE",
+        "ASYNC", "TIMEOUT", "MAX_CONCURRENT", "SHUFFLE", "ON_ERROR",
     )
 )  # fmt: skip
 _POSTGRES_URL = re.compile(r"^postgres(ql)?://[^\s/:@]+@[^\s/]+/[^\s/?]+$")
@@ -51,6 +52,7 @@ class LookupConfig:
     timeout_ms: int
     max_concurrent: int
     shuffle: bool
+    on_error: str = "fail"
     # the table's columns' PostgreSQL types, read from its catalog at start-up
     column_types: dict[str, str] = field(default_factory=dict)
 
@@ -110,6 +112,7 @@ def read_lookup(read: Reader, duration_ms, positive_int) -> LookupConfig:
         max_concurrent=read.parsed("LOOKUP_MAX_CONCURRENT", "a positive whole number",
                                    positive_int, "8") or 8,
         shuffle=flag("LOOKUP_SHUFFLE", "true"),
+        on_error=read.choice("LOOKUP_ON_ERROR", ("fail", "dead-letter"), "fail"),
     )  # fmt: skip
 
 

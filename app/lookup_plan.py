@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pyarrow as pa
-from pyspark import Accumulator
+from pyspark import Accumulator, TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
@@ -24,7 +24,11 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from app.config import Config, ConfigError
 from ops.worker_gc import settle_worker
+from serdes.dead_letters import DeadLetterTopic
+from serdes.decode import Tally
+from serdes.kafka_produce import OutputRecord
 from serdes.postgres_lookup import (
+    LookupFailed,
     PostgresTable,
     TableLookup,
     TableUnavailable,
@@ -32,6 +36,7 @@ from serdes.postgres_lookup import (
     table_columns,
 )
 from serdes.schema import parse_schema
+from serdes.values import DecodeError
 from state.lookup import (
     Cache,
     FullCache,
@@ -108,9 +113,15 @@ def _table_and_cache(config_cache, lookup: TableLookup) -> tuple[PostgresTable, 
     return _TABLES[lookup]
 
 
-def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec,
-              events: Accumulator[dict], latency: Accumulator[dict]) -> DataFrame:  # fmt: skip
-    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `L_*`, `R_*`."""
+def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: Accumulator[dict],
+              latency: Accumulator[dict], letters: DeadLetterTopic | None = None,
+              tally: Tally | None = None) -> DataFrame:  # fmt: skip
+    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `L_*`, `R_*`.
+
+    With `letters` (`LOOKUP_ON_ERROR=dead-letter`), the changes also carry their Kafka records
+    (`key`, `value`, `topic`, `partition`, `offset`, `headers`), and a row whose lookup failed
+    goes there as its record did, with the error and its coordinates (counted in `tally` as
+    reason `lookup-failed`), instead of failing the micro-batch."""
     from ops.metrics import latency_counts
 
     lookup, settings = table_lookup(config, spec), config.lookup.cache  # type: ignore[union-attr]
@@ -132,6 +143,7 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec,
         settle_worker()
         table, cache = _table_and_cache(settings, lookup)
         counts: dict[tuple[str], int] = {}
+        undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
             lefts = [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
@@ -143,7 +155,13 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec,
             counts[("key",)] = counts.get(("key",), 0) + len(found) + len(missing)
             counts[("hit",)] = counts.get(("hit",), 0) + len(found)
             counts[("miss",)] = counts.get(("miss",), 0) + len(missing)
-            fetched = table.fetch(missing)
+            try:
+                fetched = table.fetch(missing)
+            except LookupFailed as error:
+                if letters is None:
+                    raise
+                lefts = _dead_lettered(batch, lefts, set(missing), join, error, letters, undone)
+                fetched = {}
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)
@@ -158,8 +176,28 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec,
         stats.queries = stats.retries = stats.errors = 0
         events.add({k: v for k, v in counts.items() if v})
         latency.add(latency_counts(stats.latencies_s or []))
+        if letters is not None and undone:
+            written = letters.write(TaskContext.get().partitionId(), undone)
+            if written and tally is not None:  # an earlier attempt of the batch counted them
+                tally.add({("left", "lookup-failed"): written})
 
     if config.lookup.shuffle and spec.equi_keys:  # type: ignore[union-attr]
         keys = [F.col("row")[a] for a, _ in spec.equi_keys]
         changes = changes.repartition(*keys)
     return changes.mapInArrow(run, out_type)
+
+
+def _dead_lettered(batch: pa.RecordBatch, lefts: list[Row], failed: set[Key], join: LookupJoin,
+                   error: LookupFailed, letters: DeadLetterTopic,
+                   undone: list[OutputRecord]) -> list[Row]:  # fmt: skip
+    """The rows of `batch` whose key is not in `failed`; the others' records added to `undone`
+    as dead letters."""
+    records = batch.select(["key", "value", "topic", "partition", "offset", "headers"]).to_pylist()
+    reason = DecodeError("lookup-failed", str(error))
+    kept = []
+    for left, record in zip(lefts, records, strict=True):
+        if join.key(left) in failed:
+            undone.append(letters.letter(reason, record))
+        else:
+            kept.append(left)
+    return kept

@@ -24,6 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from app.checkpoint import check_state_record, shuffle_partitions, state_buckets
 from app.config import FORWARD, Config, InputConfig
 from app.join_plan import bucketed_join, materialized_upserts, value_kind
+from app.lookup_config import LOOKUP
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
 from app.projection import project
 from ops.metrics import ServiceMetrics
@@ -104,11 +105,14 @@ def decode_input(
     source: InputConfig,
     tally: Tally | None = None,
     letters: DeadLetterTopic | None = None,
+    keep_records: bool = False,
 ) -> DataFrame:
     """Decoded changes; the records that cannot be decoded written to `letters`, or kept as
-    dead-letter rows without it. `tally` counts the dead letters by reason."""
+    dead-letter rows without it. `tally` counts the dead letters by reason; `keep_records` keeps
+    each change's Kafka record beside it."""
     make_format = format_factory(config, source)
-    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records)  # fmt: skip
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
@@ -142,8 +146,12 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
     return normalized_rows.select("op", "seq", "ts", row)
 
 
-def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
-    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark."""
+RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "headers")
+
+
+def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False) -> DataFrame:
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark; with
+    `records`, each with its Kafka record's columns (kept by `decode_input`)."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
         # The input's watermark: the largest event time seen, minus the configured delay.
@@ -155,7 +163,8 @@ def timed_changes(decoded: DataFrame, source: InputConfig) -> DataFrame:
         )
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
-    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row")
+    kept = RECORD_COLUMNS if records else ()
+    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row", *kept)
 
 
 def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
@@ -195,19 +204,26 @@ def joined_output(
     left_type, right_type = row_type(config.left), row_type(config.right)
     exactly_once = _exactly_once(config)
     sides = []
+    lookup_letters = (  # failed lookups, when they are dead-lettered
+        DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(), exactly_once,
+                        tasks.first[LOOKUP])
+        if config.lookup is not None and config.lookup.on_error == "dead-letter" else None
+    )  # fmt: skip
     for source in (config.left, config.right) if config.lookup is None else (config.left,):
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         raw = read_input(spark, config, source, drain_marker)
-        decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters)
-        sides.append(timed_changes(decoded, source))
+        decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters,
+                               keep_records=lookup_letters is not None)  # fmt: skip
+        sides.append(timed_changes(decoded, source, records=lookup_letters is not None))
     spec = join_spec(config)
     materialize = upsert_materialized(config)
     if config.lookup is not None:
         from app.lookup_plan import looked_up
 
         joined = looked_up(sides[0], config, spec, metrics.lookups.events.accumulator,
-                           metrics.lookups.latency)  # fmt: skip
+                           metrics.lookups.latency, lookup_letters,
+                           metrics.dead_letters.accumulator)  # fmt: skip
     else:
         left_changes, right_changes = (
             join_input(changes, source, left_type, right_type, config.join.state_buckets,
@@ -247,7 +263,8 @@ def joined_output(
 class Writers:
     """The tasks that may write a micro-batch, each under a transactional id of its own index:
     one per state partition (the joined changes, `0 ..`), then one per partition of each input
-    (its dead letters, or its forwarded records), from `first[side]` on."""
+    (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
+    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on."""
 
     count: int
     first: dict[str, int]
@@ -261,6 +278,10 @@ def writers(spark: SparkSession, config: Config) -> Writers:
     for source in (config.left, config.right) if config.right.topic else (config.left,):
         first[source.side] = count
         count += len(topics[source.topic].partitions)
+    if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
+        first[LOOKUP] = count
+        count += max(shuffle_partitions(spark, config.checkpoint_location),
+                     len(topics[config.left.topic].partitions))  # fmt: skip
     return Writers(count, first)
 
 

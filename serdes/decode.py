@@ -68,12 +68,16 @@ class _Output:
                          "value", "topic", "partition", "offset", "headers")
         }  # fmt: skip
 
-    def change(self, op: str, seq: int, row: tuple, timestamp: Any, event_time: Any) -> None:
+    def change(self, op: str, seq: int, row: tuple, timestamp: Any, event_time: Any,
+               record: dict[str, Any] | None = None) -> None:  # fmt: skip
+        """A decoded change; `record`, when given, keeps the Kafka record it came from."""
         for name, value in (("op", op), ("seq", seq), ("row", row), ("timestamp", timestamp),
                             ("event_time", event_time)):  # fmt: skip
             self.columns[name].append(value)
-        for name in ("reason", "error", "key", "value", "topic", "partition", "offset", "headers"):
+        for name in ("reason", "error"):
             self.columns[name].append(None)
+        for name in ("key", "value", "topic", "partition", "offset", "headers"):
+            self.columns[name].append(None if record is None else record[name])
 
     def dead_letter(self, error: DecodeError, record: dict[str, Any]) -> None:
         for name in ("op", "seq", "row", "event_time"):
@@ -117,10 +121,13 @@ def decoder(
     time: str = "proctime",
     dead: Tally | None = None,
     letters: DeadLetterTopic | None = None,
+    keep_records: bool = False,
 ):
     """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
     `letters`, the records that cannot be decoded are written there once the input is exhausted
-    (and counted if written); without, they come out as dead-letter rows (and are counted)."""
+    (and counted if written); without, they come out as dead-letter rows (and are counted).
+    `keep_records` keeps each change's Kafka record beside it (a later step may dead-letter it:
+    the lookup join's failed lookups)."""
     schema = pa.schema(
         [
             pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
@@ -151,7 +158,14 @@ def decoder(
                     continue
                 base = record["offset"] * SEQ_PER_RECORD
                 for i, (op, row) in enumerate(changes):
-                    out.change(op, base + i, row, record["timestamp"], event_time(fmt, record, row))
+                    out.change(
+                        op,
+                        base + i,
+                        row,
+                        record["timestamp"],
+                        event_time(fmt, record, row),
+                        record if keep_records else None,
+                    )
             yield out.batch(schema)
         if letters is not None:
             written = sum(letters.write(p, found) for p, found in undecoded.items())

@@ -234,3 +234,34 @@ def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
     ) in lines
     assert "  evaluated after the lookup: L.order_id <> R.name" in lines
     assert "hunter2-lookup" not in result.stdout + result.stderr
+
+
+def test_with_dead_letters_a_failed_lookup_sends_its_order_there_and_the_run_goes_on(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
+                     LOOKUP_ON_ERROR="dead-letter", LOOKUP_MAX_RETRIES="0",
+                     LOOKUP_TIMEOUT="2s")  # fmt: skip
+    send_orders(kafka, orders, [("o1", "p1")])
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
+    try:
+        postgres.crash()
+        send_orders(kafka, orders, [("o2", "p2"), ("o3", "p3")])
+        letters = lambda: committed_output(kafka, f"{out}.dlq", f"{out}.markers")  # noqa: E731
+        wait_for(lambda: len(letters()) == 2, 120, "no dead letters", service)
+        postgres.start()
+        send_orders(kafka, orders, [("o4", "p2")])
+        wait_for(lambda: len(rows(kafka, out)) == 2, 120, "the run did not go on", service)
+        dead = metric(service, 'streamjoin_dead_letters_total{input="left",reason="lookup-failed"}')
+    finally:
+        postgres.start()
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert [o for o, _, _ in rows(kafka, out)] == ["o1", "o4"]
+    sent = sorted(letters(), key=lambda r: r.offset)
+    assert [json.loads(r.value)["order_id"] for r in sent] == ["o2", "o3"]  # as they came
+    for record in sent:
+        assert record.header("streamjoin.error.reason") == b"lookup-failed"
+        assert record.header("streamjoin.source.topic") == orders.encode()
+        assert b"failed after 1 attempts" in record.header("streamjoin.error")
+    assert dead == 2

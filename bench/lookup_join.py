@@ -1,0 +1,94 @@
+"""The lookup join end to end: `streamjoin run` enriching orders from a PostgreSQL table.
+
+Usage: python bench/lookup_join.py [ORDERS] [PRODUCTS]   (KAFKA_BOOTSTRAP_SERVERS or embedded
+Tansu; a private PostgreSQL 15 cluster is started)
+
+Each scenario is one service run on the same table: the service is started, its first (cold)
+batch waited out, then ORDERS orders are produced and the clock runs until the last enriched
+order is committed to the output topic. The hit ratio is the data's: the share of orders whose
+product an earlier order already asked for (0 %: every order a new product).
+
+- async, partial cache, at 0 %, 90 % and 99 % hits (LOOKUP_ASYNC=true, the default);
+- sync, no cache, at 0 % hits: one query per key, one at a time (Flink's JDBC lookup).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import numbers, service_topics
+from tests.kafka_io import produce, read_topic
+from tests.postgres import PostgresCluster
+from tests.service import Service, service_env
+
+SCENARIOS = [  # name, hit ratio, variables
+    ("async, partial cache", 0.0, {"LOOKUP_CACHE": "partial"}),
+    ("async, partial cache", 0.9, {"LOOKUP_CACHE": "partial"}),
+    ("async, partial cache", 0.99, {"LOOKUP_CACHE": "partial"}),
+    ("sync, no cache", 0.0, {"LOOKUP_ASYNC": "false"}),
+]
+
+
+def orders(count: int, hits: float, first_product: int) -> list[bytes]:
+    """`count` orders whose products repeat so that a share `hits` were asked for before."""
+    distinct = max(1, round(count * (1 - hits)))
+    return [json.dumps({"order_id": f"o{i}", "product_id": f"p{first_product + i % distinct}"})
+            .encode() for i in range(count)]  # fmt: skip
+
+
+def run(
+    bootstrap: str, work: Path, postgres: PostgresCluster, topics: tuple[str, str],
+    count: int, hits: float, first_product: int, variables: dict[str, str],
+) -> float:  # fmt: skip
+    left, out = topics
+    env = service_env(**{
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": left, "OUTPUT_TOPIC": out,
+        "CHECKPOINT_LOCATION": str(work / f"ck-{time.monotonic_ns()}"), "TRIGGER_INTERVAL": "0",
+        "MAX_RECORDS_PER_TRIGGER": "25000", "LEFT_SCHEMA": "order_id STRING, product_id STRING",
+        "JOIN_TYPE": "lookup", "JOIN_KIND": "left", "JOIN_ON": "L.product_id = R.product_id",
+        "OUTPUT_ENCODING": "append", "STARTING_OFFSETS": "latest",
+        "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
+        "LOOKUP_TABLE": "products", **variables,
+    })  # fmt: skip
+    service = Service(env, work / "service.log")
+    try:
+        before = len(read_topic(bootstrap, out))
+        produce(bootstrap, left, [json.dumps({"order_id": "warm", "product_id": "p0"}).encode()])
+        read_topic(bootstrap, out, at_least=before + 1, timeout_s=300)
+        start = time.monotonic()
+        produce(bootstrap, left, orders(count, hits, first_product), 4)
+        read_topic(bootstrap, out, at_least=before + 1 + count, timeout_s=1800)
+        return count / (time.monotonic() - start)
+    finally:
+        service.terminate()
+
+
+def main() -> None:
+    count, products = numbers(100_000, 1_000_000)
+    with ExitStack() as stack:
+        bootstrap, work, left, _right, out = service_topics(stack)
+        postgres = stack.enter_context(PostgresCluster())
+        postgres.sql("CREATE TABLE products (product_id text PRIMARY KEY, name text, "
+                     "price numeric(10,2))")  # fmt: skip
+        postgres.sql(f"INSERT INTO products SELECT 'p' || i, 'product ' || i, i % 1000 "
+                     f"FROM generate_series(0, {products - 1}) AS i")  # fmt: skip
+        results = []
+        for n, (name, hits, variables) in enumerate(SCENARIOS):
+            # each run asks for products no earlier run asked for: its worker caches start cold
+            first = 1 + n * count
+            rate = run(bootstrap, work, postgres, (left, out), count, hits, first, variables)
+            results.append((name, hits, rate))
+            print(f"{name:22} {hits:>4.0%} hits: {rate:>9,.0f} orders/s", flush=True)
+        sync = next(rate for name, hits, rate in results if name.startswith("sync"))
+        cold = next(rate for name, hits, rate in results if hits == 0 and name.startswith("async"))
+        print(f"async / sync at 0 % hits: {cold / sync:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
