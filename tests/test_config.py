@@ -100,7 +100,7 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"LEFT_SCHEMA": "id STRING", "LEFT_PRIMARY_KEY": "other"}, "LEFT_PRIMARY_KEY", "columns"),
         ({"RIGHT_TIME": "updated_at"}, "RIGHT_TIME", "source_ts_ms or proctime"),
         ({"RIGHT_WATERMARK_DELAY": "-5s"}, "RIGHT_WATERMARK_DELAY", "duration"),
-        ({"JOIN_TYPE": "lookup"}, "JOIN_TYPE", "regular|interval|temporal"),
+        ({"JOIN_TYPE": "lookaside"}, "JOIN_TYPE", "regular|interval|temporal"),
         ({"JOIN_KIND": "cross"}, "JOIN_KIND", "inner|left|right|full|semi|anti"),
         ({"JOIN_ON": "L.id = = R.id"}, "JOIN_ON", ">>=<<"),
         ({"JOIN_ON": "L.id = id"}, "JOIN_ON", "qualified by L. (left) or R. (right)"),
@@ -193,3 +193,47 @@ def test_every_bad_variable_is_named_at_once() -> None:
         "LEFT_TOPIC", "JOIN_TPYE", "JOIN_KIND", "STATE_TTL"
     ]  # fmt: skip
     assert len(str(caught.value).splitlines()) == 4
+
+
+LOOKUP = {**BASE, "RIGHT_TOPIC": None, "JOIN_TYPE": "lookup", "LOOKUP_TABLE": "shop.products",
+          "LOOKUP_URL": "postgresql://streamjoin@db:5432/shop"}  # fmt: skip
+
+
+def test_a_lookup_join_reads_flinks_lookup_options_and_needs_no_right_topic() -> None:
+    config = load_config({k: v for k, v in {
+        **LOOKUP, "LOOKUP_CACHE": "partial", "LOOKUP_PARTIAL_CACHE_MAX_ROWS": "1000",
+        "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS": "10min",
+        "LOOKUP_PARTIAL_CACHE_CACHE_MISSING_KEY": "false", "LOOKUP_ASYNC": "false",
+        "LOOKUP_PASSWORD": "hunter2", "LOOKUP_ON_ERROR": "dead-letter",
+    }.items() if v is not None})  # fmt: skip
+    lookup = config.lookup
+    assert lookup is not None and config.right.topic == ""
+    assert (lookup.table, lookup.cache.kind, lookup.cache.max_rows) == (
+        "shop.products",
+        "PARTIAL",
+        1000,
+    )
+    assert (lookup.cache.expire_after_access_s, lookup.cache.cache_missing_key) == (600.0, False)
+    assert (lookup.asynchronous, lookup.on_error, lookup.max_retries) == (False, "dead-letter", 3)
+    assert "hunter2" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("changes", "variable"),
+    [
+        ({"LOOKUP_URL": "postgresql://sj:hunter2@db/shop"}, "LOOKUP_URL"),  # LOOKUP_PASSWORD
+        ({"LOOKUP_URL": "mysql://u@db/shop"}, "LOOKUP_URL"),
+        ({"LOOKUP_TABLE": None}, "LOOKUP_TABLE"),
+        ({"LOOKUP_TABLE": "products; DROP TABLE x"}, "LOOKUP_TABLE"),
+        ({"LOOKUP_CACHE": "lru"}, "LOOKUP_CACHE"),
+        ({"LOOKUP_FULL_CACHE_RELOAD_INTERVAL": "600"}, "LOOKUP_FULL_CACHE_RELOAD_INTERVAL"),
+        ({"LOOKUP_ON_ERROR": "ignore"}, "LOOKUP_ON_ERROR"),
+        ({"LOOKUP_CACHE_SIZE": "5"}, "LOOKUP_CACHE_SIZE"),  # a typo: no such variable
+    ],
+)  # fmt: skip
+def test_a_bad_lookup_variable_is_refused_by_name(changes: dict, variable: str) -> None:
+    env = {k: v for k, v in {**LOOKUP, **changes}.items() if v is not None}
+    with pytest.raises(ConfigError) as caught:
+        load_config(env)
+    assert str(caught.value).startswith(f"{variable}: expected"), str(caught.value)
+    assert "hunter2" not in str(caught.value)
