@@ -157,6 +157,9 @@ class PostgresTable:
                 if isinstance(error, self.asyncpg.PostgresError) and not _transient(error):
                     self.stats.errors += 1
                     raise LookupFailed(f"{type(error).__name__}: {error}") from None
+                # the pool's other connections died with this one (a restarted server): the
+                # next attempt, or the next batch's lookups, start on fresh connections
+                await self._reset()
                 if attempt == self.lookup.max_retries:
                     self.stats.errors += 1
                     reason = "timed out" if isinstance(error, asyncio.TimeoutError) else error
@@ -165,7 +168,6 @@ class PostgresTable:
                         f"{reason}"
                     ) from None
                 self.stats.retries += 1
-                await self._reset()
                 await asyncio.sleep(RETRY_BASE_S * 2**attempt)
         raise AssertionError("unreachable")
 
