@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -65,6 +67,32 @@ class PostgresCluster:
             time.sleep(0.5)
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+    @contextmanager
+    def locked(self, table: str) -> Iterator[None]:
+        """`table` locked by another session (ACCESS EXCLUSIVE: reads wait) until the block
+        ends: a query on it waits as on an overloaded server."""
+        session = subprocess.Popen(
+            ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
+             "-v", "ON_ERROR_STOP=1", "-q"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert session.stdin is not None
+        session.stdin.write(f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE;\n")
+        session.stdin.flush()
+        held = (
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            f"WHERE c.relname = '{table}' AND l.mode = 'AccessExclusiveLock' AND l.granted"
+        )
+        deadline = time.monotonic() + 30
+        while self.sql(held).strip() != "1":
+            assert time.monotonic() < deadline and session.poll() is None, "the lock never came"
+        try:
+            yield
+        finally:
+            session.stdin.write("ROLLBACK;\n")
+            session.stdin.close()
+            session.wait(30)
 
     def _ctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         command = ["pg_ctl", "-D", str(self.data), *args]

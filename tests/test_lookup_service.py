@@ -257,3 +257,43 @@ def test_with_dead_letters_a_failed_lookup_sends_its_order_there_and_the_run_goe
         assert record.header("streamjoin.source.topic") == orders.encode()
         assert b"failed after 1 attempts" in record.header("streamjoin.error")
     assert dead == 2
+
+
+@pytest.mark.parametrize("on_error", ["fail", "dead-letter"])
+def test_a_lookup_that_times_out_fails_the_run_or_dead_letters_its_order_as_configured(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path, on_error: str
+) -> None:
+    """fail (Flink's behaviour): the run stops, nothing of the order is written, and a restart
+    from the checkpoint enriches it; dead-letter: the order leaves with the error, the run goes
+    on."""
+    orders, out = topics
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", LOOKUP_ON_ERROR=on_error,
+                     LOOKUP_MAX_RETRIES="0", LOOKUP_TIMEOUT="1s")  # fmt: skip
+    send_orders(kafka, orders, [("o1", "p1")])
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
+    letters = lambda: committed_output(kafka, f"{out}.dlq", f"{out}.markers")  # noqa: E731
+    try:
+        with postgres.locked(table):  # the lookups of o2 wait past LOOKUP_TIMEOUT
+            send_orders(kafka, orders, [("o2", "p2")])
+            if on_error == "fail":
+                assert service.process.wait(120) != 0
+            else:
+                wait_for(lambda: len(letters()) == 1, 120, "no dead letter", service)
+        if on_error == "fail":
+            failure = [line for line in service.log().splitlines() if "timed out" in line]
+            assert failure and f"lookup in {table} failed after 1 attempts" in failure[0], failure
+            assert rows(kafka, out) == [("o1", "scooter", 11.11)]
+            service = Service(env, tmp_path / "log-again")  # the pod's restart
+        send_orders(kafka, orders, [("o3", "p3")])
+        wait_for(lambda: len(rows(kafka, out)) >= 2, 240, "the run did not go on", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    expected = [("o1", "scooter", 11.11), ("o3", "kite", 5.0)]
+    if on_error == "fail":
+        expected.insert(1, ("o2", "basketball", 23.11))
+        assert letters() == []
+    else:
+        [letter] = letters()
+        assert json.loads(letter.value)["order_id"] == "o2"
+        assert b"timed out" in letter.header("streamjoin.error")
+    assert rows(kafka, out) == expected
