@@ -109,7 +109,11 @@ def bucketed_join(
     bucket = F.pmod(F.xxhash64(*keys), F.lit(spec.buckets)).alias("bucket")
     flat = [F.col("left")[f.name].alias(f"L_{f.name}") for f in left]
     flat += [F.col("right")[f.name].alias(f"R_{f.name}") for f in right]
+    # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
+    # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
     kinds = {f.name: value_kind(f.dataType) for f in schema if f.name != "seq"}
+    kinds |= {f"{p}_{f.name}": value_kind(f.dataType) for p, side in (("L", left), ("R", right))
+              for f in side}  # fmt: skip
     kinds |= {f"k{i}": value_kind(left[a].dataType) for i, (a, _) in enumerate(spec.equi_keys)}
     return (
         changes.select(bucket, *keys, "side", "op", "seq", "ts", *flat)
