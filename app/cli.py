@@ -30,16 +30,22 @@ def _refused(err: Exception) -> int:
     return 2
 
 
-def checked(env: Mapping[str, str]) -> Config:
-    """The configuration, once every start-up check has passed: the variables, a lookup join's
-    table, the plan, Kafka and its topics, the metrics port, the checkpoint directory, the
-    schema registry."""
+def planned(env: Mapping[str, str]) -> Config:
+    """The configuration whose plan holds: the variables (or the SQL), a lookup join's table."""
     config = load_config(env)
     if config.lookup is not None:  # the right side's columns are the table's
         from app.lookup_plan import with_table
 
         config = with_table(config)
     check_plan(config)
+    return config
+
+
+def checked(env: Mapping[str, str]) -> Config:
+    """The configuration, once every start-up check has passed: the variables, a lookup join's
+    table, the plan, Kafka and its topics, the metrics port, the checkpoint directory, the
+    schema registry."""
+    config = planned(env)
     check_kafka(config)
     check_environment(config)
     return config
@@ -55,6 +61,19 @@ def check(env: Mapping[str, str]) -> int:
         return _refused(err)
     print("streamjoin check: the configuration, Kafka and its topics, the metrics port, the "
           "checkpoint directory and the schema registry are usable")  # fmt: skip
+    for line in describe(config, env):
+        print(line)
+    return 0
+
+
+def explain(env: Mapping[str, str]) -> int:
+    """`streamjoin explain`: the plan the variables or the SQL compile to; Kafka not asked."""
+    from app.explain import describe
+
+    try:
+        config = planned(env)
+    except (ConfigError, StartupError) as err:
+        return _refused(err)
     for line in describe(config, env):
         print(line)
     return 0
@@ -127,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the service, configured by environment variables")
     commands.add_parser("check", help="run every start-up check and print the plan; exit 0 or 2")
+    commands.add_parser("explain", help="print the plan the variables or the SQL compile to")
     commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
     commands.add_parser("executor", help="a Spark executor (what Spark on Kubernetes runs)")
     replay = commands.add_parser("replay", help="run oracle case files through the pipeline")
@@ -143,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_replay(args.cases, args.output, args.materialize)
     if args.command == "check":
         return check(os.environ)
+    if args.command == "explain":
+        return explain(os.environ)
     if args.command == "executor":
         return executor(os.environ)
     return run(os.environ)

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from pyspark.sql.types import TimestampType
 
+from app.flink_sql import SQL_VARIABLES, SqlError, compile_script
 from app.lookup_config import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
 from app.redaction import shown_value
 from serdes.schema import Column, SchemaError, parse_schema
@@ -56,16 +57,16 @@ KNOWN_VARIABLES = frozenset(
         "JOIN_TYPE", "JOIN_KIND", "JOIN_ON", "JOIN_SELECT", "JOIN_STATE_BUCKETS", "STATE_TTL",
         "OUTPUT_TOPIC", "DLQ_TOPIC", "OUTPUT_ENCODING", "OUTPUT_FORMAT", "OUTPUT_KEY",
         "OUTPUT_DELIVERY", "OUTPUT_MARKER_TOPIC", "OUTPUT_TRANSACTIONAL_ID",
-        "SCHEMA_REGISTRY_URL", "LOG_LEVEL",
+        "SCHEMA_REGISTRY_URL", "LOG_LEVEL", *SQL_VARIABLES,
     }
     | {f"{side}_{name}" for side in ("LEFT", "RIGHT") for name in (
-        "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY")}
+        "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY", "METADATA")}
     | LOOKUP_VARIABLES
 )  # fmt: skip
 # Prefixes of this service's own variables: an unknown name under one is a typo, not a setting.
 _OWN_PREFIXES = ("LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", "STATE_", "DLQ_", "TRIGGER_",
                  "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_",
-                 "LOOKUP_")  # fmt: skip
+                 "LOOKUP_", "STREAMJOIN_")  # fmt: skip
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
@@ -118,6 +119,7 @@ class InputConfig:
     primary_key: tuple[str, ...]
     time: str
     watermark_delay_ms: int
+    metadata: tuple[tuple[str, str], ...] = ()  # (column, key): filled from the record
 
 
 @dataclass(frozen=True)
@@ -342,6 +344,7 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
         read.fail(ConfigError(
             f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
         ))  # fmt: skip
+    metadata = _metadata(read, prefix, schema)
     return InputConfig(
         side=side,
         topic=read.topic(f"{prefix}_TOPIC") if topic else "",
@@ -353,7 +356,35 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
             f"{prefix}_WATERMARK_DELAY", DURATION, parse_duration_ms, "0"
         )
         or 0,
+        metadata=metadata,
     )
+
+
+# What each metadata key's column is declared as (Flink's Kafka and Debezium metadata).
+_METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
+                   "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
+
+
+def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
+              ) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """`<SIDE>_METADATA`: `column=key,…`, Flink's `column TYPE METADATA FROM 'key'`."""
+    name, text = f"{prefix}_METADATA", read.raw(f"{prefix}_METADATA")
+    if text is None or not read.good(f"{prefix}_SCHEMA"):
+        return ()
+    declared = {c.name: c.spark_type.simpleString().upper() for c in schema or ()}
+    found = []
+    for pair in text.split(","):
+        column, _, key = (part.strip() for part in pair.partition("="))
+        want = _METADATA_TYPES.get(key)
+        if want is None or column not in declared:
+            read.fail(ConfigError(name, f"column=key pairs, the columns of {prefix}_SCHEMA, the "
+                                  "keys " + ", ".join(_METADATA_TYPES), text))  # fmt: skip
+            return ()
+        if not declared[column].startswith(want):
+            read.fail(ConfigError(name, f"{column} declared as {key} is ({want})", text))
+            return ()
+        found.append((column, key))
+    return tuple(found)
 
 
 @cache
@@ -435,9 +466,61 @@ def _distinct_topics(read: _Reader, left: str, right: str, output: OutputConfig)
                                   topic))  # fmt: skip
 
 
+def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
+    """The variables with those of `STREAMJOIN_SQL` / `STREAMJOIN_SQL_FILE` (`app.flink_sql`);
+    a variable that says otherwise than the SQL is an error naming both."""
+    return _compiled_sql(env)[0]
+
+
+def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, str]]:
+    """`with_sql`'s variables, and where in the SQL each that it set comes from."""
+    given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
+    if not given:
+        return env, {}
+    if len(given) == 2:
+        raise ConfigError("STREAMJOIN_SQL_FILE", "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
+                          seen="both are set")  # fmt: skip
+    variable = given[0]
+    text = env[variable]
+    if variable == "STREAMJOIN_SQL_FILE":
+        try:
+            with open(env[variable].strip(), encoding="utf-8") as script:
+                text = script.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(variable, "a readable file of Flink SQL", env[variable],
+                              seen=f"cannot read {env[variable].strip()!r} ({type(err).__name__})"
+                              ) from None  # fmt: skip
+    try:
+        compiled = compile_script(text)
+    except SqlError as err:
+        raise ConfigError(variable, "Flink SQL streamjoin runs", seen=str(err)) from None
+    clashes = [
+        ConfigError(
+            name,
+            f"{value!r} as line {compiled.lines[name]} of {variable} says (or unset)",
+            env[name],
+        )
+        for name, value in compiled.variables.items()
+        if (env.get(name) or "").strip() not in ("", value)
+    ]
+    raise_all(clashes)
+    origin = {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
+    return {**env, **compiled.variables}, origin
+
+
+def _traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
+    """An error in a variable the SQL set, told as the SQL's line."""
+    if error.variable not in origin:
+        return error
+    traced = ConfigError(error.variable, "")
+    traced.args = (f"{origin[error.variable]}: {str(error).split(': ', 1)[1]}",)
+    return traced
+
+
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
     naming every bad variable."""
+    env, origin = _compiled_sql(env)
     read = _Reader(env)
     output_topic = read.topic("OUTPUT_TOPIC")
     encoding = read.choice("OUTPUT_ENCODING", OUTPUT_ENCODINGS, "retract")
@@ -518,5 +601,5 @@ def load_config(env: Mapping[str, str]) -> Config:
         spark_conf=_spark_conf(read),
         lookup=lookup,
     )  # fmt: skip
-    raise_all(list(read.errors.values()))
+    raise_all([_traced(error, origin) for error in read.errors.values()])
     return config

@@ -4,7 +4,9 @@ It starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names one), writes
 seed's rows (orders as JSON, the products table's changes as Debezium JSON, whose `source.ts_ms`
 is when each change happened), runs the service's own pipeline with the seed's event-time
 temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is processed, and prints
-the result table read back from the output topic, as the seed shows it.
+the result table read back from the output topic, as the seed shows it. The job is given as the
+seed gives it, Flink SQL (`SCRIPT`, the seed's DDL with its connector options, through
+`STREAMJOIN_SQL`), and printed first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import textwrap
 import uuid
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -49,7 +52,37 @@ PRODUCT_CHANGES = [
     ("u", _OLD_BASKETBALL, (*_BASKETBALL, "19.99", 12 * HOUR_MS), 12 * HOUR_MS),
     ("d", _NEW_SCOOTER, None, 18 * HOUR_MS),
 ]
-SELECT = "L.order_id, L.order_time, R.product_name, R.update_time, R.price"
+# The seed's DDL and query, with the connector options Flink needs (the broker is
+# KAFKA_BOOTSTRAP_SERVERS'); `{suffix}` gives a run on an external broker topics of its own.
+SCRIPT = """\
+CREATE TABLE orders (
+  order_id STRING,
+  product_id STRING,
+  order_time TIMESTAMP(3),
+  WATERMARK FOR order_time AS order_time
+) WITH ('connector' = 'kafka', 'topic' = 'orders{suffix}', 'format' = 'json');
+
+CREATE TABLE product_changelog (
+  product_id STRING,
+  product_name STRING,
+  price DECIMAL(10, 2),
+  update_time TIMESTAMP(3) METADATA FROM 'value.source.timestamp' VIRTUAL,
+  PRIMARY KEY (product_id) NOT ENFORCED,
+  WATERMARK FOR update_time AS update_time
+) WITH ('connector' = 'kafka', 'topic' = 'product_changelog{suffix}',
+        'value.format' = 'debezium-json');
+
+CREATE TABLE orders_enriched (
+  order_id STRING, order_time TIMESTAMP(3), product_name STRING, update_time TIMESTAMP(3),
+  price DECIMAL(10, 2)
+) WITH ('connector' = 'kafka', 'topic' = 'orders_enriched{suffix}', 'format' = 'json');
+
+INSERT INTO orders_enriched
+SELECT order_id, order_time, product_name, update_time, price
+FROM orders AS O
+LEFT JOIN product_changelog FOR SYSTEM_TIME AS OF O.order_time AS P
+ON O.product_id = P.product_id;
+"""
 
 
 def _sql_timestamp(ms: int) -> str:
@@ -60,9 +93,8 @@ def _sql_timestamp(ms: int) -> str:
 def _product(row: tuple[str, str, str, int] | None) -> dict[str, str] | None:
     if row is None:
         return None
-    product_id, name, price, updated = row
-    return {"product_id": product_id, "product_name": name, "price": price,
-            "update_time": _sql_timestamp(updated)}  # fmt: skip
+    product_id, name, price, _updated = row  # update_time is the change's source.ts_ms
+    return {"product_id": product_id, "product_name": name, "price": price}
 
 
 def seed_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
@@ -90,22 +122,7 @@ def seed_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
 def demo_env(bootstrap: str, suffix: str, checkpoint: str) -> dict[str, str]:
     return {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "LEFT_TOPIC": f"orders{suffix}",
-        "LEFT_FORMAT": "json",
-        "LEFT_SCHEMA": "order_id STRING, product_id STRING, order_time TIMESTAMP(3)",
-        "LEFT_TIME": "order_time",
-        "RIGHT_TOPIC": f"product_changelog{suffix}",
-        "RIGHT_FORMAT": "debezium-json",
-        "RIGHT_SCHEMA": "product_id STRING, product_name STRING, price DECIMAL(10,2), "
-        "update_time TIMESTAMP(3)",
-        "RIGHT_PRIMARY_KEY": "product_id",
-        "RIGHT_TIME": "source_ts_ms",
-        "JOIN_TYPE": "temporal",
-        "JOIN_KIND": "left",
-        "JOIN_ON": "L.product_id = R.product_id",
-        "JOIN_SELECT": SELECT,
-        "OUTPUT_ENCODING": "append",
-        "OUTPUT_TOPIC": f"orders_enriched{suffix}",
+        "STREAMJOIN_SQL": SCRIPT.format(suffix=suffix),
         "METRICS_PORT": "0",
         "CHECKPOINT_LOCATION": checkpoint,
         "TRIGGER_INTERVAL": "available-now",
@@ -187,7 +204,10 @@ def demo(env: Mapping[str, str]) -> int:
                 return 2
             print(f"streamjoin demo: embedded Kafka-protocol broker at {bootstrap}")
         checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamjoin-demo-"))
-        config = load_config(demo_env(bootstrap, suffix, checkpoint))
+        env = demo_env(bootstrap, suffix, checkpoint)
+        config = load_config(env)
+        print("streamjoin demo: the job, as Flink SQL (STREAMJOIN_SQL):\n")
+        print(textwrap.indent(env["STREAMJOIN_SQL"], "  "))
         _create_topics(
             bootstrap,
             [config.left.topic, config.right.topic, config.output.topic, config.output.dlq_topic],
@@ -207,9 +227,7 @@ def demo(env: Mapping[str, str]) -> int:
             return 1
         metrics.update()
         output = _read_output(bootstrap, config.output.topic)
-        print(f"streamjoin demo: {len(output)} rows of `SELECT {SELECT} FROM orders AS L LEFT "
-              "JOIN product_changelog FOR SYSTEM_TIME AS OF L.order_time AS R ON L.product_id = "
-              f"R.product_id` reached {config.output.topic}:")  # fmt: skip
+        print(f"streamjoin demo: {len(output)} rows reached {config.output.topic}:")
         for line in table_lines(output):
             print("  " + line)
         print(f"streamjoin demo: metrics were served at http://127.0.0.1:{port}/metrics")

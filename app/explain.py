@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.config import FORWARD, KNOWN_VARIABLES, Config, InputConfig
+from app.config import FORWARD, KNOWN_VARIABLES, Config, InputConfig, with_sql
+from app.flink_sql import SQL_TEXT
 from app.lookup_plan import table_lookup
 from app.plan import join_spec, normalized, produces_updates, upsert_materialized
 from app.redaction import shown_variables, without_user_info
@@ -141,5 +142,8 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
         lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
     lines.append("configuration:")
-    lines += [f"  {name}={value}" for name, value in shown_variables(env, KNOWN_VARIABLES).items()]
+    shown = shown_variables(with_sql(env), KNOWN_VARIABLES)
+    if SQL_TEXT in shown:  # the script is what the variables beside it say
+        shown[SQL_TEXT] = f"<{len(env[SQL_TEXT].strip().splitlines())} lines of Flink SQL>"
+    lines += [f"  {name}={value}" for name, value in shown.items()]
     return lines

@@ -112,7 +112,7 @@ def decode_input(
     each change's Kafka record beside it."""
     make_format = format_factory(config, source)
     decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
-                     keep_records)  # fmt: skip
+                     keep_records, source.metadata)  # fmt: skip
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 

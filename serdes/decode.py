@@ -97,17 +97,46 @@ class Tally(Protocol):
     def add(self, counts: dict[tuple[str, str], int]) -> None: ...
 
 
+# A record's metadata, by Flink's keys (`METADATA FROM 'timestamp'`): what an input's
+# `<SIDE>_METADATA` columns are filled with, and where a special time attribute is read.
+METADATA: dict[str, Callable[[Format, dict], Any]] = {
+    "timestamp": lambda _fmt, record: record["timestamp"],
+    "value.source.timestamp": lambda fmt, _record: _from_ms(getattr(fmt, "source_ts_ms", None)),
+    "partition": lambda _fmt, record: record["partition"],
+    "offset": lambda _fmt, record: record["offset"],
+    "topic": lambda _fmt, record: record["topic"],
+}
+_SPECIAL_TIMES = {"kafka_timestamp": "timestamp", "source_ts_ms": "value.source.timestamp"}
+
+
 def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict, tuple], Any]:
     """How a change's event time is found: a column of the row, the Kafka record timestamp,
     Debezium's `source.ts_ms`, or none (`proctime`)."""
     if time in row_type.names:
         index = row_type.names.index(time)
         return lambda _fmt, _record, row: row[index]
-    if time == "kafka_timestamp":
-        return lambda _fmt, record, _row: record["timestamp"]
-    if time == "source_ts_ms":
-        return lambda fmt, _record, _row: _from_ms(getattr(fmt, "source_ts_ms", None))
+    if time in _SPECIAL_TIMES:
+        read = METADATA[_SPECIAL_TIMES[time]]
+        return lambda fmt, record, _row: read(fmt, record)
     return lambda _fmt, _record, _row: None
+
+
+def metadata_filler(
+    metadata: tuple[tuple[str, str], ...], row_type: StructType
+) -> Callable[[Format, dict, tuple], tuple]:
+    """The row with its metadata columns (column, key) set from the record (as decoded, the
+    row has None there: the value does not carry them)."""
+    if not metadata:
+        return lambda _fmt, _record, row: row
+    setters = [(row_type.names.index(column), METADATA[key]) for column, key in metadata]
+
+    def fill(fmt: Format, record: dict, row: tuple) -> tuple:
+        values = list(row)
+        for index, read in setters:
+            values[index] = read(fmt, record)
+        return tuple(values)
+
+    return fill
 
 
 def _from_ms(ms: int | None) -> datetime | None:
@@ -122,12 +151,14 @@ def decoder(
     dead: Tally | None = None,
     letters: DeadLetterTopic | None = None,
     keep_records: bool = False,
+    metadata: tuple[tuple[str, str], ...] = (),
 ):
     """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
     `letters`, the records that cannot be decoded are written there once the input is exhausted
     (and counted if written); without, they come out as dead-letter rows (and are counted).
     `keep_records` keeps each change's Kafka record beside it (a later step may dead-letter it:
-    the lookup join's failed lookups)."""
+    the lookup join's failed lookups). `metadata`: the
+    columns (column, key) filled from the record (`metadata_filler`)."""
     schema = pa.schema(
         [
             pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
@@ -137,6 +168,7 @@ def decoder(
     assert schema.field("headers").type == HEADER_TYPE
 
     event_time = event_time_of(time, row_type)
+    with_metadata = metadata_filler(metadata, row_type)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
@@ -157,7 +189,8 @@ def decoder(
                     reasons[(side, error.reason)] = reasons.get((side, error.reason), 0) + 1
                     continue
                 base = record["offset"] * SEQ_PER_RECORD
-                for i, (op, row) in enumerate(changes):
+                for i, (op, decoded) in enumerate(changes):
+                    row = with_metadata(fmt, record, decoded)
                     out.change(
                         op,
                         base + i,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import textwrap
 
 import pytest
 
+from app.demo import SCRIPT
 from tests.service import service_env, streamjoin_command
 
 pytestmark = pytest.mark.spark
@@ -28,10 +30,13 @@ def test_demo_prints_the_seeds_temporal_join_table_and_exits() -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("streamjoin demo: embedded Kafka-protocol broker at 127.0.0.1:")
-    assert "FOR SYSTEM_TIME AS OF L.order_time" in lines[1]
-    assert [line.strip() for line in lines[2:7]] == SEED_TABLE
-    assert lines[7].startswith("streamjoin demo: metrics were served at http://127.0.0.1:")
-    assert len(lines) == 8
+    assert lines[1] == "streamjoin demo: the job, as Flink SQL (STREAMJOIN_SQL):"
+    assert textwrap.indent(SCRIPT.format(suffix=""), "  ") in result.stdout  # the seed's query
+    tail = lines[-7:]  # what the join wrote
+    assert tail[0] == "streamjoin demo: 5 rows reached orders_enriched:"
+    assert [line.strip() for line in tail[1:6]] == SEED_TABLE
+    assert tail[6].startswith("streamjoin demo: metrics were served at http://127.0.0.1:")
+    assert len(lines) == 2 + 1 + len(SCRIPT.splitlines()) + 1 + 7  # the script between blanks
     noise = [line for line in result.stderr.splitlines()
              if "Python worker" in line or "log4j" in line or "setLogLevel" in line]  # fmt: skip
     assert noise == []

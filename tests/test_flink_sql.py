@@ -1,0 +1,236 @@
+"""Flink SQL compiled into the variables it stands for (`app.flink_sql`), and refused where
+streamjoin does not run it: the line and the construct."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import ConfigError, load_config
+from app.demo import SCRIPT
+from app.flink_sql import SqlError, compile_script, statements
+
+ORDERS = """CREATE TABLE orders (
+  order_id STRING NOT NULL,
+  product_id STRING,
+  ms BIGINT,
+  order_time AS TO_TIMESTAMP_LTZ(ms, 3),
+  proc AS PROCTIME(),
+  WATERMARK FOR order_time AS order_time - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json',
+        'properties.bootstrap.servers' = 'kafka:9092', 'properties.group.id' = 'g',
+        'scan.startup.mode' = 'latest-offset');
+"""
+PRODUCTS = """CREATE TABLE products (
+  product_id STRING,
+  name STRING,
+  price DECIMAL(10, 2),
+  ts TIMESTAMP_LTZ(3) METADATA FROM 'timestamp',
+  PRIMARY KEY (product_id) NOT ENFORCED,
+  WATERMARK FOR ts AS ts
+) WITH ('connector' = 'upsert-kafka', 'topic' = 'products', 'key.format' = 'json',
+        'value.format' = 'json', 'properties.bootstrap.servers' = 'kafka:9092');
+"""
+OUT = """CREATE TABLE out (order_id STRING, name STRING, price DECIMAL(10, 2))
+WITH ('connector' = 'kafka', 'topic' = 'out', 'format' = 'debezium-json');
+"""
+
+
+def compiled(query: str, tables: str = ORDERS + PRODUCTS + OUT) -> dict[str, str]:
+    return compile_script(tables + query).variables
+
+
+def refusal(script: str) -> str:
+    with pytest.raises(SqlError) as refused:
+        compile_script(script)
+    return str(refused.value)
+
+
+def test_the_seeds_temporal_join_compiles_to_the_demos_variables() -> None:
+    variables = compile_script(SCRIPT.format(suffix="")).variables
+    assert variables["JOIN_TYPE"] == "temporal" and variables["JOIN_KIND"] == "left"
+    assert variables["LEFT_TIME"] == "order_time" and variables["RIGHT_TIME"] == "update_time"
+    assert variables["RIGHT_METADATA"] == "update_time=value.source.timestamp"
+    assert variables["RIGHT_FORMAT"] == "debezium-json"
+    assert variables["RIGHT_PRIMARY_KEY"] == "product_id"
+    assert variables["JOIN_ON"] == "L.product_id = R.product_id"
+    # the select list takes the output table's names, by position
+    assert variables["JOIN_SELECT"] == ("L.order_id AS order_id, L.order_time AS order_time, "
+                                        "R.product_name AS product_name, R.update_time AS "
+                                        "update_time, R.price AS price")  # fmt: skip
+    assert variables["OUTPUT_ENCODING"] == "append"
+
+
+def test_connector_options_become_the_inputs_and_outputs_variables() -> None:
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
+        "FULL OUTER JOIN products AS p ON o.product_id = p.product_id;"
+    )
+    assert variables["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert "KAFKA_group.id" not in variables  # offsets live in the checkpoint
+    assert variables["STARTING_OFFSETS"] == "latest"
+    assert variables["LEFT_SCHEMA"] == ("order_id STRING, product_id STRING, "
+                                        "ms TIMESTAMP_LTZ(3)")  # fmt: skip
+    assert variables["LEFT_TIME"] == "ms" and variables["LEFT_WATERMARK_DELAY"] == "5000ms"
+    assert variables["RIGHT_FORMAT"] == "upsert"
+    assert variables["RIGHT_METADATA"] == "ts=timestamp"
+    assert variables["OUTPUT_ENCODING"] == "debezium-json"
+    assert (variables["JOIN_TYPE"], variables["JOIN_KIND"]) == ("regular", "full")
+
+
+@pytest.mark.parametrize(
+    ("query", "join_type", "on"),
+    [
+        # the bounds in ON, BETWEEN, a computed epoch column read as the column it reads
+        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
+         "p.product_id AND o.order_time BETWEEN p.ts - INTERVAL '1' HOUR AND p.ts",
+         "interval", "L.product_id = R.product_id AND L.ms BETWEEN R.ts - INTERVAL '1' HOUR "
+         "AND R.ts"),
+        # a comma join, the bounds in WHERE as comparisons
+        ("SELECT order_id, name, price FROM orders o, products p WHERE o.product_id = "
+         "p.product_id AND o.order_time >= p.ts AND o.order_time < p.ts + INTERVAL '1' MINUTE",
+         "interval", "L.product_id = R.product_id AND L.ms >= R.ts AND L.ms < R.ts + "
+         "INTERVAL '1' MINUTE"),
+        ("SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
+         "OF o.order_time AS p ON o.product_id = p.product_id", "temporal",
+         "L.product_id = R.product_id"),
+        ("SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
+         "OF o.proc AS p ON o.product_id = p.product_id", "temporal-proctime",
+         "L.product_id = R.product_id"),
+    ],
+    ids=["interval-on", "interval-where", "temporal", "temporal-proctime"],
+)  # fmt: skip
+def test_the_join_type_follows_from_the_sql_as_flinks_planner_decides_it(
+    query: str, join_type: str, on: str
+) -> None:
+    variables = compiled(f"INSERT INTO out {query};")
+    assert (variables["JOIN_TYPE"], variables["JOIN_ON"]) == (join_type, on)
+    expected_time = "proctime" if join_type == "temporal-proctime" else "ms"
+    assert variables["LEFT_TIME"] == expected_time
+
+
+@pytest.mark.parametrize(
+    ("query", "kind", "on"),
+    [
+        ("SELECT * FROM orders WHERE product_id IN (SELECT product_id FROM products)", "semi",
+         "L.product_id = R.product_id"),
+        ("SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM products p WHERE p.product_id = "
+         "o.product_id AND p.price > 10)", "semi", "R.product_id = L.product_id AND R.price > 10"),
+        ("SELECT * FROM orders o WHERE NOT EXISTS (SELECT * FROM products p WHERE "
+         "p.product_id = o.product_id)", "anti", "R.product_id = L.product_id"),
+        # nullable: Flink's null-aware NOT IN
+        ("SELECT * FROM orders WHERE product_id NOT IN (SELECT product_id FROM products)",
+         "anti", "L.product_id = R.product_id OR L.product_id IS NULL OR R.product_id IS NULL"),
+    ],
+    ids=["in", "exists", "not-exists", "not-in"],
+)  # fmt: skip
+def test_subqueries_are_semi_and_anti_joins(query: str, kind: str, on: str) -> None:
+    out = ("CREATE TABLE out (order_id STRING, product_id STRING, t TIMESTAMP_LTZ(3)) WITH "
+           "('connector' = 'kafka', 'topic' = 'out', 'format' = 'debezium-json');")  # fmt: skip
+    variables = compiled(f"INSERT INTO out {query};", ORDERS + PRODUCTS + out)
+    assert (variables["JOIN_KIND"], variables["JOIN_ON"]) == (kind, on)
+    # SELECT * is the outer table's columns only, order_time read from the ms it is made of
+    assert variables["JOIN_SELECT"] == ("L.order_id AS order_id, L.product_id AS product_id, "
+                                        "L.ms AS t")  # fmt: skip
+
+
+def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
+    rates = """CREATE TABLE rates (product_id STRING, name STRING, price DECIMAL(10, 2))
+    WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://db:5432/shop', 'table-name' = 'rates',
+          'username' = 'reader', 'lookup.cache' = 'PARTIAL', 'lookup.max-retries' = '5',
+          'lookup.partial-cache.max-rows' = '1000',
+          'lookup.partial-cache.expire-after-write' = '600000');
+    """
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, r.name, r.price FROM orders AS o LEFT JOIN rates "
+        "FOR SYSTEM_TIME AS OF o.proc AS r ON o.product_id = r.product_id;",
+        ORDERS + rates + OUT,
+    )
+    assert variables["JOIN_TYPE"] == "lookup" and variables["LEFT_TIME"] == "proctime"
+    assert variables["LOOKUP_URL"] == "postgresql://reader@db:5432/shop"
+    assert variables["LOOKUP_TABLE"] == "rates" and variables["LOOKUP_CACHE"] == "PARTIAL"
+    assert variables["LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE"] == "600000ms"  # Flink's ms
+    assert variables["LOOKUP_MAX_RETRIES"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("query", "line", "says"),
+    [
+        ("SELECT product_id, COUNT(*), 1 FROM orders GROUP BY product_id", 23,
+         "GROUP BY is not supported"),
+        ("SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
+         "INTERVAL '1' MINUTES))", 25, "the window function TUMBLE is not supported"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
+         "p.product_id JOIN products q ON q.product_id = p.product_id", 23,
+         "3 tables joined: streamjoin joins two"),
+        ("SELECT reflect('java.lang.System', 'getenv', 'X'), p.name, p.price FROM orders o "
+         "JOIN products p ON o.product_id = p.product_id", 23,
+         "function reflect is not supported"),
+        ("SELECT o.order_id, p.name FROM orders o JOIN products p ON o.product_id = "
+         "p.product_id", 23, "the SELECT gives 2 columns, the output table has 3"),
+        ("SELECT product_id, name, price FROM orders o JOIN products p ON o.product_id = "
+         "p.product_id", 23, "column product_id is in both tables: qualify it"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN products p ON "
+         "o.product_id = p.product_id WHERE p.price > 1", 23,
+         "a WHERE after a LEFT JOIN is not supported"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o, LATERAL TABLE (Rates(o.order_time)) "
+         "AS p WHERE o.product_id = p.product_id", 23, "is not supported"),
+    ],
+    ids=["group-by", "window-tvf", "three-way", "function", "columns", "ambiguous", "where",
+         "table-function"],
+)  # fmt: skip
+def test_what_streamjoin_does_not_run_is_refused_with_its_line(
+    query: str, line: int, says: str
+) -> None:
+    message = refusal(ORDERS + PRODUCTS + OUT + f"\nINSERT INTO out\n{query};")
+    assert message.startswith(f"line {line}: ") and says in message, message
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'csv'", "'format' 'csv'"),
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'json.ignore-parse-errors' "
+         "= 'true'", "the option 'json.ignore-parse-errors' is not supported"),
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', "
+         "'properties.sasl.jaas.config' = 'x'",
+         "'properties.sasl.jaas.config' is a secret: give it as the variable "
+         "KAFKA_SASL_JAAS_CONFIG"),
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
+         "'group-offsets'", "'scan.startup.mode' 'group-offsets' is not supported"),
+        ("'connector' = 'filesystem', 'path' = '/x'", "'connector' 'filesystem'"),
+    ],
+    ids=["format", "option", "secret", "startup", "connector"],
+)  # fmt: skip
+def test_connector_options_streamjoin_does_not_know_are_refused(table: str, says: str) -> None:
+    script = (f"CREATE TABLE a (k STRING)\n  WITH ({table});\n{PRODUCTS}{OUT}"
+              "INSERT INTO out SELECT a.k, p.name, p.price FROM a JOIN products p ON a.k = "
+              "p.product_id;")  # fmt: skip
+    message = refusal(script)
+    assert message.startswith("line 1: ") and says in message, message
+
+
+def test_statements_keep_their_lines_past_comments_and_quoted_semicolons() -> None:
+    script = "-- a comment; not a statement\nSET 'a' = 'b;c';\n/* two\nlines */ SET x = y;\n"
+    assert list(statements(script)) == [(2, "SET 'a' = 'b;c'"), (4, "SET x = y")]
+
+
+def test_a_variable_that_contradicts_the_sql_is_refused_naming_both() -> None:
+    env = {"STREAMJOIN_SQL": SCRIPT.format(suffix=""), "CHECKPOINT_LOCATION": "/tmp/ck",
+           "KAFKA_BOOTSTRAP_SERVERS": "k:9092", "JOIN_KIND": "inner",
+           "OUTPUT_TOPIC": "orders_enriched"}  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        load_config(env)
+    assert str(refused.value) == (
+        "JOIN_KIND: expected 'left' as line 23 of STREAMJOIN_SQL says (or unset); got 'inner'"
+    )
+    del env["JOIN_KIND"]  # the same value as the SQL's is no contradiction
+    assert load_config(env).join.kind == "left"
+
+
+def test_a_variable_set_by_the_sql_that_is_wrong_is_told_as_the_sqls_line() -> None:
+    script = SCRIPT.format(suffix="").replace("'topic' = 'orders'", "'topic' = 'bad topic!'")
+    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
+           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        load_config(env)
+    assert str(refused.value).startswith("STREAMJOIN_SQL line 1 (LEFT_TOPIC): expected a Kafka")
