@@ -22,13 +22,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
+import sqlglot
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
+from sqlglot.errors import ParseError
 
 from app.config import STATE_BUCKETS, InputConfig
+from app.flink_sql import SqlError, Table, compile_query
 from app.join_plan import bucketed_join
 from app.pipeline import decode_input, join_input, row_type, timed_changes
 from app.projection import project
@@ -38,6 +41,7 @@ from serdes.kafka_source import ARROW_SCHEMA
 from serdes.schema import parse_schema
 from serdes.values import EPOCH
 from state.bucketed_processor import SideSpec
+from state.condition import FLINK_LEXICON
 from state.interval_processor import IntervalJoinSpec
 from state.regular_processor import RegularJoinSpec
 from state.temporal_processor import TemporalJoinSpec
@@ -279,6 +283,34 @@ def _cause(failure: str) -> str:
     return causes[-1].strip() if causes else failure.splitlines()[0]
 
 
+def sql_join(case: dict[str, Any]) -> dict[str, Any]:
+    """The structured join of a case given as `sql` (the oracle's query over its streams),
+    compiled as `STREAMJOIN_SQL`'s query is (`app.flink_sql`): Flink and replay run one text."""
+    if "sql" not in case:
+        raise CaseError("a case needs a `join` or a `sql`")
+    tables = {}
+    for name, stream in case["streams"].items():
+        table = Table(name, 1, primary_key=tuple(stream.get("primary_key") or ()))
+        for field, sql_type in stream["fields"]:
+            declared = re.sub(r"\s+NOT\s+NULL\s*$", "", sql_type, flags=re.I)
+            table.physical.append((field, declared))
+            table.declared.append(field)
+            if declared != sql_type:
+                table.not_null.add(field)
+        if stream.get("rowtime"):
+            table.physical.append((stream["rowtime"], "TIMESTAMP_LTZ(3)"))
+            table.declared.append(stream["rowtime"])
+            table.watermark = (stream["rowtime"], 0)
+        tables[name] = table
+    try:
+        query, _, _ = compile_query(1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON),
+                                    tables, None)  # fmt: skip
+    except (SqlError, ParseError) as err:
+        raise CaseError(f"sql: {err}") from None
+    return {"type": query.type, "kind": query.kind.upper(), "left": query.left,
+            "right": query.right, "on": query.on, "select": query.select}  # fmt: skip
+
+
 def run_case(
     spark: SparkSession, case: dict[str, Any], work: Path, progress: list[dict] | None = None
 ) -> list[tuple[str, dict]]:
@@ -287,8 +319,7 @@ def run_case(
     `progress`, if given, receives the query's progress after every batch fed. A record that
     could not be decoded fails the case, naming why.
     """
-    if "join" not in case:
-        raise CaseError("only structured `join` cases can be replayed, not `sql`")
+    case = {**case, "join": case["join"] if "join" in case else sql_join(case)}
     join, streams = case["join"], case["streams"]
     names = (join["left"], join["right"])
     sources = (
