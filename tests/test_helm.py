@@ -9,6 +9,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app.config import load_config
+from app.demo import SCRIPT
+
 CHART = Path(__file__).parent.parent / "helm" / "streamjoin"
 SCALE_OUT = yaml.safe_load((CHART / "values-scale-out.yaml").read_text())
 KUBERNETES = "1.30"
@@ -24,7 +27,9 @@ def rendered(values: dict | None) -> dict[str, dict]:
     return manifests
 
 
-@pytest.mark.parametrize("values", [None, SCALE_OUT], ids=["default", "scale-out"])
+@pytest.mark.parametrize(
+    "values", [None, SCALE_OUT, {"sql": SCRIPT}], ids=["default", "scale-out", "sql"]
+)
 def test_the_chart_lints_and_every_manifest_validates(values: dict | None) -> None:
     report = helm.lint(CHART, values, strict=True)
     assert report["errors"] == []
@@ -136,3 +141,22 @@ def test_a_wrong_value_fails_at_install_time(values: dict) -> None:
     chart = helm.Chart.load(CHART)
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema(chart.merge_values(values))
+
+
+def test_a_job_given_as_flink_sql_is_mounted_and_is_what_the_pod_runs(tmp_path: Path) -> None:
+    script = SCRIPT.format(suffix="")
+    manifests = rendered({"sql": script})
+    config = manifests["ConfigMap/sj-streamjoin"]["data"]
+    pod = manifests["StatefulSet/sj-streamjoin"]["spec"]["template"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert manifests["ConfigMap/sj-streamjoin-sql"]["data"] == {"job.sql": script}
+    assert volumes["sql"]["configMap"]["name"] == "sj-streamjoin-sql"
+    assert config["STREAMJOIN_SQL_FILE"] == mounts["sql"] + "/job.sql"
+    # the example join's variables give way to the SQL; the operational ones stay
+    assert not any(name.startswith(("LEFT_", "RIGHT_", "JOIN_")) for name in config)
+    assert config["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    (tmp_path / "job.sql").write_text(script)
+    job = load_config(config | {"STREAMJOIN_SQL_FILE": str(tmp_path / "job.sql")})
+    assert (job.join.type, job.join.kind, job.output.topic) == ("temporal", "left",
+                                                                "orders_enriched")  # fmt: skip
