@@ -835,6 +835,9 @@ def compile_script(text: str) -> Compiled:
     else:
         input_table(right, "RIGHT", out, _time_of(right, query.type, "RIGHT"))
     output_table(output, out)
+    if query.type != "regular":  # Flink's TTL for every operator; the others' is their time
+        out.variables.pop("STATE_TTL", None)
+        out.lines.pop("STATE_TTL", None)
     for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
                         ("JOIN_ON", query.on), ("JOIN_SELECT", query.select)):  # fmt: skip
         out.set(name, value, line)

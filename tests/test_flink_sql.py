@@ -3,8 +3,12 @@ streamjoin does not run it: the line and the construct."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+from app.cli import planned
 from app.config import ConfigError, load_config
 from app.demo import SCRIPT
 from app.flink_sql import SqlError, compile_script, statements
@@ -234,3 +238,18 @@ def test_a_variable_set_by_the_sql_that_is_wrong_is_told_as_the_sqls_line() -> N
     with pytest.raises(ConfigError) as refused:
         load_config(env)
     assert str(refused.value).startswith("STREAMJOIN_SQL line 1 (LEFT_TOPIC): expected a Kafka")
+
+
+def test_the_readmes_example_plans_and_its_ttl_is_a_regular_joins_only() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    script = re.search(r"```sql\n(.*?)```", readme, re.S)[1]
+    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
+           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    config = planned(env)
+    assert (config.join.type, config.join.state_ttl_ms) == ("temporal", 0)
+    regular = script.replace("FOR SYSTEM_TIME AS OF o.order_time ", "").replace(
+        "'topic' = 'orders_enriched', 'format' = 'json'",
+        "'topic' = 'orders_enriched', 'format' = 'debezium-json'",  # a LEFT join updates
+    )
+    config = planned(env | {"STREAMJOIN_SQL": regular})
+    assert (config.join.type, config.join.state_ttl_ms) == ("regular", 86_400_000)
