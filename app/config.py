@@ -19,7 +19,8 @@ from typing import TypeVar
 
 from pyspark.sql.types import TimestampType
 
-from app.flink_sql import SQL_VARIABLES, SqlError, compile_script
+from app.flink_ddl import SqlError
+from app.flink_sql import SQL_VARIABLES, compile_script
 from app.lookup_config import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
 from app.redaction import shown_value
 from serdes.schema import Column, SchemaError, parse_schema

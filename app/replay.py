@@ -31,7 +31,8 @@ from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
 from app.config import STATE_BUCKETS, InputConfig
-from app.flink_sql import SqlError, Table, compile_query
+from app.flink_ddl import SqlError, Table
+from app.flink_sql import compile_query
 from app.join_plan import bucketed_join
 from app.pipeline import decode_input, join_input, row_type, timed_changes
 from app.projection import project

@@ -11,7 +11,8 @@ import pytest
 from app.cli import planned
 from app.config import ConfigError, load_config
 from app.demo import SCRIPT
-from app.flink_sql import SqlError, compile_script, statements
+from app.flink_ddl import SqlError, statements
+from app.flink_sql import compile_script
 
 ORDERS = """CREATE TABLE orders (
   order_id STRING NOT NULL,
