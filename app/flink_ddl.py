@@ -43,7 +43,8 @@ class Table:
     not_null: set[str] = field(default_factory=set)
     metadata: dict[str, str] = field(default_factory=dict)  # column -> metadata key
     proctime: str | None = None  # a `name AS PROCTIME()` column
-    epoch_ms: dict[str, str] = field(default_factory=dict)  # `t AS TO_TIMESTAMP_LTZ(ms, 3)`
+    # `t AS TO_TIMESTAMP_LTZ(ms, 3)`, `t AS CAST(s AS TIMESTAMP(3))`: t -> (ms, its new type)
+    converted: dict[str, tuple[str, str]] = field(default_factory=dict)
     watermark: tuple[str, int] | None = None  # (rowtime column, delay ms)
     primary_key: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
@@ -52,12 +53,12 @@ class Table:
     def columns(self) -> list[str]:
         """Every column a query can name, in declared order: not the proctime one (it has no
         value here), nor the column a TO_TIMESTAMP_LTZ column reads (it becomes that one)."""
-        hidden = {self.proctime, *self.epoch_ms.values()}
+        hidden = {self.proctime, *(source for source, _ in self.converted.values())}
         return [name for name in self.declared if name not in hidden]
 
     def stored(self, column: str) -> str:
         """The column of the records a query's column is: `t AS TO_TIMESTAMP_LTZ(ms, 3)` is ms."""
-        return self.epoch_ms.get(column, column)
+        return self.converted[column][0] if column in self.converted else column
 
 
 @dataclass
@@ -171,7 +172,17 @@ _KEY = re.compile(
     rf"^(?:CONSTRAINT\s+{_NAME}\s+)?PRIMARY\s+KEY\s*\(([^)]*)\)\s*(NOT\s+ENFORCED)?$", re.I
 )
 _COMPUTED = re.compile(rf"^({_NAME})\s+AS\s+(.+)$", re.I | re.S)
-_EPOCH = re.compile(rf"^TO_TIMESTAMP_LTZ\s*\(\s*({_NAME})\s*,\s*3\s*\)$", re.I)
+# A computed column that converts one column, read as that column declared with the type (the
+# decoders read epoch milliseconds and SQL timestamp strings into a timestamp as these do).
+_CONVERSIONS = (
+    (re.compile(rf"^TO_TIMESTAMP_LTZ\s*\(\s*({_NAME})\s*,\s*3\s*\)$", re.I), "TIMESTAMP_LTZ(3)"),
+    (
+        re.compile(
+            rf"^CAST\s*\(\s*({_NAME})\s+AS\s+(TIMESTAMP(?:_LTZ)?\s*\(\s*[0-9]\s*\))\s*\)$", re.I
+        ),
+        "",
+    ),
+)
 _METADATA_COLUMN = re.compile(
     rf"^({_NAME})\s+(.+?)\s+METADATA(?:\s+FROM\s+('(?:[^']|'')*'))?(?:\s+VIRTUAL)?$", re.I | re.S
 )
@@ -235,11 +246,16 @@ def _column(table: Table, item: str) -> None:
         table.declared.append(name)
         if re.fullmatch(r"PROCTIME\s*\(\s*\)", expression, re.I):
             table.proctime = name
-        elif epoch := _EPOCH.match(expression):
-            table.epoch_ms[name] = unquote(epoch[1])
         else:
-            raise SqlError(line, f"{where}: the computed column {name} AS {expression} is not "
-                           "supported (PROCTIME(), TO_TIMESTAMP_LTZ(column, 3))")  # fmt: skip
+            found = [
+                (m, kind) for pattern, kind in _CONVERSIONS if (m := pattern.match(expression))
+            ]
+            if not found:
+                raise SqlError(line, f"{where}: the computed column {name} AS {expression} is "
+                               "not supported (PROCTIME(), TO_TIMESTAMP_LTZ(column, 3), "
+                               "CAST(column AS TIMESTAMP(p)))")  # fmt: skip
+            conversion, kind = found[0]
+            table.converted[name] = (unquote(conversion[1]), kind or conversion[2].upper())
     elif match := _PHYSICAL.match(item):
         name = unquote(match[1])
         table.physical.append((name, match[2]))
@@ -262,11 +278,11 @@ def duration(text: str) -> str:
 
 def _schema(table: Table) -> str:
     types = dict(table.physical)
-    for column, stored in table.epoch_ms.items():
+    for column, (stored, kind) in table.converted.items():
         if stored not in types:
-            raise SqlError(table.line, f"CREATE TABLE {table.name}: {column} AS TO_TIMESTAMP_LTZ"
-                           f"({stored}, 3) names no column")  # fmt: skip
-        types[stored] = "TIMESTAMP_LTZ(3)"  # epoch milliseconds read as Flink's function does
+            raise SqlError(table.line, f"CREATE TABLE {table.name}: the computed column {column} "
+                           f"reads {stored}, which is no column")  # fmt: skip
+        types[stored] = kind
     return ", ".join(f"{name} {kind}" for name, kind in types.items())
 
 

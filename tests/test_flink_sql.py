@@ -4,6 +4,7 @@ streamjoin does not run it: the line and the construct."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from app.config import ConfigError, load_config
 from app.demo import SCRIPT
 from app.flink_ddl import SqlError, statements
 from app.flink_sql import compile_script
+from tests.service import run_to_exit, service_env, streamjoin_command
 
 ORDERS = """CREATE TABLE orders (
   order_id STRING NOT NULL,
@@ -254,3 +256,41 @@ def test_the_readmes_example_plans_and_its_ttl_is_a_regular_joins_only() -> None
     )
     config = planned(env | {"STREAMJOIN_SQL": regular})
     assert (config.join.type, config.join.state_ttl_ms) == ("regular", 86_400_000)
+
+
+def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
+    script = ORDERS + PRODUCTS + OUT + "\nINSERT INTO out\nSELECT product_id, COUNT(*), 1 FROM "
+    env = service_env(STREAMJOIN_SQL=script + "orders GROUP BY product_id;",
+                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
+    result = run_to_exit(env, timeout_s=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 23: GROUP BY is "
+        "not supported: streamjoin runs one join"
+    ]
+
+
+def test_explain_prints_the_plan_and_the_variables_the_sql_stands_for(tmp_path: Path) -> None:
+    env = service_env(STREAMJOIN_SQL=SCRIPT.format(suffix=""), KAFKA_BOOTSTRAP_SERVERS="k:9092",
+                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
+    result = subprocess.run([*streamjoin_command(), "explain"], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "join: temporal LEFT" in lines  # no broker answers k:9092: explain does not ask
+    assert "  JOIN_ON=L.product_id = R.product_id" in lines
+    assert "  RIGHT_METADATA=update_time=value.source.timestamp" in lines
+    assert f"  STREAMJOIN_SQL=<{len(SCRIPT.strip().splitlines())} lines of Flink SQL>" in lines
+
+
+def test_a_cast_computed_column_is_the_column_it_reads_declared_as_a_timestamp() -> None:
+    orders = ORDERS.replace("ms BIGINT", "ms STRING").replace(
+        "TO_TIMESTAMP_LTZ(ms, 3)", "CAST(ms AS TIMESTAMP(3))"
+    )
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR "
+        "SYSTEM_TIME AS OF o.order_time AS p ON o.product_id = p.product_id;",
+        orders + PRODUCTS + OUT,
+    )
+    assert variables["LEFT_SCHEMA"].endswith("ms TIMESTAMP(3)")
+    assert variables["LEFT_TIME"] == "ms"
