@@ -168,6 +168,8 @@ class Config:
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
+    # a variable STREAMJOIN_SQL set -> where: `STREAMJOIN_SQL line 3 (LEFT_TOPIC)`
+    sql_origin: dict[str, str] = field(default_factory=dict)
 
     def kafka_client_config(self) -> dict[str, str]:
         """librdkafka settings shared by every client the service creates."""
@@ -509,7 +511,7 @@ def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, 
     return {**env, **compiled.variables}, origin
 
 
-def _traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
+def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
     """An error in a variable the SQL set, told as the SQL's line."""
     if error.variable not in origin:
         return error
@@ -601,6 +603,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         ),
         spark_conf=_spark_conf(read),
         lookup=lookup,
+        sql_origin=origin,
     )  # fmt: skip
-    raise_all([_traced(error, origin) for error in read.errors.values()])
+    raise_all([traced(error, origin) for error in read.errors.values()])
     return config

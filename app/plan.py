@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from app.condition_check import condition_problem
-from app.config import FORWARD, Config, ConfigError, InputConfig, raise_all
+from app.config import FORWARD, Config, ConfigError, InputConfig, raise_all, traced
 from app.lookup_config import LOOKUP
 from app.projection import select_expressions, selected_columns
 from state.bucketed_processor import PROCTIME, SideSpec
@@ -254,5 +254,5 @@ def plan_errors(config: Config) -> list[ConfigError]:
 
 def check_plan(config: Config) -> None:
     """Raise ConfigError (ConfigErrors: several), naming each variable, for a join this
-    service cannot run."""
-    raise_all(plan_errors(config))
+    service cannot run (told as the SQL's line for a variable `STREAMJOIN_SQL` set)."""
+    raise_all([traced(error, config.sql_origin) for error in plan_errors(config)])

@@ -294,3 +294,14 @@ def test_a_cast_computed_column_is_the_column_it_reads_declared_as_a_timestamp()
     )
     assert variables["LEFT_SCHEMA"].endswith("ms TIMESTAMP(3)")
     assert variables["LEFT_TIME"] == "ms"
+
+
+def test_a_join_the_plan_refuses_is_told_as_the_sqls_line() -> None:
+    script = SCRIPT.format(suffix="").replace(
+        "ON O.product_id = P.product_id", "ON O.product_id = P.price"
+    )
+    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
+           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        planned(env)
+    assert str(refused.value).startswith("STREAMJOIN_SQL line 23 (JOIN_ON): expected a condition")
