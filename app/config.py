@@ -23,6 +23,7 @@ from app.flink_ddl import SqlError
 from app.flink_sql import SQL_VARIABLES, compile_script
 from app.lookup_config import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
 from app.redaction import shown_value
+from serdes.decode import METADATA_TYPES
 from serdes.schema import Column, SchemaError, parse_schema
 from state.condition import ConditionError, parse_condition
 
@@ -363,11 +364,6 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
     )
 
 
-# What each metadata key's column is declared as (Flink's Kafka and Debezium metadata).
-_METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
-                   "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
-
-
 def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
               ) -> tuple[tuple[str, str], ...]:  # fmt: skip
     """`<SIDE>_METADATA`: `column=key,…`, Flink's `column TYPE METADATA FROM 'key'`."""
@@ -378,10 +374,10 @@ def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
     found = []
     for pair in text.split(","):
         column, _, key = (part.strip() for part in pair.partition("="))
-        want = _METADATA_TYPES.get(key)
+        want = METADATA_TYPES.get(key)
         if want is None or column not in declared:
             read.fail(ConfigError(name, f"column=key pairs, the columns of {prefix}_SCHEMA, the "
-                                  "keys " + ", ".join(_METADATA_TYPES), text))  # fmt: skip
+                                  "keys " + ", ".join(METADATA_TYPES), text))  # fmt: skip
             return ()
         if not declared[column].startswith(want):
             read.fail(ConfigError(name, f"{column} declared as {key} is ({want})", text))

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.redaction import is_secret
+from serdes.decode import METADATA_TYPES
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
 _UNITS_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000,
@@ -21,7 +22,6 @@ _UNITS_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_0
 _FORMATS = {"json": "json", "avro-confluent": "avro-confluent", "debezium-json": "debezium-json",
             "debezium-avro-confluent": "debezium-avro-confluent"}  # fmt: skip
 _STARTUP = {"earliest-offset": "earliest", "latest-offset": "latest"}
-_METADATA = ("timestamp", "value.source.timestamp", "partition", "offset", "topic")
 # Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
 _IGNORED = {"properties.group.id", "value.fields-include", "sink.partitioner"}
 
@@ -235,9 +235,9 @@ def _column(table: Table, item: str) -> None:
     elif match := _METADATA_COLUMN.match(item):
         name = unquote(match[1])
         key = sql_string(match[3]) if match[3] else name
-        if key not in _METADATA:
+        if key not in METADATA_TYPES:
             raise SqlError(line, f"{where}: METADATA FROM '{key}' is not supported (one of "
-                           + ", ".join(_METADATA) + ")")  # fmt: skip
+                           + ", ".join(METADATA_TYPES) + ")")  # fmt: skip
         table.physical.append((name, match[2]))
         table.declared.append(name)
         table.metadata[name] = key

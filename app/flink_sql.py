@@ -102,7 +102,7 @@ class _Sides:
         return found[0]
 
     def rewrite(self, node: exp.Expression) -> exp.Expression:
-        """Columns as `L.x` / `R.y` (a computed epoch column as the column it reads)."""
+        """Columns as `L.x` / `R.y` (a computed column as the column it converts)."""
 
         def one(part: exp.Expression) -> exp.Expression:
             if isinstance(part, exp.Column) and not isinstance(part.this, exp.Star):

@@ -106,6 +106,9 @@ METADATA: dict[str, Callable[[Format, dict], Any]] = {
     "offset": lambda _fmt, record: record["offset"],
     "topic": lambda _fmt, record: record["topic"],
 }
+# What a column filled with each key is declared as (Flink's Kafka and Debezium metadata).
+METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
+                  "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
 _SPECIAL_TIMES = {"kafka_timestamp": "timestamp", "source_ts_ms": "value.source.timestamp"}
 
 
