@@ -14,18 +14,33 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
 
 from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
 
 ALIASES = ("L", "R")
-# Flink quotes names with backticks and strings with single quotes, as Spark SQL does: sqlglot's
-# Spark dialect reads `1-_./Ü` as a name where its default one fails.
-FLINK_LEXICON = "spark"
+
+
+class FlinkLexicon(Spark):
+    """Flink SQL's lexical rules, as a sqlglot dialect for reading and writing conditions.
+
+    Flink quotes names with backticks and strings with single quotes, as Spark SQL does (sqlglot's
+    Spark dialect reads `1-_./Ü` as a name where its default one fails), but a quote inside a
+    string is doubled, `'it''s'`, and a backslash is an ordinary character. Spark's rules read
+    `'it''s'` as two adjacent strings, 'it' || 's', so `R.name = 'it''s'` matched "its": a wrong
+    result, hence this dialect rather than Spark's.
+    """
+
+    class Tokenizer(Spark.Tokenizer):
+        STRING_ESCAPES: ClassVar[list[str]] = ["'"]
+
+
+FLINK_LEXICON = FlinkLexicon
 
 # A compiled expression: (left row, right row) -> value; None is SQL's NULL / UNKNOWN.
 Evaluator = Callable[[Sequence[Any], Sequence[Any]], Any]

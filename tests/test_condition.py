@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 
 from state.condition import (
+    FLINK_LEXICON,
     ConditionError,
     compile_matcher,
     compile_predicate,
@@ -40,6 +41,21 @@ def test_three_valued_logic() -> None:
     assert predicate("L.x BETWEEN R.y - 1 AND R.y + 1")((1, 5), (1, 6)) is True
     assert predicate("L.x * 2 = R.y")((1, Decimal("1.5")), (1, 3)) is True
     assert predicate("L.a = 'p1'")(("p1", 0), (1, 3)) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("L.a = 'it''s'", "it's"), ("L.a = 'C:\\temp\\'", "C:\\temp\\"), ("L.a = 'a\\nb'", "a\\nb")],
+)
+def test_strings_are_read_as_flink_reads_them(text: str, value: str) -> None:
+    """A doubled quote is one quote and a backslash is itself, as in Flink SQL; the condition
+    written back (the compiled JOIN_ON of a SQL script) reads the same. Spark's rules read
+    'it''s' as 'it' || 's'."""
+    assert predicate("L.a = 'it''s'")(("its", 0), ()) is False
+    assert predicate(text)((value, 0), ()) is True
+    assert predicate(text)((value + "x", 0), ()) is False
+    again = parse_condition(parse_condition(text).sql(FLINK_LEXICON))
+    assert predicate(again.sql(FLINK_LEXICON))((value, 0), ()) is True
 
 
 @pytest.mark.parametrize(

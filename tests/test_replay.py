@@ -55,11 +55,23 @@ def test_regular_joins_end_in_flinks_final_tables(spark, tmp_path: Path) -> None
 
 
 def test_a_case_that_cannot_run_gets_an_error_line_and_a_failing_exit(spark, tmp_path) -> None:
-    case = {"id": "by_sql", "streams": {}, "sql": "SELECT 1"}
-    code, lines = run(spark, [case], tmp_path)
+    """A query streamjoin refuses (an aggregate over the join) and a case with no query at all
+    each get one error line naming why; nothing runs."""
+    streams = {name: {"fields": [["k", "INT"], ["v", "STRING"]], "rows": []} for name in ("a", "b")}
+    grouped = {
+        "id": "grouped",
+        "streams": streams,
+        "sql": "SELECT a.k, COUNT(*) FROM a JOIN b ON a.k = b.k GROUP BY a.k",
+    }
+    no_query = {"id": "no_query", "streams": streams}
+    code, lines = run(spark, [grouped, no_query], tmp_path)
     assert code == 1
     assert lines == [
-        {"case": "by_sql", "error": "only structured `join` cases can be replayed, not `sql`"}
+        {
+            "case": "grouped",
+            "error": "sql: line 1: GROUP BY is not supported: streamjoin runs one join",
+        },
+        {"case": "no_query", "error": "a case needs a `join` or a `sql`"},
     ]
 
 
