@@ -85,7 +85,7 @@ def test_conditions_on_the_table_alone_are_pushed_down_and_the_rest_evaluated_af
 
 
 def test_queries_take_every_value_as_a_parameter() -> None:
-    pushed = split_residual(parse_condition("R.category = 'x\\' OR 1=1 --'")).pushed
+    pushed = split_residual(parse_condition("R.category = 'x\\'' OR 1=1 --'")).pushed
     one = TableLookup("postgresql://u@h/db", "shop.products", ("pid", "name", "category"),
                       ("pid",), ("text",), pushed)  # fmt: skip
     assert one.batch_query() == (
@@ -96,7 +96,7 @@ def test_queries_take_every_value_as_a_parameter() -> None:
         'SELECT "pid", "name", "category" FROM "shop"."products" WHERE "pid" = $1 AND '
         '"category" = $2'
     )
-    assert one.parameters() == ["x' OR 1=1 --"]
+    assert one.parameters() == ["x\\' OR 1=1 --"]
     two = TableLookup("postgresql://u@h/db", "t", ("a", "b", "v"), ("a", "b"),
                       ("integer", "character varying(8)"))  # fmt: skip
     assert two.batch_query() == (
