@@ -147,21 +147,23 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
         table.stats.latencies_s = []
         for batch in batches:
             lefts = [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
+            keys = list(dict.fromkeys(k for k in map(join.key, lefts) if k is not None))
             found: dict[Key, list[Row]] = {}
             missing: list[Key] = []
-            for key in dict.fromkeys(k for k in map(join.key, lefts) if k is not None):
-                rows = cache.get(key)
-                (missing.append(key) if rows is None else found.__setitem__(key, rows))
-            counts[("key",)] = counts.get(("key",), 0) + len(found) + len(missing)
-            counts[("hit",)] = counts.get(("hit",), 0) + len(found)
-            counts[("miss",)] = counts.get(("miss",), 0) + len(missing)
             try:
+                for key in keys:
+                    rows = cache.get(key)  # a FULL cache (re)loads the table here
+                    (missing.append(key) if rows is None else found.__setitem__(key, rows))
                 fetched = table.fetch(missing)
             except LookupFailed as error:
                 if letters is None:
                     raise
-                lefts = _dead_lettered(batch, lefts, set(missing), join, error, letters, undone)
+                failed = set(keys) - found.keys()
+                lefts = _dead_lettered(batch, lefts, failed, join, error, letters, undone)
                 fetched = {}
+            counts[("key",)] = counts.get(("key",), 0) + len(keys)
+            counts[("hit",)] = counts.get(("hit",), 0) + len(found)
+            counts[("miss",)] = counts.get(("miss",), 0) + len(keys) - len(found)
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)

@@ -231,14 +231,19 @@ def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
 def test_with_dead_letters_a_failed_lookup_sends_its_order_there_and_the_run_goes_on(
     kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
 ) -> None:
+    """With a FULL cache: the reload after the crash fails, and the orders of that batch are
+    dead-lettered (a lookup query failing, without a cache, is the timeout test's)."""
     orders, out = topics
     env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
-                     LOOKUP_ON_ERROR="dead-letter", LOOKUP_MAX_RETRIES="0",
-                     LOOKUP_TIMEOUT="2s")  # fmt: skip
+                     LOOKUP_ON_ERROR="dead-letter", LOOKUP_MAX_RETRIES="0", LOOKUP_TIMEOUT="2s",
+                     LOOKUP_CACHE="full", LOOKUP_FULL_CACHE_RELOAD_INTERVAL="1s")  # fmt: skip
     send_orders(kafka, orders, [("o1", "p1")])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
     try:
         postgres.crash()
+        crashed = time.monotonic()
+        while time.monotonic() - crashed < 1.1:  # past the reload interval, whatever the load
+            time.sleep(0.1)
         send_orders(kafka, orders, [("o2", "p2"), ("o3", "p3")])
         letters = lambda: committed_output(kafka, f"{out}.dlq", f"{out}.markers")  # noqa: E731
         wait_for(lambda: len(letters()) == 2, 120, "no dead letters", service)
