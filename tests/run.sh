@@ -7,4 +7,4 @@ python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-exec .venv/bin/python -m pytest -ra --durations=10 "$@"
+exec .venv/bin/python -m pytest -ra --durations=25 "$@"
