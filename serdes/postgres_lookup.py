@@ -140,9 +140,17 @@ class PostgresTable:
         return self._pool
 
     async def _query(self, sql: str, *args: Any) -> list[Row]:
-        """One query, retried on a fresh connection; `LookupFailed` once retries run out."""
-        for attempt in range(self.lookup.max_retries + 1):
-            started = time.monotonic()
+        """One query, retried on a fresh connection; `LookupFailed` once retries run out.
+
+        A pooled connection that died while idle (the server restarted since this worker's
+        last lookup) fails its first use: that query is re-sent at once on a fresh pool and
+        not counted as an attempt, as a pool that tests a connection before lending it would
+        have done. Without this, with `LOOKUP_MAX_RETRIES=0`, the first order after a restart
+        failed in whichever worker had not looked anything up while the server was down.
+        """
+        attempt, stale_possible = 0, True
+        while True:
+            started, reused = time.monotonic(), self._pool is not None
             try:
                 pool = await self._connected()
                 async with pool.acquire() as connection:
@@ -160,6 +168,9 @@ class PostgresTable:
                 # the pool's other connections died with this one (a restarted server): the
                 # next attempt, or the next batch's lookups, start on fresh connections
                 await self._reset()
+                if reused and stale_possible and not isinstance(error, asyncio.TimeoutError):
+                    stale_possible = False
+                    continue
                 if attempt == self.lookup.max_retries:
                     self.stats.errors += 1
                     reason = "timed out" if isinstance(error, asyncio.TimeoutError) else error
@@ -169,7 +180,7 @@ class PostgresTable:
                     ) from None
                 self.stats.retries += 1
                 await asyncio.sleep(RETRY_BASE_S * 2**attempt)
-        raise AssertionError("unreachable")
+                attempt += 1
 
     async def _reset(self) -> None:
         if self._pool is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.redaction import MASK
+from serdes.postgres_lookup import LookupFailed, PostgresTable, TableLookup
 from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
 from tests.service import Service, run_to_exit, service_env, streamjoin_command
@@ -226,6 +227,28 @@ def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
     ) in lines
     assert "  evaluated after the lookup: L.order_id <> R.name" in lines
     assert "hunter2-lookup" not in result.stdout + result.stderr
+
+
+def test_after_a_database_restart_the_first_lookup_needs_no_retry(
+    postgres: PostgresCluster, table: str
+) -> None:
+    """A worker's pooled connection died with the server: its next lookup is re-sent on a fresh
+    connection, not failed, even with `LOOKUP_MAX_RETRIES=0`; a server still down fails it."""
+    lookup = TableLookup(f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres", table,
+                         ("product_id", "name"), ("product_id",), ("text",), max_retries=0,
+                         timeout_s=5)  # fmt: skip
+    worker = PostgresTable(lookup)
+    assert worker.fetch([("p1",)]) == {("p1",): [("p1", "scooter")]}
+    postgres.crash()
+    postgres.start()
+    assert worker.fetch([("p3",)]) == {("p3",): [("p3", "kite")]}
+    assert (worker.stats.retries, worker.stats.errors) == (0, 0)
+    postgres.crash()
+    try:
+        with pytest.raises(LookupFailed, match="failed after 1 attempts"):
+            worker.fetch([("p2",)])
+    finally:
+        postgres.start()
 
 
 def test_with_dead_letters_a_failed_lookup_sends_its_order_there_and_the_run_goes_on(
