@@ -93,7 +93,9 @@ def run(env: Mapping[str, str]) -> int:
 
     stop = install_stop_signals()
     try:
-        spark = build_session(config.spark_master, config.spark_conf)
+        spark = build_session(
+            config.spark_master, config.spark_conf, checkpoint=config.checkpoint_location
+        )
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))

@@ -215,7 +215,9 @@ def demo(env: Mapping[str, str]) -> int:
         )
         _write_inputs(bootstrap, {"orders": config.left.topic,
                                   "product_changelog": config.right.topic})  # fmt: skip
-        spark = build_session(config.spark_master, config.spark_conf)
+        spark = build_session(
+            config.spark_master, config.spark_conf, checkpoint=config.checkpoint_location
+        )
         stack.callback(spark.stop)
         metrics = ServiceMetrics(spark.sparkContext)
         port = metrics.serve(config.metrics_port)

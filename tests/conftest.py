@@ -23,7 +23,8 @@ def kafka() -> Iterator[str]:
 def spark():
     from app.spark import build_session
 
-    session = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    # its queries checkpoint under pytest's temporary directories: local, as the service's
+    session = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, checkpoint="/tmp")
     yield session
     session.stop()
 

@@ -19,7 +19,7 @@ from app.checkpoint import (
 from app.config import load_config
 from app.pipeline import writers
 from app.preflight import StartupError
-from app.spark import task_slots
+from app.spark import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
 from serdes.kafka_transactions import ExactlyOnce
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
@@ -125,3 +125,12 @@ def test_a_new_checkpoint_takes_eight_buckets_per_partition_an_old_one_keeps_its
     assert state_buckets(spark, checkpoint) == 8 * 2  # the session's 2 shuffle partitions
     check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 128})
     assert state_buckets(spark, checkpoint) == 128
+
+
+def test_a_local_checkpoint_renames_its_files_itself_and_others_keep_sparks_manager() -> None:
+    """A local path or file: URL (a volume in Kubernetes) gets the manager whose rename is the
+    file system's own; HDFS keeps Spark's default, whose rename may overwrite."""
+    local = {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
+    assert checkpoint_conf("/var/lib/streamjoin/checkpoint") == local
+    assert checkpoint_conf("file:///var/lib/streamjoin/checkpoint") == local
+    assert checkpoint_conf("hdfs://namenode:8020/streamjoin") == {}
