@@ -90,7 +90,10 @@ class PartitionBounds:
                 if time.monotonic() > deadline:
                     missing = sorted(set(listed) - set(found))
                     raise TimeoutError(f"no end of partitions {missing} of {self.topic!r}")
-                for message in self._consumer.consume(num_messages=10_000, timeout=0.2):
+                # returns once as many events as ends still missing are there (consume waits
+                # out its timeout for fewer: 0.2 s a trigger and source while data arrived)
+                events = self._consumer.consume(num_messages=len(listed) - len(found), timeout=0.2)
+                for message in events:
                     error = message.error()
                     if error is None:
                         continue
