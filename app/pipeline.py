@@ -9,6 +9,7 @@ its input.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -32,10 +33,10 @@ from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATI
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.avro_out import as_avro
 from serdes.dead_letters import DeadLetterTopic
-from serdes.decode import Format, Tally, decoded_schema, decoder
+from serdes.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
 from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
-from serdes.kafka_datasource import NAME, kafka_options
+from serdes.kafka_datasource import NAME, decoding_source, kafka_options
 from serdes.kafka_transactions import ExactlyOnce
 from state.normalize import NormalizeProcessor
 
@@ -50,11 +51,11 @@ FORMATS = {
 }
 
 
-def read_input(
-    spark: SparkSession, config: Config, source: InputConfig, drain_marker: Path | None
-) -> DataFrame:
+def read_input(spark: SparkSession, config: Config, source: InputConfig,
+               drain_marker: Path | None, name: str = NAME) -> DataFrame:  # fmt: skip
+    """The input's Kafka records, from the data source registered as `name`."""
     reader = (
-        spark.readStream.format(NAME)
+        spark.readStream.format(name)
         .option("topic", source.topic)
         .option("startingOffsets", config.starting_offsets)
         .options(**kafka_options(config.kafka_client_config()))
@@ -64,6 +65,23 @@ def read_input(
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     return reader.load()
+
+
+def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
+                 letters: DeadLetterTopic, keep_records: bool,
+                 drain_marker: Path | None) -> DataFrame:  # fmt: skip
+    """The input's changes as `decode_input` gives them, decoded by the tasks that read the
+    topic (`serdes.kafka_datasource.decoding_source`), each input under a source name of its
+    own; its dead letters written by those tasks."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records, source.metadata)  # fmt: skip
+    name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
+    spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
+    return read_input(spark, config, source, drain_marker, name)
+
+
+_SOURCE_NAMES = itertools.count()
 
 
 def _header(name: str, value: Column) -> Column:
@@ -146,9 +164,6 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
     return normalized_rows.select("op", "seq", "ts", row)
 
 
-RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "headers")
-
-
 def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False) -> DataFrame:
     """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark; with
     `records`, each with its Kafka record's columns (kept by `decode_input`)."""
@@ -212,9 +227,8 @@ def joined_output(
     for source in (config.left, config.right) if config.lookup is None else (config.left,):
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
-        raw = read_input(spark, config, source, drain_marker)
-        decoded = decode_input(raw, config, source, metrics.dead_letters.accumulator, letters,
-                               keep_records=lookup_letters is not None)  # fmt: skip
+        decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
+                               lookup_letters is not None, drain_marker)  # fmt: skip
         sides.append(timed_changes(decoded, source, records=lookup_letters is not None))
     spec = join_spec(config)
     materialize = upsert_materialized(config)

@@ -58,37 +58,74 @@ def decoded_schema(row_type: StructType) -> StructType:
     )
 
 
+RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "headers")
+
+
 class _Output:
-    """Column buffers for one output batch."""
+    """One output batch, built a column at a time: what was decoded as Python lists, what
+    comes from the Kafka record taken from the input batch by row index (`take`), not copied
+    through Python objects. Every output row is a change or a dead letter of record `src`."""
 
-    def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {
-            name: []
-            for name in ("op", "seq", "row", "timestamp", "event_time", "reason", "error", "key",
-                         "value", "topic", "partition", "offset", "headers")
-        }  # fmt: skip
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+        self.ops: list[str | None] = []
+        self.seqs: list[int | None] = []
+        self.rows: list[tuple | None] = []
+        self.event_times: list[Any] = []
+        self.src: list[int] = []  # the record each output row came from
+        self.kept: list[int | None] = []  # the record again where its columns are kept
+        self.errors: dict[int, DecodeError] = {}  # by output row
+        self._records: list[dict[str, Any]] | None = None
 
-    def change(self, op: str, seq: int, row: tuple, timestamp: Any, event_time: Any,
-               record: dict[str, Any] | None = None) -> None:  # fmt: skip
-        """A decoded change; `record`, when given, keeps the Kafka record it came from."""
-        for name, value in (("op", op), ("seq", seq), ("row", row), ("timestamp", timestamp),
-                            ("event_time", event_time)):  # fmt: skip
-            self.columns[name].append(value)
-        for name in ("reason", "error"):
-            self.columns[name].append(None)
-        for name in ("key", "value", "topic", "partition", "offset", "headers"):
-            self.columns[name].append(None if record is None else record[name])
+    def record(self, index: int) -> dict[str, Any]:
+        """Record `index` of the batch as a dict (the batch is converted once, when first
+        asked: only metadata columns, a special time attribute or a dead letter need it)."""
+        if self._records is None:
+            self._records = self.batch.to_pylist()
+        return self._records[index]
 
-    def dead_letter(self, error: DecodeError, record: dict[str, Any]) -> None:
-        for name in ("op", "seq", "row", "event_time"):
-            self.columns[name].append(None)
-        self.columns["reason"].append(error.reason)
-        self.columns["error"].append(str(error))
-        for name in ("timestamp", "key", "value", "topic", "partition", "offset", "headers"):
-            self.columns[name].append(record[name])
+    def change(self, op: str, seq: int, row: tuple, event_time: Any, src: int,
+               keep_record: bool) -> None:  # fmt: skip
+        """A decoded change of record `src`; `keep_record` keeps that record's columns."""
+        self.ops.append(op)
+        self.seqs.append(seq)
+        self.rows.append(row)
+        self.event_times.append(event_time)
+        self.src.append(src)
+        self.kept.append(src if keep_record else None)
 
-    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pydict(self.columns, schema=schema)
+    def dead_letter(self, error: DecodeError, src: int) -> None:
+        self.errors[len(self.ops)] = error
+        for column in (self.ops, self.seqs, self.rows, self.event_times):
+            column.append(None)
+        self.src.append(src)
+        self.kept.append(src)
+
+    def output(self, schema: pa.Schema) -> pa.RecordBatch:
+        n = len(self.ops)
+        src = pa.array(self.src, pa.int64())
+        kept = pa.array(self.kept, pa.int64()) if any(k is not None for k in self.kept) else None
+
+        def decoded(name: str, values: list) -> pa.Array:
+            return pa.array(values, schema.field(name).type)
+
+        def of_record(name: str) -> pa.Array:  # null where not kept (`take` of a null index)
+            column = self.batch.column(name)
+            return column.take(kept) if kept is not None else pa.nulls(n, column.type)
+
+        def of_error(name: str) -> pa.Array:
+            values = [None] * n
+            for at, error in self.errors.items():
+                values[at] = error.reason if name == "reason" else str(error)
+            return pa.array(values, pa.string())
+
+        columns = {
+            "op": decoded("op", self.ops), "seq": decoded("seq", self.seqs),
+            "row": decoded("row", self.rows), "timestamp": self.batch.column("timestamp").take(src),
+            "event_time": decoded("event_time", self.event_times),
+            "reason": of_error("reason"), "error": of_error("error"),
+        } | {name: of_record(name) for name in RECORD_COLUMNS}  # fmt: skip
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
 class Tally(Protocol):
@@ -110,9 +147,10 @@ METADATA: dict[str, Callable[[Format, dict], Any]] = {
 METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
                   "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
 _SPECIAL_TIMES = {"kafka_timestamp": "timestamp", "source_ts_ms": "value.source.timestamp"}
+_RECORD_KEYS = {"timestamp", "partition", "offset", "topic"}
 
 
-def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict, tuple], Any]:
+def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict | None, tuple], Any]:
     """How a change's event time is found: a column of the row, the Kafka record timestamp,
     Debezium's `source.ts_ms`, or none (`proctime`)."""
     if time in row_type.names:
@@ -126,14 +164,14 @@ def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict, tu
 
 def metadata_filler(
     metadata: tuple[tuple[str, str], ...], row_type: StructType
-) -> Callable[[Format, dict, tuple], tuple]:
+) -> Callable[[Format, dict | None, tuple], tuple]:
     """The row with its metadata columns (column, key) set from the record (as decoded, the
     row has None there: the value does not carry them)."""
     if not metadata:
         return lambda _fmt, _record, row: row
     setters = [(row_type.names.index(column), METADATA[key]) for column, key in metadata]
 
-    def fill(fmt: Format, record: dict, row: tuple) -> tuple:
+    def fill(fmt: Format, record: dict | None, row: tuple) -> tuple:
         values = list(row)
         for index, read in setters:
             values[index] = read(fmt, record)
@@ -172,6 +210,8 @@ def decoder(
 
     event_time = event_time_of(time, row_type)
     with_metadata = metadata_filler(metadata, row_type)
+    # what is read off the Kafka record itself (Debezium's source time is in the value)
+    needs_record = time == "kafka_timestamp" or any(k in _RECORD_KEYS for _, k in metadata)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
@@ -179,30 +219,27 @@ def decoder(
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         for batch in batches:
-            out = _Output()
-            for record in batch.to_pylist():
+            out = _Output(batch)
+            for src, (key, value, offset) in enumerate(zip(
+                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                batch.column("offset").to_pylist(), strict=True,
+            )):  # fmt: skip
                 try:
-                    changes = fmt.decode(record["key"], record["value"])
+                    changes = fmt.decode(key, value)
                 except DecodeError as error:
                     if letters is None:
-                        out.dead_letter(error, record)
+                        out.dead_letter(error, src)
                     else:
-                        letter = letters.letter(error, record)
-                        undecoded.setdefault(record["partition"], []).append(letter)
+                        letter = letters.letter(error, out.record(src))
+                        undecoded.setdefault(out.record(src)["partition"], []).append(letter)
                     reasons[(side, error.reason)] = reasons.get((side, error.reason), 0) + 1
                     continue
-                base = record["offset"] * SEQ_PER_RECORD
+                base = offset * SEQ_PER_RECORD
                 for i, (op, decoded) in enumerate(changes):
-                    row = with_metadata(fmt, record, decoded)
-                    out.change(
-                        op,
-                        base + i,
-                        row,
-                        record["timestamp"],
-                        event_time(fmt, record, row),
-                        record if keep_records else None,
-                    )
-            yield out.batch(schema)
+                    record = out.record(src) if needs_record else None
+                    row = with_metadata(fmt, record, decoded) if metadata else decoded
+                    out.change(op, base + i, row, event_time(fmt, record, row), src, keep_records)
+            yield out.output(schema)
         if letters is not None:
             written = sum(letters.write(p, found) for p, found in undecoded.items())
             if not written:  # by an earlier attempt of this batch, and counted then

@@ -23,11 +23,20 @@ from serdes.values import Converter, DecodeError, converter
 Change = tuple[str, tuple[Any, ...]]
 
 
+def _json_text(value: bytes) -> str | bytes:
+    """The text `json.loads` would read in `value`: decoded here when it starts as an object in
+    UTF-8 (what `json.detect_encoding` concludes from a `{` and a second byte that is not 0),
+    which skips its detection per record; anything else is left to it."""
+    if value[:1] == b"{" and value[1:2] != b"\x00":
+        return value.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8
+    return value
+
+
 def _json_object(value: bytes | None) -> dict[str, Any] | None:
     if value is None:
         return None
     try:
-        data = json.loads(value)
+        data = json.loads(_json_text(value))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DecodeError("bad-json", str(err)) from None
     if not isinstance(data, dict):
@@ -40,6 +49,7 @@ class RowBuilder:
 
     def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
         self.columns = tuple(columns)
+        self.names = tuple(c.name for c in self.columns)
         self.required = set(required)
         self.plain = [converter(c.spark_type) for c in self.columns]
         self._by_connect_schema: dict[str, list[Converter]] = {}
@@ -58,11 +68,11 @@ class RowBuilder:
 
     def build(self, data: dict[str, Any], converters: list[Converter]) -> tuple[Any, ...]:
         values = []
-        for column, convert in zip(self.columns, converters, strict=True):
-            raw = data.get(column.name)
+        for name, convert in zip(self.names, converters, strict=True):
+            raw = data.get(name)
             if raw is None:
-                if column.name in self.required:
-                    raise DecodeError("missing-field", f"required field {column.name!r} is missing")
+                if name in self.required:
+                    raise DecodeError("missing-field", f"required field {name!r} is missing")
                 values.append(None)
             else:
                 values.append(convert(raw))

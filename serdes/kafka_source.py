@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -85,8 +85,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches over one topic; a long-lived object on the driver."""
 
     def __init__(self, topic: str, client_config: dict[str, str], starting: str,
-                 max_records: int | None, drain_marker: str | None = None) -> None:  # fmt: skip
+                 max_records: int | None, drain_marker: str | None = None,
+                 transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+                 | None = None) -> None:  # fmt: skip
         self.topic = topic
+        self.transform = transform  # what a task's batches go through (decoding), if anything
         self.drain_marker = drain_marker
         self.client_config = client_config
         self.starting = starting
@@ -150,7 +153,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         settle_worker()
-        return read_range(partition)
+        batches = read_range(partition)
+        return batches if self.transform is None else self.transform(batches)
 
     def stop(self) -> None:
         if self._bounds is not None:

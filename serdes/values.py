@@ -45,6 +45,8 @@ def _integer(bits: int) -> Converter:
     low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
     def convert(value: Any) -> int:
+        if type(value) is int and low <= value <= high:  # the common case first (not a bool)
+            return value
         if isinstance(value, str) and value.lstrip("-").isdigit():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
@@ -119,13 +121,13 @@ def _timestamp(connect_name: str | None) -> Converter:
     per_second = _EPOCH_UNITS.get(connect_name or "", 1_000)
 
     def convert(value: Any) -> datetime:
+        if type(value) is int:  # the common case first (not a bool)
+            seconds, rest = divmod(value, per_second)
+            return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
         if isinstance(value, datetime):  # Avro timestamp logical types arrive decoded
             return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
         if isinstance(value, str):
             return _parse_timestamp_text(value)
-        if isinstance(value, int) and not isinstance(value, bool):
-            seconds, rest = divmod(value, per_second)
-            return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
         raise _wrong(value, "a timestamp")
 
     return convert
