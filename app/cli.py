@@ -88,7 +88,7 @@ def run(env: Mapping[str, str]) -> int:
     # Spark is imported only now: a configuration error costs no JVM start.
     from app import pipeline
     from app.lifecycle import install_stop_signals, stop_session, supervise
-    from app.spark import SparkStartError, build_session
+    from app.spark import SparkStartError, build_session, quiet_shutdown
     from ops.metrics import ServiceMetrics
 
     stop = install_stop_signals()
@@ -108,7 +108,8 @@ def run(env: Mapping[str, str]) -> int:
             metrics.listen(spark)
             query = pipeline.start(spark, config, metrics, drain_marker)
             metrics.readiness.started()
-            exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query))
+            exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query),
+                                  on_stop=lambda: quiet_shutdown(spark))  # fmt: skip
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:

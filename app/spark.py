@@ -76,6 +76,13 @@ def _quiet(spark: SparkSession, logger: str) -> None:
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
 
 
+def quiet_shutdown(spark: SparkSession) -> None:
+    """Before a requested stop: stopping a streaming query cancels its job group whether or not
+    a job of it runs, and Spark's DAGScheduler warns each time it finds none ("Failed to cancel
+    job group ... Cannot find active jobs for it"), twice at every graceful stop."""
+    _quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
+
+
 def task_slots(spark: SparkSession) -> int:
     """How many tasks the session runs at once: the default number of state partitions.
 

@@ -57,6 +57,7 @@ def test_run_delivers_every_input_record_once_tagged_with_its_side(
     finally:
         exit_code = service.terminate()
     assert exit_code == 0, service.log()[-4000:]
+    assert " WARN " not in service.log(), service.log()[-4000:]  # a graceful stop is quiet
     assert len(records) == 2 * PER_SIDE
     assert {r.value for r in records} == set(produced)
     for record in records:
