@@ -97,3 +97,13 @@ def test_the_decoding_task_writes_its_dead_letters_itself_and_passes_on_only_cha
     assert letter.header("streamjoin.source.offset") == b"11"
     assert letter.header("streamjoin.error")
     assert tally.counts == {("left", "bad-json"): 1}
+
+
+def test_json_in_utf_16_or_32_decodes_as_in_utf_8() -> None:
+    """Decoding skips `json.loads`'s encoding detection only for a UTF-8 object: a record in
+    another encoding JSON allows (and Jackson detects) still decodes to the same row."""
+    text = json.dumps({"order_id": "o€1", "order_time": "1970-01-01 00:01:00"})
+    encodings = ("utf-8", "utf-16-le", "utf-16", "utf-32")
+    rows = decode(JsonFormat, "order_time", [text.encode(e) for e in encodings])
+    assert [(r["op"], r["row"]["order_id"]) for r in rows] == [("+I", "o€1")] * 4
+    assert len({r["event_time"] for r in rows}) == 1
