@@ -105,7 +105,6 @@ def run(env: Mapping[str, str]) -> int:
         try:
             metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000)
             metrics.serve(config.metrics_port)
-            metrics.listen(spark)
             query = pipeline.start(spark, config, metrics, drain_marker)
             metrics.readiness.started()
             exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query),

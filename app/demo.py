@@ -221,13 +221,13 @@ def demo(env: Mapping[str, str]) -> int:
         stack.callback(spark.stop)
         metrics = ServiceMetrics(spark.sparkContext)
         port = metrics.serve(config.metrics_port)
-        metrics.listen(spark)
         query = pipeline.start(spark, config, metrics)
         query.awaitTermination()
         if query.exception() is not None:
             print(f"streamjoin demo: the query failed: {query.exception()}", file=sys.stderr)
             return 1
         metrics.update()
+        metrics.observe_progress(query)
         output = _read_output(bootstrap, config.output.topic)
         print(f"streamjoin demo: {len(output)} rows reached {config.output.topic}:")
         for line in table_lines(output):

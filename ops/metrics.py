@@ -2,31 +2,20 @@
 
 Counts that arise inside Spark tasks (on executors, in Python workers) reach the driver as
 Spark accumulators; the driver adds each accumulator's growth to its Prometheus counter
-whenever it polls the query. Progress reports arrive through a `StreamingQueryListener`.
+whenever it polls the query, and folds in the query's new progress reports then.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
 from pyspark import Accumulator, AccumulatorParam, SparkContext
-from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.streaming.listener import (
-    QueryIdleEvent,
-    QueryProgressEvent,
-    QueryStartedEvent,
-    QueryTerminatedEvent,
-)
+from pyspark.sql.streaming import StreamingQuery
 
 from ops.endpoints import Readiness, serve
 from ops.progress import ProgressMetrics
-
-log = logging.getLogger(__name__)
 
 
 class CountsByLabel(AccumulatorParam):
@@ -137,29 +126,6 @@ class LookupMetrics:
         )  # fmt: skip
 
 
-class ProgressListener(StreamingQueryListener):
-    """Folds each progress report into the metrics as Spark posts it (none is missed, and the
-    driver does not poll the JVM for reports)."""
-
-    def __init__(self, progress: ProgressMetrics) -> None:
-        self.progress = progress
-
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        """Nothing to measure before the first batch."""
-
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:
-        try:
-            self.progress.observe(json.loads(event.progress.json), time.time())
-        except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
-            log.warning("progress report not understood: %s", err)
-
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        """An idle query is reported by readiness, not here."""
-
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        """The supervisor's poll (`ServiceMetrics.watch`) reports the end."""
-
-
 class ServiceMetrics:
     """Everything `/metrics` shows, and the readiness `/readyz` reports."""
 
@@ -200,9 +166,9 @@ class ServiceMetrics:
             counter.update()
         self.held_rows.update()
 
-    def listen(self, spark: SparkSession) -> None:
-        """Take the progress of the session's queries from a `StreamingQueryListener`."""
-        spark.streams.addListener(ProgressListener(self.progress))
+    def observe_progress(self, query: StreamingQuery) -> None:
+        """Fold in the query's progress reports since the last call."""
+        self.progress.poll(query, time.time())
 
     def watch(self, query: StreamingQuery) -> None:
         """Poll the query: counts from tasks, and readiness.
@@ -211,6 +177,7 @@ class ServiceMetrics:
         the readiness timeout, or dead, is not.
         """
         self.update()
+        self.observe_progress(query)
         if not query.isActive:
             failure = query.exception()
             self.readiness.failed(str(failure).splitlines()[0] if failure else "query stopped")

@@ -2,16 +2,20 @@
 
 Spark's progress JSON carries what an operator watches: the watermark, input rates, batch
 durations and, per stateful operator, its state rows and bytes. Each new report (by batch id)
-is folded into Prometheus gauges, counters and a histogram once.
+is folded into Prometheus gauges, counters and a histogram once, as the service polls the query.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
 
 BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 # The join's output counted by change kind, as the query observes it (`Dataset.observe`).
@@ -115,6 +119,27 @@ class ProgressMetrics:
             registry=registry,
         )
         self.seen_batch = -1  # the last batch folded in
+
+    def poll(self, query: StreamingQuery, now: float) -> None:
+        """Fold in `query`'s progress reports not seen yet: the last one, and when more than
+        one batch ran since the last poll, the ones before it that Spark keeps
+        (`spark.sql.streaming.numRecentProgressUpdates`, 100).
+
+        Polled, not heard: a `StreamingQueryListener` in Python turns every report into Python
+        objects through py4j, field by field, and each Java map it walks ends in an exception
+        that py4j resolves by looking class names up on the classpath. That listener was 27 %
+        of the JVM's samples (JFR) in a `bench/passthrough.py` run, on the listener bus thread
+        beside the tasks; a poll costs two py4j calls.
+        """
+        last = query.lastProgress
+        if last is None or int(last["batchId"]) <= self.seen_batch:
+            return
+        reports = query.recentProgress if int(last["batchId"]) > self.seen_batch + 1 else [last]
+        for report in reports:
+            try:
+                self.observe(json.loads(report.json), now)
+            except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
+                log.warning("progress report not understood: %s", err)
 
     def observe(self, progress: dict[str, Any], now: float) -> None:
         """Fold in one progress report (ignored if its batch was seen already)."""

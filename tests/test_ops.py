@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import urllib.error
@@ -64,6 +65,47 @@ def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None
     assert value("streamjoin_changes_total", kind="+I") == 5
     assert value("streamjoin_changes_total", kind="-D") == 2
     assert value("streamjoin_batch_duration_seconds_bucket", le="2.0") == 1
+
+
+class Report(dict):
+    """A progress report as `StreamingQuery.lastProgress` gives it: a dict with `json`."""
+
+    @property
+    def json(self) -> str:
+        return json.dumps(self)
+
+
+class PolledQuery:
+    """The two properties of a `StreamingQuery` the metrics poll, over reports that ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[Report] = []
+
+    def run_batch(self, rows: int) -> None:
+        self.ran.append(Report(PROGRESS, batchId=len(self.ran), numInputRows=rows))
+
+    @property
+    def lastProgress(self) -> Report | None:
+        return self.ran[-1] if self.ran else None
+
+    @property
+    def recentProgress(self) -> list[Report]:
+        return self.ran[-100:]
+
+
+def test_polling_the_query_counts_every_batch_once_however_many_ran_between_polls() -> None:
+    registry = CollectorRegistry()
+    metrics, query = ProgressMetrics(registry), PolledQuery()
+    metrics.poll(query, NOW)  # before the first batch
+    query.run_batch(10)
+    metrics.poll(query, NOW)
+    metrics.poll(query, NOW)  # nothing new
+    for rows in (20, 30, 40):  # three batches between two polls
+        query.run_batch(rows)
+    metrics.poll(query, NOW)
+    assert registry.get_sample_value("streamjoin_input_rows_total") == 100
+    assert registry.get_sample_value("streamjoin_batch_duration_seconds_count") == 4
+    assert registry.get_sample_value("streamjoin_last_batch_id") == 3
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
