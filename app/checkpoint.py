@@ -18,6 +18,7 @@ from state.encoding import FORMAT
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
+READ_TASKS = "read_tasks"  # in the state record, see `read_tasks`
 
 
 def _filesystem(spark: SparkSession, path: Any) -> Any:
@@ -87,7 +88,9 @@ def state_buckets(spark: SparkSession, location: str) -> int:
     return BUCKETS_PER_PARTITION * shuffle_partitions(spark, location)
 
 
-def check_state_record(spark: SparkSession, location: str, settings: dict[str, Any]) -> None:
+def check_state_record(
+    spark: SparkSession, location: str, settings: dict[str, Any], inputs: int = 1
+) -> None:
     """Resume only state this code can read, partitioned as the configuration says.
 
     The checkpoint records the state format (`state.encoding.FORMAT`) and the variables that
@@ -98,7 +101,8 @@ def check_state_record(spark: SparkSession, location: str, settings: dict[str, A
     (format 1, pickled objects).
     """
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    wanted = {"state_format": FORMAT, **settings}
+    tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
+    wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings}
     if _latest_offsets_entry(spark, location) is None:
         path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
         stream = _filesystem(spark, path).create(path, True)
@@ -119,6 +123,16 @@ def check_state_record(spark: SparkSession, location: str, settings: dict[str, A
                 f"state made with {variable}={_shown(recorded.get(variable))}: set it back, or "
                 "give a new CHECKPOINT_LOCATION"
             )
+
+
+def read_tasks(spark: SparkSession, location: str) -> int | None:
+    """How many tasks read each input's partitions in a micro-batch (`serdes.kafka_source.
+    task_ranges`), fixed when the checkpoint's record was made (`check_state_record`): the
+    state's partitions (a task slot each) shared among the `inputs`, so that one wave of tasks
+    reads a micro-batch. None, one task per partition, for a checkpoint made before it was
+    recorded: a micro-batch re-run after a restart must be read by the same tasks as before,
+    since its records are written exactly-once under its tasks' indices."""
+    return (_record(spark, location) or {}).get(READ_TASKS)
 
 
 def _shown(value: Any) -> Any:

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from app.checkpoint import check_state_record, shuffle_partitions, state_buckets
+from app.checkpoint import check_state_record, read_tasks, shuffle_partitions, state_buckets
 from app.config import FORWARD, Config, InputConfig
 from app.join_plan import bucketed_join, materialized_upserts, value_kind
 from app.lookup_config import LOOKUP
@@ -52,8 +52,10 @@ FORMATS = {
 
 
 def read_input(spark: SparkSession, config: Config, source: InputConfig,
-               drain_marker: Path | None, name: str = NAME) -> DataFrame:  # fmt: skip
-    """The input's Kafka records, from the data source registered as `name`."""
+               drain_marker: Path | None, tasks: int | None,
+               name: str = NAME) -> DataFrame:  # fmt: skip
+    """The input's Kafka records, from the data source registered as `name`, read by `tasks`
+    tasks a micro-batch (one per partition if None)."""
     reader = (
         spark.readStream.format(name)
         .option("topic", source.topic)
@@ -62,6 +64,8 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
     )
     if drain_marker is not None:
         reader = reader.option("drainMarker", str(drain_marker))
+    if tasks is not None:
+        reader = reader.option("readTasks", str(tasks))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     return reader.load()
@@ -69,7 +73,7 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
 
 def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
                  letters: DeadLetterTopic, keep_records: bool,
-                 drain_marker: Path | None) -> DataFrame:  # fmt: skip
+                 drain_marker: Path | None, tasks: int | None) -> DataFrame:  # fmt: skip
     """The input's changes as `decode_input` gives them, decoded by the tasks that read the
     topic (`serdes.kafka_datasource.decoding_source`), each input under a source name of its
     own; its dead letters written by those tasks."""
@@ -78,7 +82,7 @@ def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally
                      keep_records, source.metadata)  # fmt: skip
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
-    return read_input(spark, config, source, drain_marker, name)
+    return read_input(spark, config, source, drain_marker, tasks, name)
 
 
 _SOURCE_NAMES = itertools.count()
@@ -228,7 +232,7 @@ def joined_output(
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
-                               lookup_letters is not None, drain_marker)  # fmt: skip
+                               lookup_letters is not None, drain_marker, tasks.read)  # fmt: skip
         sides.append(timed_changes(decoded, source, records=lookup_letters is not None))
     spec = join_spec(config)
     materialize = upsert_materialized(config)
@@ -278,10 +282,12 @@ class Writers:
     """The tasks that may write a micro-batch, each under a transactional id of its own index:
     one per state partition (the joined changes, `0 ..`), then one per partition of each input
     (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
-    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on."""
+    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on. `read`
+    tasks read each input's partitions (`app.checkpoint.read_tasks`)."""
 
     count: int
     first: dict[str, int]
+    read: int | None
 
 
 def writers(spark: SparkSession, config: Config) -> Writers:
@@ -296,7 +302,7 @@ def writers(spark: SparkSession, config: Config) -> Writers:
         first[LOOKUP] = count
         count += max(shuffle_partitions(spark, config.checkpoint_location),
                      len(topics[config.left.topic].partitions))  # fmt: skip
-    return Writers(count, first)
+    return Writers(count, first, read_tasks(spark, config.checkpoint_location))
 
 
 def state_settings(config: Config) -> dict[str, object]:
@@ -323,16 +329,18 @@ def start(
     drain_marker: Path | None = None,
 ) -> StreamingQuery:
     """Start the query; once `drain_marker` exists, the sources offer no more records."""
-    tasks = writers(spark, config)
     if config.join.state_buckets is None:
         buckets = state_buckets(spark, config.checkpoint_location)
         config = replace(config, join=replace(config.join, state_buckets=buckets))
-    check_state_record(spark, config.checkpoint_location, state_settings(config))
+    inputs = 2 if config.right.topic else 1
+    check_state_record(spark, config.checkpoint_location, state_settings(config), inputs)
+    tasks = writers(spark, config)  # after the record: it says how many tasks read
     if config.join.type != FORWARD:
         output = joined_output(spark, config, metrics, tasks, drain_marker)
     else:
         left, right = (
-            read_input(spark, config, s, drain_marker) for s in (config.left, config.right)
+            read_input(spark, config, s, drain_marker, tasks.read)
+            for s in (config.left, config.right)
         )
         output = forward_both(left, right)
     writer = (

@@ -7,7 +7,8 @@ JVM turned each source batch into rows, the rows back into Arrow for a second Py
 and its output into rows again.
 
 Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or JSON);
-`maxrecordspertrigger`; `drainmarker` (a file whose existence means: offer no more records);
+`maxrecordspertrigger`; `readtasks` (how many tasks read a micro-batch's partitions, one per
+partition if unset); `drainmarker` (a file whose existence means: offer no more records);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka_transactions`); and `kafka.<property>` for every librdkafka client property.
 """
@@ -62,6 +63,7 @@ class KafkaDataSource(DataSource):
             max_records=int(limit) if limit else None,
             drain_marker=self.options.get("drainmarker"),
             transform=self.transform,
+            tasks=int(tasks) if (tasks := self.options.get("readtasks")) else None,
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

@@ -54,14 +54,36 @@ Offsets = dict[str, dict[str, int]]
 
 
 @dataclass
-class OffsetRange(InputPartition):
-    """One partition's records `[start, end)` for one micro-batch: one Spark task."""
+class OffsetRanges(InputPartition):
+    """Records `[start, end)` of some of a topic's partitions for one micro-batch: one Spark
+    task. `ranges` maps each partition to its `(start, end)`."""
 
     topic: str
-    partition: int
-    start: int
-    end: int
+    ranges: dict[int, tuple[int, int]]
     client_config: dict[str, str]
+
+
+def task_ranges(
+    topic: str, start: dict[str, int], end: dict[str, int], tasks: int | None,
+    client_config: dict[str, str],
+) -> list[OffsetRanges]:  # fmt: skip
+    """The micro-batch's reading tasks: partition `p` read by task `p % tasks`, or each
+    partition by a task of its own when `tasks` is None; partitions with nothing new, and
+    tasks left with no partition, are left out.
+
+    A task has a fixed cost in each Python worker it passes through (set-up, a Kafka client,
+    and for the pass-through a transaction), while the partitions of one task are fetched
+    together by one consumer. `bench/passthrough.py` (2 cores, 4 partitions a topic): 8 tasks a
+    micro-batch -> 4, see docs/design.md. The grouping must stay what it was for the life of a
+    checkpoint: a re-run micro-batch writes exactly-once under its tasks' indices (see
+    `app.checkpoint.read_tasks`)."""
+    groups: dict[int, dict[int, tuple[int, int]]] = {}
+    for name, stop in end.items():
+        partition, first = int(name), start.get(name, 0)
+        if stop > first:
+            group = partition % tasks if tasks else partition
+            groups.setdefault(group, {})[partition] = (first, stop)
+    return [OffsetRanges(topic, groups[g], client_config) for g in sorted(groups)]
 
 
 def split_limit(available: dict[int, int], limit: int) -> dict[int, int]:
@@ -87,8 +109,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, topic: str, client_config: dict[str, str], starting: str,
                  max_records: int | None, drain_marker: str | None = None,
                  transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-                 | None = None) -> None:  # fmt: skip
+                 | None = None, tasks: int | None = None) -> None:  # fmt: skip
         self.topic = topic
+        self.tasks = tasks  # reading tasks a micro-batch (see `task_ranges`)
         self.transform = transform  # what a task's batches go through (decoding), if anything
         self.drain_marker = drain_marker
         self.client_config = client_config
@@ -142,16 +165,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Offsets:
         return self._as_offsets(self.bounds.ends())
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
-        begun = start.get(self.topic, {})
-        return [
-            OffsetRange(self.topic, int(p), begun.get(p, 0), stop, self.client_config)
-            for p, stop in end.get(self.topic, {}).items()
-            if stop > begun.get(p, 0)
-        ]
+    def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRanges]:
+        return task_ranges(self.topic, start.get(self.topic, {}), end.get(self.topic, {}),
+                           self.tasks, self.client_config)  # fmt: skip
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        assert isinstance(partition, OffsetRanges)
         settle_worker()
         batches = read_range(partition)
         return batches if self.transform is None else self.transform(batches)
@@ -164,7 +183,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
 
 
-def record_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
+def record_batch(messages: list, topic: str) -> pa.RecordBatch:
     """One Arrow batch of consumed records (`confluent_kafka.Message`s), a column at a time:
     a comprehension per column costs about half of five appends per record."""
     n = len(messages)
@@ -173,7 +192,7 @@ def record_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
             pa.array([m.key() for m in messages], pa.binary()),
             pa.array([m.value() for m in messages], pa.binary()),
             pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
+            pa.array([m.partition() for m in messages], pa.int32()),
             pa.array([m.offset() for m in messages], pa.int64()),
             pa.array([m.timestamp()[1] for m in messages], pa.timestamp("ms", tz="UTC")).cast(
                 pa.timestamp("us", tz="UTC")
@@ -184,23 +203,9 @@ def record_batch(messages: list, topic: str, partition: int) -> pa.RecordBatch:
     )
 
 
-def _records_before(messages: list, end: int) -> list:
-    """The records among `messages` (skipping end-of-partition events) with offsets before
-    `end`; any other error is raised."""
-    records = []
-    for message in messages:
-        error = message.error()
-        if error is None:
-            records.append(message)
-        elif error.code() != KafkaError._PARTITION_EOF:
-            raise KafkaException(error)
-    if records and records[-1].offset() >= end:
-        records = [m for m in records if m.offset() < end]
-    return records
-
-
-def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Read exactly the records of `[start, end)`, skipping transaction markers and aborts."""
+def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
+    """Read exactly the records of each partition's `[start, end)`, skipping transaction
+    markers and aborts; the partitions are fetched together, each in its offsets' order."""
     consumer = Consumer(
         {
             **task.client_config,
@@ -212,30 +217,45 @@ def read_range(task: OffsetRange) -> Iterator[pa.RecordBatch]:
             "auto.offset.reset": "earliest",
         }
     )
-    consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
+    ends = {p: end for p, (_, end) in task.ranges.items()}
+    position = {p: start for p, (start, _) in task.ranges.items()}
+    consumer.assign([TopicPartition(task.topic, p, o) for p, o in position.items()])
     pending: list = []
-    position, last_progress = task.start, time.monotonic()
+    paused: set[int] = set()
+    last_progress = time.monotonic()
     try:
-        while position < task.end:
+        while left := sum(ends[p] - position[p] for p in ends):
             # librdkafka's consume waits out its timeout unless `num_messages` are there: ask
-            # for no more than the range still holds (a range's tail waited 0.5 s a task)
-            wanted = max(1, min(10_000, task.end - position))
-            messages = consumer.consume(num_messages=wanted, timeout=0.5)
-            records = _records_before(messages, task.end)
-            if records:
-                pending += records
-                position, last_progress = records[-1].offset() + 1, time.monotonic()
-            if messages and messages[-1].offset() >= task.end:
-                position = task.end  # the range ends in a transaction marker or an abort
+            # for no more than the ranges still hold (a range's tail waited 0.5 s a task)
+            messages = consumer.consume(num_messages=max(1, min(10_000, left)), timeout=0.5)
+            read, done = len(pending), []
+            for message in messages:
+                partition, offset, error = message.partition(), message.offset(), message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                end = ends[partition]
+                if offset < end and error is None:
+                    pending.append(message)
+                    position[partition] = offset + 1
+                elif offset >= end > position[partition]:  # past its last record: the range
+                    position[partition] = end  # ends in a transaction marker or an abort
+                if position[partition] == end and partition not in paused:
+                    paused.add(partition)
+                    done.append(TopicPartition(task.topic, partition))
+            if done:  # fetch no further than the ranges (records past one are skipped anyway)
+                consumer.pause(done)
+            if len(pending) > read:
+                last_progress = time.monotonic()
             if len(pending) >= ARROW_BATCH_ROWS:
-                yield record_batch(pending, task.topic, task.partition)
+                yield record_batch(pending, task.topic)
                 pending = []
             if time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                stuck = {p: o for p, o in position.items() if o < ends[p]}
                 raise TimeoutError(
-                    f"{task.topic}[{task.partition}]: stuck at offset {position} "
-                    f"of [{task.start}, {task.end}) for {STALL_TIMEOUT_S:.0f}s"
+                    f"{task.topic}: stuck at offsets {stuck} of ranges {task.ranges} for "
+                    f"{STALL_TIMEOUT_S:.0f}s"
                 )
         if pending:
-            yield record_batch(pending, task.topic, task.partition)
+            yield record_batch(pending, task.topic)
     finally:
         consumer.close()

@@ -5,6 +5,7 @@ laid out with other settings, is refused before the query starts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from pyspark.sql import SparkSession
 
 from app.checkpoint import (
     SHUFFLE_PARTITIONS,
+    STATE_RECORD,
     check_state_record,
+    read_tasks,
     shuffle_partitions,
     state_buckets,
 )
@@ -21,6 +24,7 @@ from app.pipeline import writers
 from app.preflight import StartupError
 from app.spark import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
 from serdes.kafka_transactions import ExactlyOnce
+from state.encoding import FORMAT
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
 
@@ -125,6 +129,24 @@ def test_a_new_checkpoint_takes_eight_buckets_per_partition_an_old_one_keeps_its
     assert state_buckets(spark, checkpoint) == 8 * 2  # the session's 2 shuffle partitions
     check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 128})
     assert state_buckets(spark, checkpoint) == 128
+
+
+def test_a_new_checkpoint_is_read_by_a_task_per_state_partition_an_old_one_per_kafka_partition(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A micro-batch re-run after a restart must be read by the tasks that read it before: the
+    pass-through writes it exactly-once under those tasks' indices."""
+    checkpoint = str(tmp_path / "new")
+    check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular"}, inputs=2)
+    assert read_tasks(spark, checkpoint) == 1  # the session's 2 shuffle partitions, 2 inputs
+    lookup = str(tmp_path / "lookup")
+    check_state_record(spark, lookup, {"JOIN_TYPE": "lookup"}, inputs=1)
+    assert read_tasks(spark, lookup) == 2
+    old = checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
+    record = {"state_format": FORMAT, "JOIN_TYPE": "regular"}  # as recorded before
+    (Path(old) / STATE_RECORD).write_text(json.dumps(record))
+    check_state_record(spark, old, {"JOIN_TYPE": "regular"})
+    assert read_tasks(spark, old) is None
 
 
 def test_a_local_checkpoint_renames_its_files_itself_and_others_keep_sparks_manager() -> None:

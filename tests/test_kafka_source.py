@@ -8,7 +8,13 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from serdes.kafka_offsets import PartitionBounds, TopicMissingError
-from serdes.kafka_source import KafkaStreamReader, OffsetRange, read_range, split_limit
+from serdes.kafka_source import (
+    KafkaStreamReader,
+    OffsetRanges,
+    read_range,
+    split_limit,
+    task_ranges,
+)
 from tests.kafka_io import create_topics, produce, unique
 
 
@@ -45,11 +51,35 @@ def test_a_range_reads_exactly_its_records(kafka: str) -> None:
     topic = unique("range")
     create_topics(kafka, [topic])
     produce(kafka, topic, [b"v%d" % i for i in range(500)])
-    task = OffsetRange(topic, 0, 120, 380, {"bootstrap.servers": kafka})
+    task = OffsetRanges(topic, {0: (120, 380)}, {"bootstrap.servers": kafka})
     batches = list(read_range(task))
     offsets = [o for b in batches for o in b.column("offset").to_pylist()]
     assert offsets == list(range(120, 380))
     assert batches[0].column("value")[0].as_py() == b"v120"
+
+
+def test_one_task_reads_the_ranges_of_several_partitions_each_in_order(kafka: str) -> None:
+    topic = unique("ranges")
+    create_topics(kafka, [topic], partitions=3)
+    produce(kafka, topic, [b"%d" % i for i in range(3000)], partitions=3)  # 1000 a partition
+    ranges = {0: (10, 990), 2: (500, 501), 1: (0, 1000)}
+    batches = list(read_range(OffsetRanges(topic, ranges, {"bootstrap.servers": kafka})))
+    read = [
+        (p, o) for b in batches
+        for p, o in zip(b.column("partition").to_pylist(), b.column("offset").to_pylist(),
+                        strict=True)
+    ]  # fmt: skip
+    for partition, (start, end) in ranges.items():
+        assert [o for p, o in read if p == partition] == list(range(start, end))
+    assert len(read) == 980 + 1 + 1000
+
+
+def test_a_batch_is_read_by_at_most_the_given_number_of_tasks() -> None:
+    start, end = {"0": 5, "1": 7, "2": 0, "3": 9}, {"0": 8, "1": 7, "2": 4, "3": 10, "4": 2}
+    tasks = task_ranges("t", start, end, 2, {})
+    assert [t.ranges for t in tasks] == [{0: (5, 8), 2: (0, 4), 4: (0, 2)}, {3: (9, 10)}]
+    alone = task_ranges("t", start, end, None, {})  # partition 1 has nothing new
+    assert [t.ranges for t in alone] == [{0: (5, 8)}, {2: (0, 4)}, {3: (9, 10)}, {4: (0, 2)}]
 
 
 def test_planning_respects_the_read_limit_and_picks_up_new_partitions(kafka: str) -> None:
@@ -66,9 +96,7 @@ def test_planning_respects_the_read_limit_and_picks_up_new_partitions(kafka: str
     # A start that does not know partition 1 yet (as after the topic grew) reads it from 0.
     grown = reader.latestOffset({topic: {"0": 50}}, ReadAllAvailable())
     assert grown == {topic: {"0": 50, "1": 50}}
-    assert [
-        (p.partition, p.start, p.end) for p in reader.partitions({topic: {"0": 50}}, grown)
-    ] == [(1, 0, 50)]
+    assert [p.ranges for p in reader.partitions({topic: {"0": 50}}, grown)] == [{1: (0, 50)}]
     reader.stop()
 
 
