@@ -290,12 +290,17 @@ class Writers:
     read: int | None
 
 
+def _inputs(config: Config) -> tuple[InputConfig, ...]:
+    """The Kafka inputs: both sides, or the left alone (a lookup join's right is a table)."""
+    return (config.left, config.right) if config.right.topic else (config.left,)
+
+
 def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     count = shuffle_partitions(spark, config.checkpoint_location)
     first = {}
-    for source in (config.left, config.right) if config.right.topic else (config.left,):
+    for source in _inputs(config):
         first[source.side] = count
         count += len(topics[source.topic].partitions)
     if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
@@ -332,8 +337,8 @@ def start(
     if config.join.state_buckets is None:
         buckets = state_buckets(spark, config.checkpoint_location)
         config = replace(config, join=replace(config.join, state_buckets=buckets))
-    inputs = 2 if config.right.topic else 1
-    check_state_record(spark, config.checkpoint_location, state_settings(config), inputs)
+    check_state_record(spark, config.checkpoint_location, state_settings(config),
+                       len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     if config.join.type != FORWARD:
         output = joined_output(spark, config, metrics, tasks, drain_marker)

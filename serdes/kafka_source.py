@@ -228,7 +228,7 @@ def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
             # librdkafka's consume waits out its timeout unless `num_messages` are there: ask
             # for no more than the ranges still hold (a range's tail waited 0.5 s a task)
             messages = consumer.consume(num_messages=max(1, min(10_000, left)), timeout=0.5)
-            read, done = len(pending), []
+            read = len(pending)
             for message in messages:
                 partition, offset, error = message.partition(), message.offset(), message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
@@ -239,11 +239,10 @@ def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
                     position[partition] = offset + 1
                 elif offset >= end > position[partition]:  # past its last record: the range
                     position[partition] = end  # ends in a transaction marker or an abort
-                if position[partition] == end and partition not in paused:
-                    paused.add(partition)
-                    done.append(TopicPartition(task.topic, partition))
-            if done:  # fetch no further than the ranges (records past one are skipped anyway)
-                consumer.pause(done)
+            # fetch no further than the ranges (records past one are skipped anyway)
+            if done := [p for p, end in ends.items() if position[p] == end and p not in paused]:
+                consumer.pause([TopicPartition(task.topic, p) for p in done])
+                paused.update(done)
             if len(pending) > read:
                 last_progress = time.monotonic()
             if len(pending) >= ARROW_BATCH_ROWS:
