@@ -27,6 +27,8 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
+    # Workers forked with the modules they run already imported (`ops.worker_daemon`).
+    "spark.python.daemon.module": "ops.worker_daemon",
     # No byte limit on the Arrow batches sent to Python workers (the record limit stays): with
     # one, Spark asks the Arrow writer its size after every row, which for a column holding a
     # list (the Kafka headers) walks the whole batch so far. It was a quarter of the JVM's

@@ -30,3 +30,18 @@ def test_workers_import_pyspark_from_the_installed_package_and_keep_other_paths(
         env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert found == pyspark.__file__
+
+
+def _worker_facts(_: int) -> tuple[str, bool]:
+    """In a Spark task: what forked this worker, and whether the lookup join's module was
+    imported before the task asked for it."""
+    import sys
+
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return parent, "app.lookup_plan" in sys.modules
+
+
+def test_workers_are_forked_with_the_service_modules_already_imported(spark) -> None:
+    parent, preloaded = spark.sparkContext.parallelize([0], 1).map(_worker_facts).collect()[0]
+    assert "-m ops.worker_daemon" in parent
+    assert preloaded
