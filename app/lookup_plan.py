@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import Accumulator, TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -137,7 +138,34 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     key_positions = tuple(spec.left.fields.index(a) for a, _ in spec.equi_keys)
     join = LookupJoin(spec.kind, key_positions, spec.left.fields, spec.right.fields,
                       spec.residual.after)  # fmt: skip
-    width, fields = len(spec.right.fields), list(arrow)[1:]
+    right_fields = list(arrow)[1 + len(left_type) :]
+
+    def joined_batch(rows: pa.StructArray, keys: list[Key | None],
+                     found: dict[Key, list[Row]]) -> pa.RecordBatch:  # fmt: skip
+        """The output of a batch: the left columns taken from the input by the matches'
+        indices (never turned into Python objects), the table's columns built from the
+        distinct rows matched, then taken likewise (a padded row: a null index)."""
+        lefts = None
+        if join.needs_rows:
+            lefts = [tuple(r[f] for f in spec.left.fields) for r in rows.to_pylist()]
+        indices, rights = join.matches(keys, found, lefts)
+        position_of: dict[int, int] = {}  # a matched table row's position, by its id
+        matched: list[Row] = []
+        positions: list[int | None] = []
+        for right in rights:
+            if right is None:
+                positions.append(None)
+                continue
+            at = position_of.setdefault(id(right), len(matched))
+            if at == len(matched):
+                matched.append(right)
+            positions.append(at)
+        taken, chosen = pa.array(indices, pa.int64()), pa.array(positions, pa.int64())
+        columns = [pa.array(["+I"] * len(indices), pa.string())]
+        columns += [column.take(taken) for column in rows.flatten()]
+        columns += [pa.array([r[i] for r in matched], f.type).take(chosen)
+                    for i, f in enumerate(right_fields)]  # fmt: skip
+        return pa.RecordBatch.from_arrays(columns, schema=arrow)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
@@ -146,33 +174,30 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
         undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
-            lefts = [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
-            keys = list(dict.fromkeys(k for k in map(join.key, lefts) if k is not None))
+            row = batch.column("row")
+            keys = join.keys([row.field(a).to_pylist() for a, _ in spec.equi_keys])
+            distinct = list(dict.fromkeys(k for k in keys if k is not None))
             found: dict[Key, list[Row]] = {}
             missing: list[Key] = []
             try:
-                for key in keys:
+                for key in distinct:
                     rows = cache.get(key)  # a FULL cache (re)loads the table here
                     (missing.append(key) if rows is None else found.__setitem__(key, rows))
                 fetched = table.fetch(missing)
             except LookupFailed as error:
                 if letters is None:
                     raise
-                failed = set(keys) - found.keys()
-                lefts = _dead_lettered(batch, lefts, failed, join, error, letters, undone)
+                failed = set(distinct) - found.keys()
+                batch, keys = _dead_lettered(batch, keys, failed, error, letters, undone)
                 fetched = {}
-            counts[("key",)] = counts.get(("key",), 0) + len(keys)
+            counts[("key",)] = counts.get(("key",), 0) + len(distinct)
             counts[("hit",)] = counts.get(("hit",), 0) + len(found)
-            counts[("miss",)] = counts.get(("miss",), 0) + len(keys) - len(found)
+            counts[("miss",)] = counts.get(("miss",), 0) + len(distinct) - len(found)
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)
-            joined = join.join(lefts, found)
-            flat = [(*left, *(right or (None,) * width)) for left, right in joined]
-            columns = list(zip(*flat, strict=True)) if flat else [()] * (len(arrow) - 1)
-            arrays = [pa.array(["+I"] * len(joined), pa.string())]
-            arrays += [pa.array(list(c), f.type) for c, f in zip(columns, fields, strict=True)]
-            yield pa.RecordBatch.from_arrays(arrays, schema=arrow)
+            yield joined_batch(batch.column("row"), keys, found)
+
         stats = table.stats
         counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
         stats.queries = stats.retries = stats.errors = 0
@@ -189,17 +214,16 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     return changes.mapInArrow(run, out_type)
 
 
-def _dead_lettered(batch: pa.RecordBatch, lefts: list[Row], failed: set[Key], join: LookupJoin,
-                   error: LookupFailed, letters: DeadLetterTopic,
-                   undone: list[OutputRecord]) -> list[Row]:  # fmt: skip
-    """The rows of `batch` whose key is not in `failed`; the others' records added to `undone`
-    as dead letters."""
-    records = batch.select(["key", "value", "topic", "partition", "offset", "headers"]).to_pylist()
+def _dead_lettered(
+    batch: pa.RecordBatch, keys: list[Key | None], failed: set[Key], error: LookupFailed,
+    letters: DeadLetterTopic, undone: list[OutputRecord],
+) -> tuple[pa.RecordBatch, list[Key | None]]:  # fmt: skip
+    """`batch` without its rows whose key is in `failed`, and their keys; those rows' records
+    added to `undone` as dead letters."""
     reason = DecodeError("lookup-failed", str(error))
-    kept = []
-    for left, record in zip(lefts, records, strict=True):
-        if join.key(left) in failed:
-            undone.append(letters.letter(reason, record))
-        else:
-            kept.append(left)
-    return kept
+    kept = [key not in failed for key in keys]
+    mask = pa.array(kept, pa.bool_())
+    failing = batch.filter(pc.invert(mask))
+    records = failing.select(["key", "value", "topic", "partition", "offset", "headers"])
+    undone.extend(letters.letter(reason, record) for record in records.to_pylist())
+    return batch.filter(mask), [key for key, keep in zip(keys, kept, strict=True) if keep]

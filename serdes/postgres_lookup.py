@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from state.lookup import Key, PushedFilter, Row
@@ -101,8 +102,13 @@ class TableLookup:
             f" WHERE {' AND '.join(where)}" if where else ""
         )
 
+    @cached_property
+    def _key_positions(self) -> tuple[int, ...]:
+        return tuple(self.columns.index(c) for c in self.key_columns)
+
     def key_of(self, row: Row) -> Key:
-        return tuple(row[self.columns.index(c)] for c in self.key_columns)
+        positions = self._key_positions
+        return (row[positions[0]],) if len(positions) == 1 else tuple(row[i] for i in positions)
 
 
 @dataclass

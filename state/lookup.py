@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,23 +276,38 @@ class LookupJoin:
         if self.after is not None:
             self._predicate = compile_predicate(self.after, self.left_fields, self.right_fields)
 
-    def key(self, left: Row) -> Key | None:
-        """The row's lookup key; None if a part is NULL (it matches no table row)."""
-        key = tuple(left[i] for i in self.key_positions)
-        return None if any(part is None for part in key) else key
+    @property
+    def needs_rows(self) -> bool:
+        """Whether `matches` needs the left rows whole (a condition after the lookup reads
+        them); without one, the key columns are all a batch's rows are read for."""
+        return self._predicate is not None
 
-    def join(
-        self, lefts: Iterable[Row], found: dict[Key, list[Row]]
-    ) -> list[tuple[Row, Row | None]]:
-        """Each left row with each matching table row; an unmatched one padded (LEFT) or
-        dropped (INNER)."""
-        joined: list[tuple[Row, Row | None]] = []
-        for left in lefts:
-            key = self.key(left)
-            rows = found.get(key, []) if key is not None else []
-            if self._predicate is not None:
-                rows = [r for r in rows if self._predicate(left, r) is True]
-            joined.extend((left, r) for r in rows)
-            if not rows and self.kind == "left":
-                joined.append((left, None))
-        return joined
+    def keys(self, columns: Sequence[Sequence[Any]]) -> list[Key | None]:
+        """Each row's lookup key from the key columns' values (in `key_positions`' order);
+        None where a part is NULL (it matches no table row)."""
+        if len(columns) == 1:
+            return [None if value is None else (value,) for value in columns[0]]
+        return [None if any(p is None for p in key) else key for key in zip(*columns, strict=True)]
+
+    def matches(
+        self, keys: Sequence[Key | None], found: dict[Key, list[Row]],
+        lefts: Sequence[Row] | None = None,
+    ) -> tuple[list[int], list[Row | None]]:  # fmt: skip
+        """Each left row (by index; `keys` its keys, `lefts` the rows if `needs_rows`) with
+        each matching table row, an unmatched one padded with None (LEFT) or dropped (INNER):
+        the output's left indices, and its table rows."""
+        indices: list[int] = []
+        rights: list[Row | None] = []
+        left_kind, predicate = self.kind == "left", self._predicate
+        for at, key in enumerate(keys):
+            rows = found.get(key, ()) if key is not None else ()
+            if predicate is not None:
+                assert lefts is not None
+                rows = [r for r in rows if predicate(lefts[at], r) is True]
+            if rows:
+                indices.extend([at] * len(rows))
+                rights.extend(rows)
+            elif left_kind:
+                indices.append(at)
+                rights.append(None)
+        return indices, rights

@@ -113,10 +113,21 @@ def test_each_left_row_joins_every_matching_table_row(kind: str) -> None:
                       parse_condition("L.qty <= R.stock"))  # fmt: skip
     found = {("p1",): [("p1", 5), ("p1", 50)], ("p2",): [("p2", 1)]}
     lefts = [("o1", "p1", 10), ("o2", "p2", 3), ("o3", None, 1), ("o4", "p9", 1)]
-    joined = join.join(lefts, found)
+    keys = join.keys([[left[1] for left in lefts]])
+    assert keys == [("p1",), ("p2",), None, ("p9",)]
+    indices, rights = join.matches(keys, found, lefts)
+    joined = [(lefts[at], right) for at, right in zip(indices, rights, strict=True)]
     matched = [(("o1", "p1", 10), ("p1", 50))]
     padded = [(("o2", "p2", 3), None), (("o3", None, 1), None), (("o4", "p9", 1), None)]
     assert joined == (matched if kind == "inner" else [matched[0], *padded])
+
+
+def test_a_key_with_a_null_part_matches_nothing_and_every_match_is_emitted() -> None:
+    join = LookupJoin("inner", (0, 1), ("a", "b"), ("a", "b", "v"))
+    keys = join.keys([[1, 1, None], ["x", None, "x"]])
+    assert keys == [(1, "x"), None, None]
+    found = {(1, "x"): [(1, "x", "v1"), (1, "x", "v2")]}
+    assert join.matches(keys, found) == ([0, 0], [(1, "x", "v1"), (1, "x", "v2")])
 
 
 def test_a_condition_naming_no_table_column_is_refused() -> None:

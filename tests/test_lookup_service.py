@@ -88,15 +88,17 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path, kind: str
 ) -> None:
     """A condition on the table alone is the database's to filter, its literal a parameter;
-    an order whose product is missing or filtered out is dropped (INNER) or padded (LEFT)."""
+    the rest is evaluated on each pair found; an order whose product is missing or filtered
+    out, or whose pair fails the rest, is dropped (INNER) or padded (LEFT)."""
     orders, out = topics
     send_orders(kafka, orders, [("o1", "p1"), ("o2", "p9"), ("o3", "p2"), ("o4", "p1"),
-                                ("o5", "p5")])  # fmt: skip
+                                ("o5", "p5"), ("o6", "p1")])  # fmt: skip
     env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", JOIN_KIND=kind,
-                     JOIN_ON="L.product_id = R.product_id AND R.category <> 'retired'")  # fmt: skip
+                     JOIN_ON="L.product_id = R.product_id AND R.category <> 'retired' "
+                             "AND L.order_id <> 'o6'")  # fmt: skip
     expected = [("o1", "scooter", 11.11), ("o3", "basketball", 23.11), ("o4", "scooter", 11.11)]
     if kind == "left":
-        expected = sorted([*expected, ("o2", None, None), ("o5", None, None)])
+        expected = sorted([*expected, ("o2", None, None), ("o5", None, None), ("o6", None, None)])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) >= len(expected),
                         "the enriched orders never came")  # fmt: skip
     wait_for(lambda: metric(service, "streamjoin_lookup_seconds_count") >= 1, 60,
