@@ -46,7 +46,6 @@ from state.lookup import (
     Cache,
     FullCache,
     Key,
-    LookupJoin,
     LookupJoinSpec,
     NoCache,
     PartialCache,
@@ -139,9 +138,7 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     )
     arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
                        for f in out_type])  # fmt: skip
-    key_positions = tuple(spec.left.fields.index(a) for a, _ in spec.equi_keys)
-    join = LookupJoin(spec.kind, key_positions, spec.left.fields, spec.right.fields,
-                      spec.residual.after)  # fmt: skip
+    join = spec.operator()
     right_fields = list(arrow)[1 + len(left_type) :]
 
     def joined_batch(rows: pa.StructArray, keys: list[Key | None],
@@ -178,8 +175,7 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
         undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
-            row = batch.column("row")
-            keys = join.keys([row.field(a).to_pylist() for a, _ in spec.equi_keys])
+            keys = join.keys([batch.column("row").field(a).to_pylist() for a in join.key_fields])
             distinct = list(dict.fromkeys(k for k in keys if k is not None))
             found: dict[Key, list[Row]] = {}
             missing: list[Key] = []
@@ -201,7 +197,6 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
                 cache.put(key, rows)
             found.update(fetched)
             yield joined_batch(batch.column("row"), keys, found)
-
         stats = table.stats
         counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
         stats.queries = stats.retries = stats.errors = 0

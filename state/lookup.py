@@ -255,18 +255,17 @@ class LookupJoinSpec:
         for name, fields, alias, what in names:
             if name not in fields:
                 raise ConditionError(f"'{alias}.{name}': the {what} has no column {name!r}")
-        positions = tuple(self.left.fields.index(a) for a, _ in self.equi_keys)
-        return LookupJoin(self.kind, positions, self.left.fields, self.right.fields,
-                          self.residual.after)  # fmt: skip
+        return LookupJoin(self.kind, tuple(a for a, _ in self.equi_keys), self.left.fields,
+                          self.right.fields, self.residual.after)  # fmt: skip
 
 
 @dataclass
 class LookupJoin:
     """Joins left rows with the table rows found for their keys: `kind` inner or left, the left
-    row's key columns at `key_positions`, `after` evaluated on each pair."""
+    row's key columns named by `key_fields`, `after` evaluated on each pair."""
 
     kind: str
-    key_positions: tuple[int, ...]
+    key_fields: tuple[str, ...]
     left_fields: Sequence[str]
     right_fields: Sequence[str]
     after: exp.Expression | None = None
@@ -283,7 +282,7 @@ class LookupJoin:
         return self._predicate is not None
 
     def keys(self, columns: Sequence[Sequence[Any]]) -> list[Key | None]:
-        """Each row's lookup key from the key columns' values (in `key_positions`' order);
+        """Each row's lookup key from the key columns' values (in `key_fields`' order);
         None where a part is NULL (it matches no table row)."""
         if len(columns) == 1:
             return [None if value is None else (value,) for value in columns[0]]

@@ -109,7 +109,7 @@ def test_queries_take_every_value_as_a_parameter() -> None:
 
 @pytest.mark.parametrize("kind", ["inner", "left"])
 def test_each_left_row_joins_every_matching_table_row(kind: str) -> None:
-    join = LookupJoin(kind, (1,), ("oid", "pid", "qty"), ("pid", "stock"),
+    join = LookupJoin(kind, ("pid",), ("oid", "pid", "qty"), ("pid", "stock"),
                       parse_condition("L.qty <= R.stock"))  # fmt: skip
     found = {("p1",): [("p1", 5), ("p1", 50)], ("p2",): [("p2", 1)]}
     lefts = [("o1", "p1", 10), ("o2", "p2", 3), ("o3", None, 1), ("o4", "p9", 1)]
@@ -123,7 +123,7 @@ def test_each_left_row_joins_every_matching_table_row(kind: str) -> None:
 
 
 def test_a_key_with_a_null_part_matches_nothing_and_every_match_is_emitted() -> None:
-    join = LookupJoin("inner", (0, 1), ("a", "b"), ("a", "b", "v"))
+    join = LookupJoin("inner", ("a", "b"), ("a", "b"), ("a", "b", "v"))
     keys = join.keys([[1, 1, None], ["x", None, "x"]])
     assert keys == [(1, "x"), None, None]
     found = {(1, "x"): [(1, "x", "v1"), (1, "x", "v2")]}
