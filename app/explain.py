@@ -47,7 +47,10 @@ def _regular_state(spec: RegularJoinSpec) -> list[str]:
             layout = "a multiset of rows (row -> count) per join key"
         lines.append(f"  {side} state: {layout}; an entry per join key, pages past 512 rows")
     if spec.state_ttl_ms:
-        lines.append(f"  retention: a key's state goes {spec.state_ttl_ms} ms after its last write")
+        lines.append(
+            "  retention: each row of either side (and each key's last row in a "
+            f"normalizer) goes {spec.state_ttl_ms} ms after its last write"
+        )
     return lines
 
 

@@ -139,9 +139,11 @@ def decode_input(
 
 
 def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
-                      held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+                      held_rows: Accumulator[dict] | None = None,
+                      ttl_ms: int = 0) -> DataFrame:  # fmt: skip
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
-    in `buckets` (see `state.normalize.NormalizeProcessor`); `held_rows` takes the keys held."""
+    in `buckets` (see `state.normalize.NormalizeProcessor`); `held_rows` takes the keys held;
+    `ttl_ms` is the job's state retention, which the normalizer keeps as the join does."""
     row_schema = row_type(source)
     keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
     kinds = {f"c_{f.name}": value_kind(f.dataType) for f in row_schema}
@@ -158,10 +160,10 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
         changes.select(bucket, *keys, "op", "seq", "ts", *flat)
         .groupBy("bucket")
         .transformWithStateInPandas(
-            NormalizeProcessor(row_schema.names, len(keys), kinds, source.side, held_rows),
+            NormalizeProcessor(row_schema.names, len(keys), kinds, source.side, held_rows, ttl_ms),
             outputStructType=schema,
             outputMode="Append",
-            timeMode="None",
+            timeMode="ProcessingTime" if ttl_ms > 0 else "None",
         )
     )
     row = F.struct(*[F.col(f"c_{f.name}").alias(f.name) for f in row_schema]).alias("row")
@@ -187,11 +189,13 @@ def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False
 
 
 def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
-               buckets: int, held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
-    """One input's changes, normalized if its format needs it (its keys in `buckets`), as one
-    side of the unified changelog the joins take (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
+               buckets: int, held_rows: Accumulator[dict] | None = None,
+               ttl_ms: int = 0) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if its format needs it (its keys in `buckets`, under the
+    job's state retention `ttl_ms`), as one side of the unified changelog the joins take
+    (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source):
-        changes = normalize_changes(changes, source, buckets, held_rows)
+        changes = normalize_changes(changes, source, buckets, held_rows, ttl_ms)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
@@ -245,7 +249,7 @@ def joined_output(
     else:
         left_changes, right_changes = (
             join_input(changes, source, left_type, right_type, config.join.state_buckets,
-                       metrics.held_rows.accumulator)
+                       metrics.held_rows.accumulator, config.join.state_ttl_ms)
             for changes, source in zip(sides, (config.left, config.right), strict=True)
         )  # fmt: skip
         changes = left_changes.unionByName(right_changes)

@@ -134,6 +134,9 @@ def _port_problem(port: int) -> str | None:
     if port == 0:
         return None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # as the server binds it (`http.server` reuses addresses): connections of a previous
+        # run left in TIME_WAIT do not keep a restarted service from its port
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
         except OSError as err:

@@ -62,7 +62,9 @@ class LatestReports(AccumulatorParam):
 class HeldRowsGauge:
     """`streamjoin_state_rows{operator,side}`: what the joins' and normalizers' state holds, the
     sum of each bucket's latest report (`state.bucketed_processor.HeldRows`). Buckets report
-    when visited: after a restart, one not visited yet is missing from the sum until it is."""
+    when visited: after a restart, one not visited yet is missing from the sum until it is.
+    Each report counts rows by when a state TTL drops them, so rows Spark has dropped since
+    their bucket's last visit are no longer counted."""
 
     def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
         self.gauge = Gauge(
@@ -76,9 +78,11 @@ class HeldRowsGauge:
         self.accumulator: Accumulator[dict] = context.accumulator({}, LatestReports())
 
     def update(self) -> None:
+        now_ms = time.time() * 1000
         totals: dict[tuple[str, str], int] = {}
-        for (operator, side, _bucket), (_when, count) in dict(self.accumulator.value).items():
-            totals[operator, side] = totals.get((operator, side), 0) + count
+        for (operator, side, _bucket), (_when, counts) in dict(self.accumulator.value).items():
+            held = sum(n for expires, n in counts if expires is None or expires > now_ms)
+            totals[operator, side] = totals.get((operator, side), 0) + held
         for (operator, side), total in totals.items():
             self.gauge.labels(operator, side).set(total)
 

@@ -63,19 +63,26 @@ class LateRows(Protocol):
     def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
+# What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
+# None: never), as `state.keyed_state.held_by_expiry` gives them.
+Held = int | tuple[tuple[int | None, int], ...]
+
+
 class HeldRows(Protocol):
     """Where each bucket reports what its state holds after a visit,
-    `{(operator, side, bucket): (when, count)}`: a Spark accumulator keeping each bucket's
-    latest report (`ops.metrics`), so a re-executed task repeats a report, never adds to it."""
+    `{(operator, side, bucket): (when, counts by expiry)}`: a Spark accumulator keeping each
+    bucket's latest report (`ops.metrics`), so a re-executed task repeats a report, never adds
+    to it; rows whose expiry has passed are no longer counted, visited or not."""
 
-    def add(self, reports: dict[tuple[str, str, int], tuple[float, int]]) -> None: ...
+    def add(self, reports: dict[tuple[str, str, int], tuple[float, tuple]]) -> None: ...
 
 
 def report_held(held_rows: HeldRows | None, operator: str, bucket: int,
-                counts: dict[str, int]) -> None:  # fmt: skip
+                counts: dict[str, Held]) -> None:  # fmt: skip
     if held_rows is not None:
         now = time.time()
-        held_rows.add({(operator, side, bucket): (now, n) for side, n in counts.items()})
+        held_rows.add({(operator, side, bucket): (now, ((None, n),) if isinstance(n, int) else n)
+                       for side, n in counts.items()})  # fmt: skip
 
 
 class BucketedJoinSpec:
@@ -142,7 +149,7 @@ class BucketLayout(Protocol):
     """How a processor keeps its buckets: `read` at a bucket's visit (the bucket and the bytes
     it was read from), `flush` its keys, then `write` what the bucket holds besides them."""
 
-    def read(self) -> tuple[Any, bytes | None]: ...
+    def read(self, now: int) -> tuple[Any, bytes | None]: ...
 
     def flush(self, bucket: Any) -> None: ...
 
@@ -163,7 +170,7 @@ class WholeBuckets:
         self.state = handle.getValueState("bucket", BUCKET_STATE)
         self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
 
-    def read(self) -> tuple[Any, bytes | None]:
+    def read(self, now: int = 0) -> tuple[Any, bytes | None]:
         stored = self.state.get()
         if stored is None:
             return self.new(), None
@@ -206,7 +213,7 @@ class MapEntries:
 class KeyedEntries:
     """Each key of a bucket its own `MapState` entry (`state.keyed_state`): a batch reads and
     writes the keys it touches. The bucket's own value holds its engine timer, the keys that
-    wait for time, the rows that wait in it and how many entries it has, and is written only
+    wait for time, the rows that wait in it and the ledger of its entries, and is written only
     when those change."""
 
     def __init__(
@@ -224,14 +231,17 @@ class KeyedEntries:
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.size_of = size_of
+        self.ttl_ms = ttl_ms
 
-    def read(self) -> tuple[KeyedBucket, bytes | None]:
+    def read(self, now: int = 0) -> tuple[KeyedBucket, bytes | None]:
+        """The bucket as of `now`, the processing time that ages its entries under a TTL."""
         stored = self.own.get()
-        spark_timer, timers, waiting, count, held = (
-            (None, [], {}, 0, (0, 0)) if stored is None else load(stored[0])
+        spark_timer, timers, waiting, ledger = (
+            (None, [], {}, []) if stored is None else load(stored[0])
         )
         keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
-                          self.timer_of, count, held, self.size_of)  # fmt: skip
+                          self.timer_of, {e: list(c) for e, c in ledger}, self.size_of,
+                          self.ttl_ms, now)  # fmt: skip
         return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -243,13 +253,13 @@ class KeyedEntries:
             bucket.spark_timer is None
             and not keys.timers
             and not bucket.waiting
-            and not keys.stored
+            and not keys.ledger
         ):
             if before is not None:
                 self.own.clear()
             return
-        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting, keys.stored,
-                     tuple(keys.held)))  # fmt: skip
+        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting,
+                     list(keys.ledger.items())))  # fmt: skip
         if blob != before:
             self.own.update((blob,))
 
@@ -312,7 +322,7 @@ class BucketedJoinProcessor(StatefulProcessor):
         """What the bucket's input rows of a micro-batch emit."""
 
     @abstractmethod
-    def held(self, bucket: Any) -> tuple[int, int]:
+    def held(self, bucket: Any) -> tuple[Held, Held]:
         """The rows (or versions) the bucket's state holds for each side."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -391,8 +401,8 @@ class BucketedJoinProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         frames = list(rows)
         frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        bucket, before = self.store.read()
         now = self._operator_time(timerValues)
+        bucket, before = self.store.read(now)
         pairs = self.fire_due(bucket, now)
         rows = self._input(frame)
         if self.late_rows is not None and not self.spec.proctime:
@@ -405,8 +415,8 @@ class BucketedJoinProcessor(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        bucket, before = self.store.read()
         now = self._operator_time(timerValues)
+        bucket, before = self.store.read(now)
         if bucket.spark_timer is not None and bucket.spark_timer <= now:
             bucket.spark_timer = None  # this one, firing (or about to, in this batch)
         pairs = self.fire_due(bucket, now)

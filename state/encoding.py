@@ -22,8 +22,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 # 1: whole pickled objects (before the checkpoint recorded a format); 2: entry names depended on
-# which of a key's values were one object
-FORMAT = 3
+# which of a key's values were one object; 3: rows without the time of their last write, entries
+# without their expiry
+FORMAT = 4
 _HEADER = bytes([FORMAT])
 _VALUE_TYPES = {
     ("decimal", "Decimal"),

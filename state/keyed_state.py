@@ -77,14 +77,33 @@ class EntryStore(Protocol):
     def remove(self, key: bytes) -> None: ...
 
 
+Ledger = dict[Any, list[int]]  # expiry (ms, None: never) -> [entries, left rows, right rows]
+
+
+def ledger_slot(expires_ms: int, ttl_ms: int) -> int:
+    """An entry's expiry rounded up to a 64th of the TTL (at least a second): a bucket's ledger
+    keeps a few dozen counts, not one per entry."""
+    width = max(1000, ttl_ms // 64)
+    return -(-expires_ms // width) * width
+
+
+def held_by_expiry(ledger: Ledger, side: int) -> tuple[tuple[int | None, int], ...]:
+    """One side's rows in a ledger, by when Spark drops the entries holding them."""
+    return tuple((expires, c[side + 1]) for expires, c in ledger.items() if c[side + 1])
+
+
 class StoredKeys:
     """A mapping key -> state over an `EntryStore`, for one micro-batch of one bucket.
 
     `to_plain` / `from_plain` convert a key's state to plain data (`state.encoding`);
     `timer_of` says when a key's state next needs time to pass (None: never). `timers` holds
-    that for every stored key that has one, `stored` how many entries the store holds, and
-    `held` what the entries hold, per side, as `size_of` counts a state (rows, versions; both at
-    most: Spark's TTL drops entries unseen); `flush` keeps them current.
+    that for every stored key that has one; `flush` keeps it current.
+
+    With `ttl_ms`, Spark drops an entry not written for that long (`state.retention`), without
+    telling anyone: so each entry is stored with the time it goes, and the `ledger` counts the
+    entries, and what they hold per side as `size_of` counts a state (rows, versions), by that
+    time. What the store holds at any moment is then the ledger's counts still ahead of it
+    (`stored`, `held`), with no scan of the entries.
     """
 
     def __init__(
@@ -94,28 +113,53 @@ class StoredKeys:
         to_plain: Callable[[Any], Any],
         from_plain: Callable[[Any], Any],
         timer_of: Callable[[Any], int | None],
-        stored: int = 0,
-        held: tuple[int, int] = (0, 0),
+        ledger: Ledger | None = None,
         size_of: Callable[[Any], tuple[int, int]] = unsized,
+        ttl_ms: int | None = None,
+        now: int = 0,
     ) -> None:
         self.store = store
         self.timers = timers
-        self.stored = stored
-        self.held = list(held)
+        self.ttl_ms, self.now = ttl_ms, now
+        self.ledger = {e: c for e, c in (ledger or {}).items() if e is None or e > now}
         self.size_of = size_of
-        self.sizes: dict[Any, tuple[int, int]] = {}  # key -> its size when read
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
-        self.read: dict[Any, tuple[bytes, bytes | None]] = {}  # key -> (key bytes, entry read)
+        # key -> (key bytes, entry read, its expiry, its size)
+        self.read: dict[Any, tuple[bytes, bytes | None, int | None, tuple[int, int]]] = {}
         self.live: dict[Any, Any] = {}
+
+    @property
+    def stored(self) -> int:
+        """The entries the store holds."""
+        return sum(counts[0] for counts in self.ledger.values())
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """What the entries hold, per side."""
+        return (sum(c[1] for c in self.ledger.values()), sum(c[2] for c in self.ledger.values()))
+
+    def _count(self, expires: int | None, size: tuple[int, int], sign: int) -> None:
+        counts = self.ledger.setdefault(expires, [0, 0, 0])
+        counts[0] += sign
+        counts[1] += sign * size[0]
+        counts[2] += sign * size[1]
+        if not any(counts):
+            del self.ledger[expires]
+
+    def _found(self, key: Any, name: bytes, blob: bytes | None) -> None:
+        """Take in an entry as read; one whose time has come is gone, whatever the store said."""
+        if blob is not None:
+            expires, plain = load(blob)
+            if expires is None or expires > self.now:
+                self.live[key] = state = self.from_plain(plain)
+                self.read[key] = (name, blob, expires, self.size_of(state))
+                return
+        self.read[key] = (name, None, None, (0, 0))
 
     def _fetch(self, key: Any) -> None:
         if key not in self.read:
             name = dump_key(key)
-            blob = self.store.get(name)
-            self.read[key] = (name, blob)
-            if blob is not None:
-                self.live[key] = state = self.from_plain(load(blob))
-                self.sizes[key] = self.size_of(state)
+            self._found(key, name, self.store.get(name))
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         """Read the keys a batch is about to use in one pass over the store's entries, if they
@@ -126,11 +170,9 @@ class StoredKeys:
         for name, blob in self.store.items():
             key = wanted.pop(name, None)
             if key is not None:
-                self.read[key] = (name, blob)
-                self.live[key] = state = self.from_plain(load(blob))
-                self.sizes[key] = self.size_of(state)
+                self._found(key, name, blob)
         for name, key in wanted.items():
-            self.read[key] = (name, None)
+            self._found(key, name, None)
 
     def get(self, key: Any, default: Any = None) -> Any:
         self._fetch(key)
@@ -149,12 +191,11 @@ class StoredKeys:
         return self.live.pop(key, default)
 
     def flush(self) -> None:
-        """Write back the keys whose state changed, remove the emptied ones, update `timers`."""
-        for key, (name, before) in self.read.items():
+        """Write back the keys whose state changed, remove the emptied ones, update `timers` and
+        the ledger."""
+        expires = None if self.ttl_ms is None else ledger_slot(self.now + self.ttl_ms, self.ttl_ms)
+        for key, (name, before, was_expiring, was) in self.read.items():
             state = self.live.get(key)
-            size = (0, 0) if state is None else self.size_of(state)
-            was = self.sizes.get(key, (0, 0))
-            self.held = [h + now - then for h, now, then in zip(self.held, size, was, strict=True)]
             timer = None if state is None else self.timer_of(state)
             if timer is None:
                 self.timers.pop(key, None)
@@ -163,15 +204,20 @@ class StoredKeys:
             if state is None:
                 if before is not None:
                     self.store.remove(name)
-                    self.stored = max(0, self.stored - 1)
+                    self._count(was_expiring, was, -1)
                 continue
-            blob = dump(self.to_plain(state))
-            if blob != before:
-                self.store.put(name, blob)
-                self.stored += before is None
+            plain = self.to_plain(state)
+            blob = dump((was_expiring, plain))
+            if blob == before:
+                continue
+            if was_expiring != expires:
+                blob = dump((expires, plain))
+            self.store.put(name, blob)
+            if before is not None:
+                self._count(was_expiring, was, -1)
+            self._count(expires, self.size_of(state), 1)
         self.read.clear()
         self.live.clear()
-        self.sizes.clear()
 
 
 @dataclass

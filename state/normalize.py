@@ -7,7 +7,8 @@ kept and the changelog rebuilt from it (Flink's `processLastRowOnChangelog`):
 
 | input change                | key unknown | key known, last row `old`             |
 |-----------------------------|-------------|---------------------------------------|
-| +I / +U `new`               | +I `new`    | -U `old`, +U `new` (nothing if equal) |
+| +I / +U `new`               | +I `new`    | -U `old`, +U `new` (nothing if equal, |
+|                             |             | unless under a state TTL)             |
 | -U `b` then +U `new`        | +I `new`    | -U `b`, +U `new` (the update, as is)  |
 | -U alone, -D                | nothing     | -D `old`, the key is forgotten        |
 
@@ -23,6 +24,11 @@ stored with, as Flink's normalizer re-emits the stored row whole. A delete witho
 own (an upsert tombstone has no columns but the key) takes the stored row's.
 Every output change has its own `seq` (input seq * 2 + its index), so a key's changes stay in
 order through later shuffles.
+
+Under a state TTL (`state.retention`) a key's last row expires as the join's rows do, counted
+from its last write, and an update equal to the last row is still passed on: as in Flink, whose
+normalizer does so that the operators after it refresh their copy of the row and forget it at
+the same time, not before.
 """
 
 from __future__ import annotations
@@ -45,15 +51,19 @@ from state.bucketed_processor import (
     python_values,
     report_held,
 )
-from state.keyed_state import as_is, never, unsized
+from state.keyed_state import as_is, held_by_expiry, never
+from state.retention import Retention
 
 # (op, seq, ts, row) of one change
 Change = tuple[str, int, int | None, tuple[Any, ...]]
 Last = tuple[tuple[Any, ...], int | None]  # the key's last row and its event time
+Stored = tuple[tuple[Any, ...], int | None, int]  # ... and when it was written (processing time)
 
 
-def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change], Last | None]:
-    """The changes to emit for one key's input changes (in order), and the key's last row."""
+def normalize(last: Last | None, changes: Sequence[Change],
+              refresh: bool = False) -> tuple[list[Change], Last | None]:  # fmt: skip
+    """The changes to emit for one key's input changes (in order), and the key's last row;
+    `refresh` passes an update equal to the last row on (under a state TTL)."""
     out: list[Change] = []
     before: tuple[tuple[Any, ...], int | None] | None = None  # a -U the next +U completes
     for i, (op, seq, ts, row) in enumerate(changes):
@@ -63,7 +73,7 @@ def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change
         if op in ("+I", "+U"):
             if last is None:
                 out.append(("+I", seq * 2, ts, row))
-            elif last[0] != row or before is not None:
+            elif last[0] != row or before is not None or refresh:
                 old_row, old_time = before or last
                 out += [("-U", seq * 2, old_time, old_row), ("+U", seq * 2 + 1, ts, row)]
             last = (row, ts)
@@ -72,6 +82,11 @@ def normalize(last: Last | None, changes: Sequence[Change]) -> tuple[list[Change
             last = None
         before = None
     return out, last
+
+
+def _one_row(_stored: Stored) -> tuple[int, int]:
+    """A key holds one row."""
+    return 1, 0
 
 
 class NormalizeProcessor(StatefulProcessor):
@@ -91,18 +106,28 @@ class NormalizeProcessor(StatefulProcessor):
         kinds: dict[str, str],
         side: str = "left",
         held_rows: HeldRows | None = None,
+        ttl_ms: int = 0,
     ) -> None:
         """`kinds`: `integral` or `timestamp` for the columns pandas carries as float / NaT;
-        `held_rows` takes how many keys each bucket holds, for the input `side`."""
+        `held_rows` takes how many keys each bucket holds, for the input `side`; `ttl_ms`:
+        the job's state retention (0: none)."""
         self.columns = [f"c_{name}" for name in row_names]
         self.key_columns = [f"pk{i}" for i in range(keys)]
         self.kinds = kinds
         self.side = side
         self.held_rows = held_rows
+        self.retention = Retention(ttl_ms)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
-        self.store = KeyedEntries(handle, as_is, as_is, never, unsized)
+        self.store = KeyedEntries(handle, as_is, as_is, never, _one_row,
+                                  self.retention.store_ttl_ms)  # fmt: skip
+
+    def _last(self, stored: Stored | None) -> Last | None:
+        """A key's last row, unless it expired."""
+        if stored is None or not self.retention.alive(stored[2]):
+            return None
+        return stored[0], stored[1]
 
     def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
         return python_values(frame[name], self.kinds.get(name, ""))
@@ -118,20 +143,23 @@ class NormalizeProcessor(StatefulProcessor):
         by_key: dict[Any, list[Change]] = {}
         for i in sorted(range(len(ops)), key=seqs.__getitem__):
             by_key.setdefault(keys[i], []).append((ops[i], seqs[i], times[i], values[i]))
-        bucket, before = self.store.read()
+        now = self.retention.at(timerValues.getCurrentProcessingTimeInMs())
+        bucket, before = self.store.read(now)
         last_rows = bucket.keys
         last_rows.prefetch(by_key)
         output: list[Change] = []
+        refresh = self.retention.ttl_ms > 0
         for k, changes in by_key.items():
-            emitted, last = normalize(last_rows.get(k), changes)
+            emitted, last = normalize(self._last(last_rows.get(k)), changes, refresh)
             if last is None:
                 last_rows.pop(k)
             else:
-                last_rows[k] = last
+                last_rows[k] = (*last, now)
             output += emitted
         self.store.flush(bucket)
         self.store.write(bucket, before)
-        report_held(self.held_rows, "normalizer", key[0], {self.side: last_rows.stored})
+        report_held(self.held_rows, "normalizer", key[0],
+                    {self.side: held_by_expiry(last_rows.ledger, 0)})  # fmt: skip
         if output:
             yield self._frame(output)
 

@@ -14,7 +14,7 @@ inline when few are left.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 from state.encoding import dump, dump_key, load
@@ -34,7 +34,8 @@ class PagedRows(MutableMapping):
     """A view's rows (identity -> entry) over `pages` entries of a store, read when first used.
 
     `version` grows whenever a page is written, so the key's entry, which holds it, is written
-    too: under a state TTL the key then never expires before its pages.
+    too: under a state TTL the key then never expires before its pages. A page can expire before
+    its key (a key whose other side changed): its rows had all expired by then.
     """
 
     def __init__(self, pages: int, count: int, version: int = 0) -> None:
@@ -74,6 +75,17 @@ class PagedRows(MutableMapping):
 
     def __len__(self) -> int:
         return self.count
+
+    def prune(self, alive: Callable[[Any], bool]) -> None:
+        """Drop the expired entries (`alive` false) of the pages read so far. Once every page
+        has been read, the count is theirs: a page that Spark's TTL removed (every row in it had
+        expired) is no longer counted."""
+        for _name, _blob, rows in self.loaded.values():
+            for identity in [i for i, entry in rows.items() if not alive(entry)]:
+                del rows[identity]
+                self.count -= 1
+        if len(self.loaded) == self.pages:
+            self.count = sum(len(rows) for _name, _blob, rows in self.loaded.values())
 
     def flush(self) -> None:
         """Write back the pages whose rows changed; remove the emptied ones."""

@@ -8,8 +8,9 @@ rows name, once each, and writes back those whose views changed. A regular join'
 bounded by nothing but its keys, so one entry per key is what keeps a batch's cost to what it
 touches (see `docs/design.md`).
 
-Retention (`STATE_TTL`, Flink's `table.exec.state.ttl`) is Spark's own TTL on the entries: a
-key's views go once not written for that long, without a timer per key.
+Retention (`STATE_TTL`, Flink's `table.exec.state.ttl`) is per row, as in Flink
+(`state.retention`): each row of a view expires on its own, a micro-batch drops the expired rows
+of the keys it touches, and Spark's TTL on the entries removes the keys no batch touches.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from state.bucketed_processor import (
     BucketedJoinProcessor,
     BucketedJoinSpec,
     Emitted,
+    Held,
     InputRows,
     KeyedEntries,
     MapEntries,
     SideSpec,
 )
 from state.condition import JoinCondition, parse_condition, split_condition
-from state.keyed_state import KeyedBucket, never
+from state.keyed_state import KeyedBucket, held_by_expiry, never
 from state.pages import PagedRows, settle
 from state.regular_join import RegularJoin, SemiAntiJoin
+from state.retention import FOREVER, Retention
 from state.views import (
     MultisetView,
     UniqueKeyView,
@@ -82,12 +85,12 @@ class RegularJoinSpec(BucketedJoinSpec):
             return SemiAntiJoin(self.kind, self.matcher())
         return RegularJoin(self.kind, self.matcher())
 
-    def new_views(self) -> tuple[View, View]:
+    def new_views(self, retention: Retention = FOREVER) -> tuple[View, View]:
         left_keys = [a for a, _ in self.equi_keys]
         right_keys = [b for _, b in self.equi_keys]
         return (
-            new_view(left_keys, self.left.fields, self.left.unique_key),
-            new_view(right_keys, self.right.fields, self.right.unique_key),
+            new_view(left_keys, self.left.fields, self.left.unique_key, retention),
+            new_view(right_keys, self.right.fields, self.right.unique_key, retention),
         )
 
 
@@ -96,20 +99,25 @@ class RegularJoinProcessor(BucketedJoinProcessor):
     many rows for one key keeps them in pages (`state.pages`), a `MapState` of their own."""
 
     def layout(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        ttl = self.spec.state_ttl_ms or None
+        self.retention = Retention(self.spec.state_ttl_ms)
+        ttl = self.retention.store_ttl_ms
         self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
-        return KeyedEntries(handle, views_to_plain, views_from_plain, never, views_size, ttl)
+        return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size,
+                            ttl)  # fmt: skip
 
-    def held(self, bucket: KeyedBucket) -> tuple[int, int]:
-        """Rows per side (distinct rows of a side without a unique key)."""
-        left, right = bucket.keys.held  # the counts kept in the bucket's own value
-        return left, right
+    def _views_from_plain(self, plain: tuple) -> tuple[View, View]:
+        return views_from_plain(plain, self.retention)
+
+    def held(self, bucket: KeyedBucket) -> tuple[Held, Held]:
+        """Rows per side (distinct rows of a side without a unique key), by when Spark's TTL
+        drops them: the counts kept in the bucket's own value."""
+        return held_by_expiry(bucket.keys.ledger, 0), held_by_expiry(bucket.keys.ledger, 1)
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""
         views = bucket.keys.get(key)
         if views is None:
-            return self.spec.new_views()
+            return self.spec.new_views(self.retention)
         for side, view in enumerate(views):
             rows = getattr(view, "rows", None)
             if isinstance(rows, PagedRows):
@@ -121,6 +129,7 @@ class RegularJoinProcessor(BucketedJoinProcessor):
         return []
 
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Emitted]:
+        self.retention.at(now)
         emitted: list[Emitted] = []
         touched: dict[Any, tuple[View, View]] = {}
         bucket.keys.prefetch(rows.keys)
@@ -133,6 +142,7 @@ class RegularJoinProcessor(BucketedJoinProcessor):
                 emitted.append((change.op, change.left, change.right))
         for key, views in touched.items():
             for side, view in enumerate(views):
+                view.prune()
                 if isinstance(view, UniqueKeyView | MultisetView):
                     view.rows = settle(view.rows, self.pages, key, side)
             if not any(len(view) for view in views):

@@ -44,7 +44,7 @@ from state.bucketed_processor import (
     python_values,
     report_held,
 )
-from state.keyed_state import as_is, never
+from state.keyed_state import as_is, held_by_expiry, never
 from state.regular_join import ACCUMULATE
 
 Row = tuple[Any, ...]
@@ -109,7 +109,8 @@ class UpsertMaterializer(StatefulProcessor):
         by_key: dict[bytes, list[tuple[str, Row]]] = {}
         for i in np.argsort(frame["seq"].to_numpy(), kind="stable").tolist():
             by_key.setdefault(keys[i], []).append((ops[i], values[i]))
-        bucket, before = self.store.read()
+        now = timerValues.getCurrentProcessingTimeInMs() if self.ttl_ms else 0
+        bucket, before = self.store.read(now)
         stored = bucket.keys
         stored.prefetch(by_key)
         output: list[tuple[bytes, str, Row]] = []
@@ -123,7 +124,8 @@ class UpsertMaterializer(StatefulProcessor):
         self.store.flush(bucket)
         self.store.write(bucket, before)
         if self.held_rows is not None:
-            report_held(self.held_rows, "upsert", key[0], {"output": stored.held[0]})
+            report_held(self.held_rows, "upsert", key[0],
+                        {"output": held_by_expiry(stored.ledger, 0)})  # fmt: skip
         if output:
             yield self._frame(output)
 

@@ -11,14 +11,21 @@ currently joins with. Only outer sides use it (a null-padded result exists exact
 0), as Flink's `OuterJoinRecordStateView`. A view is loaded and stored whole, once per key and
 micro-batch: each state call is a socket round trip to the JVM, so per-row access would cost
 far more than the join itself.
+
+Every record also carries the processing time of its last write (adding it, retracting a copy,
+changing its association count), and a view hides it once its retention has passed
+(`state.retention`), as Flink's state does with `table.exec.state.ttl`: the join never sees an
+expired row, and `prune` drops them from what is stored. Copies of a row without a unique key
+share one time, as they share one entry of Flink's map state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from state.pages import PagedRows
+from state.retention import FOREVER, Retention
 
 Row = tuple[Any, ...]
 
@@ -26,22 +33,28 @@ Row = tuple[Any, ...]
 class SingleRowView:
     """The join key contains the unique key: the newest row replaces any other."""
 
-    def __init__(self) -> None:
+    def __init__(self, retention: Retention = FOREVER) -> None:
+        self.retention = retention
         self.row: Row | None = None
         self.associations = 0
+        self.written = 0
 
     def add(self, row: Row, associations: int = 0) -> None:
-        self.row, self.associations = row, associations
+        self.row, self.associations, self.written = row, associations, self.retention.now
 
     def retract(self, row: Row) -> None:
         self.row, self.associations = None, 0
 
     def records(self) -> Iterator[tuple[Row, int]]:
-        if self.row is not None:
+        if self.row is not None and self.retention.alive(self.written):
             yield self.row, self.associations
 
     def set_associations(self, row: Row, associations: int) -> None:
-        self.associations = associations
+        self.associations, self.written = associations, self.retention.now
+
+    def prune(self) -> None:
+        if self.row is not None and not self.retention.alive(self.written):
+            self.retract(self.row)
 
     def __len__(self) -> int:
         return 0 if self.row is None else 1
@@ -50,27 +63,32 @@ class SingleRowView:
 class UniqueKeyView:
     """The input has a unique key that the join key does not contain: unique key -> row."""
 
-    def __init__(self, key_indices: Sequence[int]) -> None:
+    def __init__(self, key_indices: Sequence[int], retention: Retention = FOREVER) -> None:
         self.key_indices = tuple(key_indices)
-        # unique key -> [row, associations], in pages once many (`state.pages`)
+        self.retention = retention
+        # unique key -> [row, associations, written], in pages once many (`state.pages`)
         self.rows: dict[Row, list[Any]] | PagedRows = {}
 
     def _key(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_indices)
 
     def add(self, row: Row, associations: int = 0) -> None:
-        self.rows[self._key(row)] = [row, associations]
+        self.rows[self._key(row)] = [row, associations, self.retention.now]
 
     def retract(self, row: Row) -> None:
         self.rows.pop(self._key(row), None)
 
     def records(self) -> Iterator[tuple[Row, int]]:
-        yield from [(row, associations) for row, associations in self.rows.values()]
+        alive = self.retention.alive
+        yield from [(row, n) for row, n, written in self.rows.values() if alive(written)]
 
     def set_associations(self, row: Row, associations: int) -> None:
         entry = self.rows.get(self._key(row))
         if entry is not None:
-            entry[1] = associations
+            entry[1], entry[2] = associations, self.retention.now
+
+    def prune(self) -> None:
+        _prune(self.rows, lambda entry: self.retention.alive(entry[2]))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -79,35 +97,50 @@ class UniqueKeyView:
 class MultisetView:
     """No unique key: each distinct row with its number of copies; copies share one count."""
 
-    def __init__(self) -> None:
-        # row -> [copies, associations], in pages once many (`state.pages`)
+    def __init__(self, retention: Retention = FOREVER) -> None:
+        self.retention = retention
+        # row -> [copies, associations, written], in pages once many (`state.pages`)
         self.rows: dict[Row, list[int]] | PagedRows = {}
 
-    def add(self, row: Row, associations: int = 0) -> None:
+    def _live(self, row: Row) -> list[int] | None:
+        """The row's entry, unless it expired (then it is dropped, as Flink never reads it)."""
         entry = self.rows.get(row)
+        if entry is not None and not self.retention.alive(entry[2]):
+            del self.rows[row]
+            return None
+        return entry
+
+    def add(self, row: Row, associations: int = 0) -> None:
+        entry = self._live(row)
         if entry is None:
-            self.rows[row] = [1, associations]
+            self.rows[row] = [1, associations, self.retention.now]
         else:
             entry[0] += 1
-            entry[1] = associations
+            entry[1], entry[2] = associations, self.retention.now
 
     def retract(self, row: Row) -> None:
-        entry = self.rows.get(row)
+        entry = self._live(row)
         if entry is not None:
             entry[0] -= 1
+            entry[2] = self.retention.now
             if entry[0] <= 0:
                 del self.rows[row]
 
     def records(self) -> Iterator[tuple[Row, int]]:
-        """Every copy of every row, as Flink's view yields them."""
-        for row, (copies, associations) in list(self.rows.items()):
-            for _ in range(copies):
-                yield row, associations
+        """Every copy of every live row, as Flink's view yields them."""
+        alive = self.retention.alive
+        for row, (copies, associations, written) in list(self.rows.items()):
+            if alive(written):
+                for _ in range(copies):
+                    yield row, associations
 
     def set_associations(self, row: Row, associations: int) -> None:
         entry = self.rows.get(row)
         if entry is not None:
-            entry[1] = associations
+            entry[1], entry[2] = associations, self.retention.now
+
+    def prune(self) -> None:
+        _prune(self.rows, lambda entry: self.retention.alive(entry[2]))
 
     def __len__(self) -> int:
         """Distinct rows (each with its copies): known without reading a paged view's pages."""
@@ -117,13 +150,25 @@ class MultisetView:
 View = SingleRowView | UniqueKeyView | MultisetView
 
 
-def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequence[str]) -> View:
+def _prune(rows: dict | PagedRows, alive: Callable[[list], bool]) -> None:
+    """Drop the expired entries of a side's rows: all of them inline, those of the pages a
+    micro-batch read when paged (the others wait for a batch that reads them, or for Spark's
+    TTL on the page)."""
+    if isinstance(rows, PagedRows):
+        rows.prune(alive)
+        return
+    for identity in [i for i, entry in rows.items() if not alive(entry)]:
+        del rows[identity]
+
+
+def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequence[str],
+             retention: Retention = FOREVER) -> View:  # fmt: skip
     """The layout Flink would choose for an input with these columns and unique key."""
     if unique_key and set(unique_key) <= set(join_key):
-        return SingleRowView()
+        return SingleRowView(retention)
     if unique_key:
-        return UniqueKeyView([list(fields).index(c) for c in unique_key])
-    return MultisetView()
+        return UniqueKeyView([list(fields).index(c) for c in unique_key], retention)
+    return MultisetView(retention)
 
 
 def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
@@ -138,22 +183,22 @@ def _rows(plain: dict | tuple) -> dict | PagedRows:
 def _plain(view: View) -> tuple:
     """A view as plain data (`state.encoding`)."""
     if isinstance(view, SingleRowView):
-        return "single", view.row, view.associations
+        return "single", view.row, view.associations, view.written
     if isinstance(view, UniqueKeyView):
         return "unique", view.key_indices, _rows_plain(view.rows)
     return "multiset", _rows_plain(view.rows)
 
 
-def _view(plain: tuple) -> View:
+def _view(plain: tuple, retention: Retention) -> View:
     view: View
     if plain[0] == "single":
-        view = SingleRowView()
-        view.row, view.associations = plain[1], plain[2]
+        view = SingleRowView(retention)
+        view.row, view.associations, view.written = plain[1:]
     elif plain[0] == "unique":
-        view = UniqueKeyView(plain[1])
+        view = UniqueKeyView(plain[1], retention)
         view.rows = _rows(plain[2])
     else:
-        view = MultisetView()
+        view = MultisetView(retention)
         view.rows = _rows(plain[1])
     return view
 
@@ -167,5 +212,5 @@ def views_size(views: tuple[View, View]) -> tuple[int, int]:
     return len(views[0]), len(views[1])
 
 
-def views_from_plain(plain: tuple) -> tuple[View, View]:
-    return _view(plain[0]), _view(plain[1])
+def views_from_plain(plain: tuple, retention: Retention = FOREVER) -> tuple[View, View]:
+    return _view(plain[0], retention), _view(plain[1], retention)

@@ -78,16 +78,39 @@ def test_a_batch_touching_many_of_a_buckets_keys_reads_them_in_one_pass() -> Non
     assert (store.scans, store.gets, loading.stored) == (1, 0, 100)
 
     store.scans = store.gets = 0
-    dense = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
+    dense = StoredKeys(store, {}, as_is, as_is, never, loading.ledger)
     dense.prefetch([*((f"p{i}",) for i in range(70)), ("x",)] * 2)  # 71 keys of 100
     assert [dense.get(k) for k in [("p1",), ("p3",), ("x",)]] == [1, 3, None]
     assert (store.scans, store.gets) == (1, 0)
 
     store.scans = 0
-    sparse = StoredKeys(store, {}, as_is, as_is, never, loading.stored)
+    sparse = StoredKeys(store, {}, as_is, as_is, never, loading.ledger)
     sparse.prefetch([(f"p{i}",) for i in range(60)])  # 60 keys of 100: one by one, when used
     assert sparse.get(("p2",)) == 2
     assert (store.scans, store.gets) == (0, 1)
+
+
+def test_under_a_ttl_what_the_store_holds_is_counted_until_spark_drops_it_unseen() -> None:
+    """Spark drops an entry not written for the TTL without telling the processor: the
+    bucket's ledger stops counting it then, with no read of the entries."""
+    store = CountingStore()
+    ttl = 60_000
+    early = StoredKeys(store, {}, as_is, as_is, never, None, lambda rows: (len(rows), 0), ttl, 0)
+    early[("p1",)] = ("o1", "o2")
+    early.flush()
+    later = StoredKeys(store, {}, as_is, as_is, never, early.ledger,
+                       lambda rows: (len(rows), 0), ttl, 30_000)  # fmt: skip
+    later[("p2",)] = ("o3",)
+    later.flush()
+    assert (later.stored, later.held) == (2, (3, 0))
+    store.calls()
+    gone = StoredKeys(store, {}, as_is, as_is, never, later.ledger, lambda rows: (len(rows), 0),
+                      ttl, 62_000)  # fmt: skip
+    assert (gone.stored, gone.held) == (1, (1, 0))  # p1's entry expired, unread
+    assert gone.get(("p1",)) is None  # and is gone, even where the store still answers for it
+    assert gone.get(("p2",)) == ("o3",)
+    gone.flush()
+    assert store.calls() == (2, 0, 0)
 
 
 def test_a_key_finds_its_entry_whether_or_not_its_equal_values_are_one_object() -> None:

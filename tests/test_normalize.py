@@ -74,6 +74,30 @@ def test_the_processor_keeps_the_last_row_between_batches() -> None:
     assert tester.peekMapState("keys", 7) == {}
 
 
+def test_under_a_state_ttl_a_keys_last_row_expires_as_the_joins_rows_do() -> None:
+    """The normalizer forgets a key when the join forgets its row (the same TTL, counted from
+    the same write), so it never retracts a row the join no longer holds; and it passes on an
+    update equal to the last row, which refreshes the join's copy, as Flink's does."""
+    tester = TwsTester(NormalizeProcessor(["id", "v"], 1, {"c_v": "integral"}, ttl_ms=60_000),
+                       timeMode="ProcessingTime")  # fmt: skip
+
+    def batch(at: int, op: str, row: tuple) -> list[tuple]:
+        if at:
+            tester.setProcessingTime(at)
+        frame = pd.DataFrame({"op": [op], "seq": [at], "ts": [at], "pk0": [row[0]],
+                              "c_id": [row[0]], "c_v": [row[1]]})  # fmt: skip
+        out = tester.testInPandas(7, frame)
+        if out.empty:
+            return []
+        return list(zip(out["op"], zip(out["c_id"], out["c_v"], strict=True), strict=True))
+
+    assert batch(0, "+U", A1) == [("+I", A1)]
+    assert batch(30_000, "+U", A1) == [("-U", A1), ("+U", A1)]  # refreshed: lives to 90 s
+    assert batch(80_000, "+U", A2) == [("-U", A1), ("+U", A2)]
+    assert batch(140_000, "+U", A1) == [("+I", A1)]  # A2, written at 80 s, has expired
+    assert batch(200_000, "-D", ("a", None)) == []  # so has A1: nothing to delete
+
+
 def test_upsert_records_decode_from_key_and_value() -> None:
     fmt = UpsertJsonFormat(parse_schema("id STRING, v INT"), ["id"])
     assert fmt.decode(b'{"id": "a"}', b'{"v": 1}') == [("+U", A1)]

@@ -13,6 +13,7 @@ import pytest
 from state.bucketed_processor import SideSpec
 from state.regular_join import LEFT, RIGHT, Change
 from state.regular_processor import RegularJoinSpec
+from state.retention import Retention
 from state.views import MultisetView, SingleRowView, UniqueKeyView, new_view
 
 ORDERS = SideSpec(("order_id", "product_id", "qty"), ("order_id",))
@@ -195,3 +196,37 @@ def test_materialized_output_equals_the_join_of_the_final_tables(
             finals[side][row] += 1 if op in ("+I", "+U") else -1
         left, right = (list((+f).elements()) for f in finals)
         assert materialize(changes) == batch_join(kind, left, right, join.spec.matcher())
+
+
+def test_state_ttl_expires_each_row_on_its_own_though_its_key_keeps_getting_rows() -> None:
+    """Flink's `table.exec.state.ttl`: a row goes once not written for the TTL, whatever its key
+    does; an expired row is never seen again (the product is forgotten: later orders are padded;
+    the orders joined before it went keep their association count, as in Flink)."""
+    retention = Retention(ttl_ms=120_000)
+    join = Join("left")
+    join.views = join.spec.new_views(retention)
+    retention.at(0)
+    assert join(RIGHT, "+I", *P1) == []
+    retention.at(50_000)
+    assert join(LEFT, "+I", *O1) == [("+I", O1, P1)]
+    retention.at(130_000)  # the product, written at 0, has expired; O1 (at 50 s) has not
+    assert join(LEFT, "+I", *O2) == [("+I", O2, None)]
+    retention.at(175_000)  # O1 expires now; O2 lives until 250 s
+    assert join(RIGHT, "+I", *P1_MORE) == [("-D", O2, None), ("+I", O2, P1_MORE)]
+    for view in join.views:
+        view.prune()
+    assert [len(view) for view in join.views] == [1, 1]  # O2 and the new product only
+
+
+def test_a_row_whose_association_count_changes_is_written_and_lives_on() -> None:
+    """Flink writes an outer row whenever its association count changes, so that refreshes its
+    time to live as an insert would."""
+    retention = Retention(ttl_ms=100)
+    join = Join("left")
+    join.views = join.spec.new_views(retention)
+    retention.at(0)
+    join(LEFT, "+I", *O1)
+    retention.at(90)
+    join(RIGHT, "+I", *P1)  # O1's count goes 0 -> 1: written at 90
+    retention.at(150)
+    assert join(RIGHT, "-D", *P1) == [("-D", O1, P1), ("+I", O1, None)]

@@ -42,7 +42,7 @@ def joined(frame: pd.DataFrame) -> list[tuple]:
 
 def stored_keys(tester: TwsTester, bucket: int) -> dict:
     """The bucket's entries: join key -> both sides' views, as plain data."""
-    return {load(k[0]): load(v[0]) for k, v in tester.peekMapState("keys", bucket).items()}
+    return {load(k[0]): load(v[0])[1] for k, v in tester.peekMapState("keys", bucket).items()}
 
 
 def test_rows_of_a_bucket_are_joined_in_arrival_order_and_each_key_keeps_its_own_entry() -> None:
@@ -85,7 +85,7 @@ def test_an_update_whose_after_image_comes_first_in_a_batch_is_applied_in_seq_or
         ("+U", "o1", "p1", 2, "p1", 10),
     ]
     (left, _right) = stored_keys(tester, 0)[("p1",)]
-    assert left == ("unique", (0,), {("o1",): [("o1", "p1", 2), 1]})
+    assert left == ("unique", (0,), {("o1",): [("o1", "p1", 2), 1, 0]})  # no TTL: no time
 
 
 def test_a_batch_writes_back_only_the_keys_whose_rows_changed() -> None:
@@ -160,7 +160,8 @@ class Reports:
         self.latest: dict[tuple[str, str, int], int] = {}
 
     def add(self, reports: dict) -> None:
-        self.latest |= {key: count for key, (_when, count) in reports.items()}
+        self.latest |= {key: sum(n for _expires, n in counts)
+                        for key, (_when, counts) in reports.items()}  # fmt: skip
 
 
 def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
@@ -174,3 +175,24 @@ def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
     assert reports.latest == {("join", "left", 3): 3, ("join", "right", 3): 1}
     tester.testInPandas(3, changes((0, "-D", 5, ("o2", "p2", 1)), (1, "-D", 6, ("p1", 10))))
     assert reports.latest == {("join", "left", 3): 2, ("join", "right", 3): 0}
+
+
+def test_under_a_state_ttl_a_key_that_keeps_getting_rows_holds_only_the_recent_ones() -> None:
+    """An order every 10 s for one product for 10 minutes, a 60 s TTL: the key's entry and the
+    rows reported hold the last minute's orders, not all 60 (the TTL was once per join key, and
+    a key written every few seconds never expired)."""
+    reports = Reports()
+    spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
+    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS, held_rows=reports),
+                       timeMode="ProcessingTime")  # fmt: skip
+    tester.testInPandas(0, changes((1, "+I", 0, ("p1", 10))))
+    for i in range(1, 61):
+        tester.setProcessingTime(i * 10_000)
+        out = tester.testInPandas(0, changes((0, "+I", i, (f"o{i}", "p1", 1))))
+        expected_price = 10 if i < 6 else None  # the product, written at 0, lives 60 s
+        assert joined(out)[-1] == ("+I", f"o{i}", "p1", 1, "p1" if expected_price else None,
+                                   expected_price)  # fmt: skip
+    (left, right) = stored_keys(tester, 0)[("p1",)]
+    assert sorted(left[2]) == [(f"o{i}",) for i in range(55, 61)]
+    assert right[1] is None  # the product went
+    assert reports.latest == {("join", "left", 0): 6, ("join", "right", 0): 0}
