@@ -77,12 +77,17 @@ class EmbeddedBroker:
         self.log_path = Path(tempfile.mkdtemp(prefix="streamjoin-tansu-")) / "tansu.log"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def crash_and_restart(self) -> None:
-        """SIGKILL the broker and start it again on the same port (what it stored stays only
-        if its storage outlives the process)."""
+    def crash(self) -> None:
+        """SIGKILL the broker."""
         assert self._process is not None
         self._process.kill()
         self._process.wait()
+        self._process = None
+
+    def crash_and_restart(self) -> None:
+        """SIGKILL the broker and start it again on the same port (what it stored stays only
+        if its storage outlives the process)."""
+        self.crash()
         self.__enter__()
 
     def __enter__(self) -> EmbeddedBroker:

@@ -7,6 +7,7 @@ makes each micro-batch's commit write the changes instead of a full snapshot.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -47,6 +48,21 @@ QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.python.streaming",
     "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
 )
+
+
+# A failed task is run again, up to this many attempts in all, as Spark does on a cluster
+# (`spark.task.maxFailures`); a local master tries once unless its URL says otherwise
+# (`local[N,F]`), so one task that met a broker in trouble (a read stalled, a transaction the
+# broker could not commit) ended the query. A re-run task reads the same offsets, rebuilds its
+# state from the checkpoint, and its transaction fences the failed attempt's.
+TASK_ATTEMPTS = 4
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def with_task_attempts(master: str) -> str:
+    """A local master URL that retries failed tasks (`TASK_ATTEMPTS`); others as they are."""
+    local = _LOCAL_MASTER.fullmatch(master)
+    return master if local is None else f"local[{local.group(1) or 1},{TASK_ATTEMPTS}]"
 
 
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
@@ -125,7 +141,7 @@ def build_session(
     if master.startswith("local"):
         # Everything runs on this host: keep Spark's own sockets on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName("streamjoin")
+    builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
     local = checkpoint_conf(checkpoint) if checkpoint else {}
     for key, value in {**DEFAULT_CONF, **local, **(conf or {})}.items():
         builder = builder.config(key, value)

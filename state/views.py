@@ -21,7 +21,7 @@ share one time, as they share one entry of Flink's map state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from state.pages import PagedRows
@@ -88,7 +88,7 @@ class UniqueKeyView:
             entry[1], entry[2] = associations, self.retention.now
 
     def prune(self) -> None:
-        _prune(self.rows, lambda entry: self.retention.alive(entry[2]))
+        _prune(self.rows, self.retention)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -140,7 +140,7 @@ class MultisetView:
             entry[1], entry[2] = associations, self.retention.now
 
     def prune(self) -> None:
-        _prune(self.rows, lambda entry: self.retention.alive(entry[2]))
+        _prune(self.rows, self.retention)
 
     def __len__(self) -> int:
         """Distinct rows (each with its copies): known without reading a paged view's pages."""
@@ -150,14 +150,17 @@ class MultisetView:
 View = SingleRowView | UniqueKeyView | MultisetView
 
 
-def _prune(rows: dict | PagedRows, alive: Callable[[list], bool]) -> None:
-    """Drop the expired entries of a side's rows: all of them inline, those of the pages a
-    micro-batch read when paged (the others wait for a batch that reads them, or for Spark's
-    TTL on the page)."""
-    if isinstance(rows, PagedRows):
-        rows.prune(alive)
+def _prune(rows: dict | PagedRows, retention: Retention) -> None:
+    """Drop the expired entries (`[..., written]`) of a side's rows: all of them inline, those
+    of the pages a micro-batch read when paged (the others wait for a batch that reads them, or
+    for Spark's TTL on the page)."""
+    if retention.ttl_ms <= 0:
         return
-    for identity in [i for i, entry in rows.items() if not alive(entry)]:
+    alive = retention.alive
+    if isinstance(rows, PagedRows):
+        rows.prune(lambda entry: alive(entry[2]))
+        return
+    for identity in [i for i, entry in rows.items() if not alive(entry[2])]:
         del rows[identity]
 
 

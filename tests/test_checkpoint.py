@@ -94,6 +94,22 @@ def test_a_new_query_has_one_state_partition_per_task_slot(spark: SparkSession) 
     assert task_slots(spark) == 2  # local[2]
 
 
+def test_a_failed_task_is_run_again_on_a_local_master_as_on_a_cluster(spark: SparkSession) -> None:
+    """A task that met a broker in trouble once must not end the query: Spark's local master
+    gives up at the first failure unless told otherwise."""
+
+    def fails_once(rows):
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("the broker was away")
+        yield from rows
+
+    assert spark.sparkContext.parallelize([1, 2, 3], 1).mapPartitions(fails_once).collect() == [
+        1, 2, 3
+    ]  # fmt: skip
+
+
 def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -196,3 +196,21 @@ def test_under_a_state_ttl_a_key_that_keeps_getting_rows_holds_only_the_recent_o
     assert sorted(left[2]) == [(f"o{i}",) for i in range(55, 61)]
     assert right[1] is None  # the product went
     assert reports.latest == {("join", "left", 0): 6, ("join", "right", 0): 0}
+
+
+def test_under_a_state_ttl_expired_rows_in_pages_are_dropped_when_a_batch_reads_them() -> None:
+    """A key's rows past the inline limit live in pages: a product arriving after its 600
+    orders expired reads every page, joins none of them, and leaves no page behind."""
+    spec = RegularJoinSpec("inner", SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
+    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS), timeMode="ProcessingTime")
+    tester.setProcessingTime(1_000)
+    tester.testInPandas(0, changes(*[(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(600)]))
+    assert len(tester.peekMapState("pages", 0)) == 3
+    tester.setProcessingTime(30_000)
+    tester.testInPandas(0, changes((0, "+I", 600, ("o600", "p1", 1))))
+    tester.setProcessingTime(70_000)  # the first 600 expired at 61 s; o600 lives to 90 s
+    out = tester.testInPandas(0, changes((1, "+I", 601, ("p1", 10))))
+    assert joined(out) == [("+I", "o600", "p1", 1, "p1", 10)]
+    assert tester.peekMapState("pages", 0) == {}
+    (left, _right) = stored_keys(tester, 0)[("p1",)]
+    assert list(left[2]) == [("o600",)]
