@@ -82,7 +82,10 @@ def upsert_materialized(config: Config) -> bool:
     (`state.upsert_materializer`), as Flink decides it: when the join's result updates and one
     output key's changes can come from more than one join key, so from tasks that Kafka does
     not order. They cannot when `OUTPUT_KEY` holds the whole join key, as columns of a side
-    that the join never pads with NULL."""
+    that the join never pads with NULL; nor when it holds the primary key of an insert-only
+    side that joins at most one row of the other (whose primary key lies in the join key): such
+    a row never moves to another join key, and it is the key of all its changes (Flink's upsert
+    key of the join, which a sink keyed by it needs no materializer for)."""
     if config.output.encoding != "upsert" or not produces_updates(config):
         return False
     spec = join_spec(config)
@@ -90,10 +93,36 @@ def upsert_materialized(config: Config) -> bool:
     held = {columns.get(name) for name in config.output.key}
     left_whole = spec.kind in ("inner", "left", "semi", "anti")
     right_whole = spec.kind in ("inner", "right")
-    return not all(
+    holds_join_key = all(
         (left_whole and f"L_{a}" in held) or (right_whole and f"R_{b}" in held)
         for a, b in spec.equi_keys
     )
+    return not (holds_join_key or _keyed_by_a_fixed_row(config, spec, held))
+
+
+def _keyed_by_a_fixed_row(config: Config, spec: JoinSpec, held: set[str | None]) -> bool:
+    """Whether the output key holds the primary key of an insert-only input that joins at most
+    one row of the other (`upsert_materialized`)."""
+    left_keys = {a for a, _ in spec.equi_keys}
+    right_keys = {b for _, b in spec.equi_keys}
+    semi = spec.kind in ("semi", "anti")  # left rows only, whatever matches them
+    left = (
+        config.left.format in INSERT_ONLY_FORMATS
+        and bool(config.left.primary_key)
+        and all(f"L_{c}" in held for c in config.left.primary_key)
+        and (
+            semi or (bool(config.right.primary_key) and set(config.right.primary_key) <= right_keys)
+        )
+    )
+    right = (
+        not semi
+        and config.right.format in INSERT_ONLY_FORMATS
+        and bool(config.right.primary_key)
+        and all(f"R_{c}" in held for c in config.right.primary_key)
+        and bool(config.left.primary_key)
+        and set(config.left.primary_key) <= left_keys
+    )
+    return left or right
 
 
 def _interval_errors(config: Config) -> Iterator[ConfigError]:

@@ -176,11 +176,18 @@ def test_a_select_list_runs_only_the_function_library(select: str, named: str) -
         ({"JOIN_SELECT": "L.order_id AS id, L.product_id AS pid", "OUTPUT_KEY": "id,pid"},
          False),
         # an order moving between products is retracted and added by two tasks
-        ({"OUTPUT_KEY": "L_order_id"}, True),
+        ({"OUTPUT_KEY": "L_order_id", "LEFT_FORMAT": "debezium-json"}, True),
         # the right side's key column is NULL in a LEFT join's padded rows
-        ({"OUTPUT_KEY": "L_order_id,R_product_id"}, True),
+        ({"OUTPUT_KEY": "L_order_id,R_product_id", "LEFT_FORMAT": "debezium-json"}, True),
         ({"JOIN_SELECT": "L.order_id AS id, UPPER(L.product_id) AS pid",
-          "OUTPUT_KEY": "id,pid"}, True),
+          "OUTPUT_KEY": "id,pid", "LEFT_FORMAT": "debezium-json"}, True),
+        # an insert-only order never moves, and joins one product at most: its task orders
+        # all of its changes (Flink's upsert key)
+        ({"OUTPUT_KEY": "L_order_id"}, False),
+        ({"JOIN_SELECT": "L.order_id AS id, R.price AS price", "OUTPUT_KEY": "id"}, False),
+        # ... unless a product may have several rows per join key
+        ({"OUTPUT_KEY": "L_order_id", "RIGHT_PRIMARY_KEY": "product_id,price"}, True),
+        ({"OUTPUT_KEY": "L_order_id", "LEFT_PRIMARY_KEY": ""}, True),
         # insert-only results, and encodings that carry every change, need no ordering
         ({"OUTPUT_KEY": "L_order_id", "OUTPUT_ENCODING": "retract"}, False),
         ({"OUTPUT_KEY": "L_order_id", "JOIN_KIND": "inner", "RIGHT_FORMAT": "json"}, False),
