@@ -87,18 +87,24 @@ def checkpoint_conf(location: str) -> dict[str, str]:
     )
 
 
-def _quiet(spark: SparkSession, logger: str) -> None:
-    """Raise one JVM logger to ERROR."""
+def _quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
+    """Raise one JVM logger to `level`."""
     jvm = spark.sparkContext._jvm
-    level = jvm.org.apache.logging.log4j.Level.ERROR
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
 
 
 def quiet_shutdown(spark: SparkSession) -> None:
     """Before a requested stop: stopping a streaming query cancels its job group whether or not
     a job of it runs, and Spark's DAGScheduler warns each time it finds none ("Failed to cancel
-    job group ... Cannot find active jobs for it"), twice at every graceful stop."""
+    job group ... Cannot find active jobs for it"), twice at every graceful stop. And a stop
+    that interrupts the stream thread as it starts a batch with no input (a stateful query
+    under a processing-time TTL runs one every trigger, for Spark's TTL eviction) makes Hadoop
+    warn with the interrupt's stack while writing the batch's offsets, and the broadcast of its
+    plan log an error: that batch had nothing to do, and is planned again after a restart."""
     _quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
+    _quiet(spark, "org.apache.hadoop.util.Shell")
+    _quiet(spark, "org.apache.spark.broadcast.TorrentBroadcast", "OFF")
 
 
 def task_slots(spark: SparkSession) -> int:
