@@ -99,10 +99,13 @@ def test_a_live_producer_is_joined_exactly_once_and_the_query_lives_on(
         wait_for(lambda: table(kafka, out) == expected, 300,
                  "the live orders never materialized to the expected join", service)  # fmt: skip
         assert service.process.poll() is None, "the query ended"
+        children = descendants(service.process.pid)
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     log = service.log()
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+    # the stopped service left nothing behind: its JVM and Python workers went before it did
+    assert children and not [p for p in children if alive(p)]
 
 
 def test_a_broker_that_stops_answering_leaves_the_last_ends_found(tmp_path: Path) -> None:
@@ -144,8 +147,8 @@ def test_a_service_restarted_right_after_a_crash_starts_on_its_port(
         if first.process.poll() is None:
             first.kill()
     deadline = time.monotonic() + 60
-    while alive := [p for p in children if Path(f"/proc/{p}").exists() and not zombie(p)]:
-        assert time.monotonic() < deadline, f"processes of the crashed service live on: {alive}"
+    while living := [p for p in children if alive(p)]:
+        assert time.monotonic() < deadline, f"processes of the crashed service live on: {living}"
         time.sleep(0.5)
     second = Service(env, tmp_path / "second.log")
     try:
@@ -172,8 +175,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def zombie(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie's work is done: only its exit status is left)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
