@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -100,24 +99,4 @@ def stop_session(spark: SparkSession, exit_code: int, timeout_s: float = 30.0) -
         log.warning("Spark did not stop within %.0fs; exiting anyway", timeout_s)
         logging.shutdown()
         os._exit(exit_code)
-    _end_jvm(timeout_s)
     return exit_code
-
-
-def _end_jvm(timeout_s: float) -> None:
-    """Wait for the driver's JVM to exit before this process does, so that a supervisor
-    restarting the service finds nothing of its previous life (the JVM, and the Python workers
-    it forked, which follow it). The JVM exits once its standard input closes (pyspark's gateway
-    server watches it), as it would when this process exits: it is closed now, then waited for."""
-    from pyspark import SparkContext
-
-    jvm = getattr(SparkContext._gateway, "proc", None)
-    if jvm is None or jvm.stdin is None:
-        return
-    jvm.stdin.close()
-    try:
-        jvm.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        log.warning("Spark's JVM did not exit within %.0fs; killed", timeout_s)
-        jvm.kill()
-        jvm.wait()
