@@ -240,7 +240,7 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
     assert len(changes) == 300  # every order once, joined with the price valid at its time
     assert all(row["R_price"] is not None for _op, row in changes)
     # What the join holds once the watermark passed every row: each product's latest version
-    # (25 were written).
+    # (25 were written). An entry is stored with its expiry (None: no TTL) before its state.
     entries = (
         spark.read.format("statestore")
         .option("path", str(tmp_path / "checkpoint"))
@@ -248,7 +248,7 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
         .load()
         .collect()
     )
-    held = {load(e.user_map_key.key): load(e.user_map_value.bucket) for e in entries}
+    held = {load(e.user_map_key.key): load(e.user_map_value.bucket)[1] for e in entries}
     assert {key: len(versions) for key, (versions, _timer) in held.items()} == {
         (f"p{k}",): 1 for k in range(5)
     }
