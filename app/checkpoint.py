@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from pyspark.sql import SparkSession
 
 from app.preflight import StartupError
-from state.encoding import FORMAT
+from state.store.encoding import FORMAT
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
@@ -93,7 +93,7 @@ def check_state_record(
 ) -> None:
     """Resume only state this code can read, partitioned as the configuration says.
 
-    The checkpoint records the state format (`state.encoding.FORMAT`) and the variables that
+    The checkpoint records the state format (`state.store.encoding.FORMAT`) and the variables that
     decide how the state is laid out (`settings`, by variable name) while its query has planned
     no batch yet (a first start that failed early may be retried with other values); a later
     start with another format or another value is refused with StartupError, before any record

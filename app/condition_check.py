@@ -1,6 +1,6 @@
 """`JOIN_ON` against the inputs' declared types: a boolean condition, comparing like with like.
 
-`state.condition` parses and compiles a condition by column names alone. Without the types, a
+`state.expr.condition` parses and compiles a condition by column names alone. Without the types, a
 condition that Flink refuses ran anyway: `L.product_id` (a string, not a condition) or `1`, and
 `L.qty = R.product_id` (INT = STRING) or `L.qty = 'abc'`, which match nothing or everything
 depending on Python's comparisons. Flink's planner refuses both kinds; so does this, at start-up.

@@ -25,7 +25,7 @@ from app.lookup_config import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_looku
 from app.redaction import shown_value
 from serdes.decode import METADATA_TYPES
 from serdes.schema import Column, SchemaError, parse_schema
-from state.condition import ConditionError, parse_condition
+from state.expr.condition import ConditionError, parse_condition
 
 INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
 STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in (replay)

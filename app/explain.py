@@ -14,9 +14,9 @@ from app.flink_sql import SQL_TEXT
 from app.lookup_plan import table_lookup
 from app.plan import join_spec, normalized, produces_updates, upsert_materialized
 from app.redaction import shown_variables, without_user_info
-from state.interval_processor import IntervalJoinSpec
-from state.lookup import LookupJoinSpec
-from state.regular_processor import RegularJoinSpec
+from state.changes import RowKind
+from state.joins.lookup import LookupJoinSpec
+from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
 
 AUTO_BUCKETS = "the checkpoint's, or 8 per state partition for a new one"
 ENCODED = {
@@ -136,7 +136,7 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
         lines.append(f"output: {output.topic}: every input record unchanged, with a "
                      f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip
     else:
-        changes = "+I -U +U -D" if produces_updates(config) else "+I"
+        changes = " ".join(RowKind.ALL) if produces_updates(config) else RowKind.INSERT
         key = ",".join(output.key) or "the join key"
         encoded = f"{output.encoding}: {ENCODED[output.encoding]}"
         lines.append(f"output: {output.topic}, {output.format}, changelog {changes}, "

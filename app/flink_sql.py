@@ -44,8 +44,8 @@ from app.flink_ddl import (
     sql_string,
     statements,
 )
-from state.condition import FLINK_LEXICON
-from state.functions import describe, unsupported
+from state.expr.condition import FLINK_LEXICON
+from state.expr.functions import describe, unsupported
 
 SQL_TEXT = "STREAMJOIN_SQL"
 SQL_VARIABLES = (SQL_TEXT, "STREAMJOIN_SQL_FILE")

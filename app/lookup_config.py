@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from state.lookup import CACHES, CacheSettings
+from state.joins.lookup import CACHES, CacheSettings
 
 LOOKUP = "lookup"
 LOOKUP_VARIABLES = frozenset(

@@ -20,16 +20,17 @@ from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
 from app.checkpoint import check_state_record, read_tasks, shuffle_partitions, state_buckets
 from app.config import FORWARD, Config, InputConfig
-from app.join_plan import bucketed_join, materialized_upserts, value_kind
+from app.join_plan import bucketed_join, materialized_upserts
 from app.lookup_config import LOOKUP
 from app.plan import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
 from app.projection import project
+from app.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
-from ops.progress import CHANGE_KINDS, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
+from ops.progress import CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
 from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.avro_out import as_avro
 from serdes.dead_letters import DeadLetterTopic
@@ -38,7 +39,8 @@ from serdes.encode import KEY_COLUMN, as_json, encode
 from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.kafka_datasource import NAME, decoding_source, kafka_options
 from serdes.kafka_transactions import ExactlyOnce
-from state.normalize import NormalizeProcessor
+from state.changes import RowKind
+from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
 TOPICS_TIMEOUT_S = 30.0
@@ -142,32 +144,15 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
                       held_rows: Accumulator[dict] | None = None,
                       ttl_ms: int = 0) -> DataFrame:  # fmt: skip
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
-    in `buckets` (see `state.normalize.NormalizeProcessor`); `held_rows` takes the keys held;
-    `ttl_ms` is the job's state retention, which the normalizer keeps as the join does."""
+    in `buckets` (see `state.joins.normalize`); `held_rows` takes the keys held; `ttl_ms` is
+    the job's state retention, which the normalizer keeps as the join does."""
     row_schema = row_type(source)
-    keys = [F.col("row")[c].alias(f"pk{i}") for i, c in enumerate(source.primary_key)]
-    kinds = {f"c_{f.name}": value_kind(f.dataType) for f in row_schema}
-    kinds |= {f"pk{i}": value_kind(row_schema[c].dataType)
-              for i, c in enumerate(source.primary_key)}  # fmt: skip
-    flat = [F.col("row")[f.name].alias(f"c_{f.name}") for f in row_schema]
-    schema = StructType(
-        [StructField("op", StringType()), StructField("seq", LongType()),
-         StructField("ts", LongType())]
-        + [StructField(f"c_{f.name}", f.dataType) for f in row_schema]
+    keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
+    normalized_rows = run_stateful(
+        changes, NormalizeOperator(source.side, ttl_ms), keys, [(F.col("row"), row_schema)],
+        buckets, out_seq=True, out_ts=True, held_rows=held_rows,
     )  # fmt: skip
-    bucket = F.pmod(F.xxhash64(*keys), F.lit(buckets)).alias("bucket")
-    normalized_rows = (
-        changes.select(bucket, *keys, "op", "seq", "ts", *flat)
-        .groupBy("bucket")
-        .transformWithStateInPandas(
-            NormalizeProcessor(row_schema.names, len(keys), kinds, source.side, held_rows, ttl_ms),
-            outputStructType=schema,
-            outputMode="Append",
-            timeMode="ProcessingTime" if ttl_ms > 0 else "None",
-        )
-    )
-    row = F.struct(*[F.col(f"c_{f.name}").alias(f.name) for f in row_schema]).alias("row")
-    return normalized_rows.select("op", "seq", "ts", row)
+    return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
 
 
 def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False) -> DataFrame:
@@ -257,7 +242,7 @@ def joined_output(
                                metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
-        *[F.sum((F.col("op") == op).cast("long")).alias(name) for name, op in CHANGE_KINDS.items()],
+        *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
     )
     joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
     if config.join.select:

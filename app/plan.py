@@ -13,12 +13,15 @@ from app.condition_check import condition_problem
 from app.config import FORWARD, Config, ConfigError, InputConfig, raise_all, traced
 from app.lookup_config import LOOKUP
 from app.projection import select_expressions, selected_columns
-from state.bucketed_processor import PROCTIME, SideSpec
-from state.condition import ConditionError, parse_condition
-from state.interval_processor import IntervalJoinSpec
-from state.lookup import LookupJoinSpec
-from state.regular_processor import RegularJoinSpec
-from state.temporal_processor import TemporalJoinSpec
+from state.expr.condition import ConditionError, parse_condition
+from state.joins.lookup import LookupJoinSpec
+from state.joins.specs import (
+    PROCTIME,
+    IntervalJoinSpec,
+    RegularJoinSpec,
+    SideSpec,
+    TemporalJoinSpec,
+)
 
 JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
@@ -49,7 +52,7 @@ def join_spec(config: Config) -> JoinSpec:
 
 
 def normalized(source: InputConfig) -> bool:
-    """Whether an input's changelog is rebuilt per primary key (`state.normalize`): upsert
+    """Whether an input's changelog is rebuilt per primary key (`state.spark.normalizer`): upsert
     inputs always, Debezium inputs when they declare a key. Without one, Flink takes a Debezium
     input's changes as they come (the joins then keep its rows as a multiset), and so do we."""
     return source.format == "upsert" or (
@@ -79,7 +82,7 @@ def output_columns(config: Config, spec: JoinSpec) -> dict[str, str | None]:
 
 def upsert_materialized(config: Config) -> bool:
     """Whether an upsert output goes through the sink upsert materializer
-    (`state.upsert_materializer`), as Flink decides it: when the join's result updates and one
+    (`state.spark.upsert`), as Flink decides it: when the join's result updates and one
     output key's changes can come from more than one join key, so from tasks that Kafka does
     not order. They cannot when `OUTPUT_KEY` holds the whole join key, as columns of a side
     that the join never pads with NULL; nor when it holds the primary key of an insert-only

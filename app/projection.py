@@ -2,7 +2,7 @@
 
 The joined rows carry every column as `L_<col>` / `R_<col>`; the list is parsed with sqlglot,
 every node of it checked against the function library shared with `JOIN_ON`
-(`state.functions`: columns, literals, operators and Flink's scalar built-ins, nothing else, so
+(`state.expr.functions`: columns, literals, operators and Flink's scalar built-ins, nothing else, so
 no configuration value reaches Spark's SQL parser unchecked), its `L.x` / `R.y` references
 rewritten to those columns, and handed to Spark as expressions. Output names follow Flink's:
 an alias, else the column's name, else `EXPR$<position>`; a name taken already gets the first
@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from state.condition import ALIASES, FLINK_LEXICON, ConditionError
-from state.functions import describe, unsupported
+from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
+from state.expr.functions import describe, unsupported
 
 
 def _qualified_to_flat(node: exp.Expression) -> exp.Expression:

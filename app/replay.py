@@ -41,11 +41,9 @@ from serdes.decode import decoded_schema
 from serdes.kafka_source import ARROW_SCHEMA
 from serdes.schema import parse_schema
 from serdes.values import EPOCH
-from state.bucketed_processor import SideSpec
-from state.condition import FLINK_LEXICON
-from state.interval_processor import IntervalJoinSpec
-from state.regular_processor import RegularJoinSpec
-from state.temporal_processor import TemporalJoinSpec
+from state.changes import RowKind, opens_update
+from state.expr.condition import FLINK_LEXICON
+from state.joins.specs import IntervalJoinSpec, RegularJoinSpec, SideSpec, TemporalJoinSpec
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
@@ -86,7 +84,11 @@ def changelog_mode(stream: dict[str, Any]) -> str:
     """As the oracle decides: `insert` if every row is `+I`, else `all`, unless the case says."""
     if stream.get("changelog"):
         return stream["changelog"]
-    return "insert" if all(r.get("op", "+I") == "+I" for r in stream["rows"]) else "all"
+    return (
+        "insert"
+        if all(r.get("op", RowKind.INSERT) == RowKind.INSERT for r in stream["rows"])
+        else "all"
+    )
 
 
 def stream_input(side: str, name: str, stream: dict[str, Any]) -> InputConfig:
@@ -118,7 +120,7 @@ def _rows(stream: dict[str, Any]) -> list[tuple[str, int | None, dict[str, Any]]
         row = dict(raw) if isinstance(raw, dict) else dict(zip(names, raw, strict=True))
         if stream.get("rowtime"):
             row[stream["rowtime"]] = record["ts"]
-        rows.append((record.get("op", "+I"), record.get("ts"), row))
+        rows.append((record.get("op", RowKind.INSERT), record.get("ts"), row))
     return rows
 
 
@@ -141,20 +143,22 @@ def stream_records(stream: dict[str, Any], source: InputConfig) -> list[Record]:
     if source.format == "upsert":
         records = []
         for op, ts, row in rows:
-            if op == "-U":
+            if op == RowKind.UPDATE_BEFORE:
                 raise CaseError("an upsert stream has no update-before (-U) rows")
             key = _json({c: row.get(c) for c in source.primary_key})
-            records.append((key, None if op == "-D" else _json(row), ts))
+            records.append((key, None if op == RowKind.DELETE else _json(row), ts))
         return records
     records, i = [], 0
     while i < len(rows):
         op, ts, row = rows[i]
-        if op == "-U" and i + 1 < len(rows) and rows[i + 1][0] == "+U":
+        if opens_update(rows, i):
             _, ts, after = rows[i + 1]
             records.append((None, _debezium("u", row, after, ts), ts))
             i += 2
             continue
-        event = {"+I": ("c", None, row), "+U": ("u", None, row)}.get(op, ("d", row, None))
+        event = {RowKind.INSERT: ("c", None, row), RowKind.UPDATE_AFTER: ("u", None, row)}.get(
+            op, ("d", row, None)
+        )
         records.append((None, _debezium(*event, ts), ts))
         i += 1
     return records
@@ -368,7 +372,7 @@ def write_case(
     final: Counter[str] = Counter()
     for seq, (op, row) in enumerate(changes):
         out.write(json.dumps({"case": case_id, "seq": seq, "op": op, "row": row}) + "\n")
-        final[json.dumps(list(row.values()))] += 1 if op in ("+I", "+U") else -1
+        final[json.dumps(list(row.values()))] += 1 if op in RowKind.ACCUMULATE else -1
     if materialize:
         table = [[json.loads(k), c] for k, c in sorted(final.items()) if c != 0]
         out.write(json.dumps({"case": case_id, "final": table}) + "\n")

@@ -26,8 +26,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from app.join_plan import bucketed_join
 from app.spark import build_session
-from state.bucketed_processor import SideSpec
-from state.interval_processor import IntervalJoinSpec
+from state.joins.specs import IntervalJoinSpec, SideSpec
 
 LEFT = StructType([StructField("order_id", StringType()), StructField("ot", TimestampType())])
 RIGHT = StructType(

@@ -24,8 +24,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from app.join_plan import bucketed_join, changelog_schema
 from app.spark import build_session
-from state.bucketed_processor import SideSpec
-from state.regular_processor import RegularJoinSpec
+from state.joins.specs import RegularJoinSpec, SideSpec
 
 LEFT = StructType(
     [StructField("order_id", StringType()), StructField("product_id", StringType()),

@@ -26,8 +26,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from app.join_plan import bucketed_join
 from app.spark import build_session
-from state.bucketed_processor import SideSpec
-from state.temporal_processor import TemporalJoinSpec
+from state.joins.specs import SideSpec, TemporalJoinSpec
 
 LEFT = StructType(
     [StructField("order_id", StringType()), StructField("product_id", StringType()),

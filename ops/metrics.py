@@ -61,7 +61,7 @@ class LatestReports(AccumulatorParam):
 
 class HeldRowsGauge:
     """`streamjoin_state_rows{operator,side}`: what the joins' and normalizers' state holds, the
-    sum of each bucket's latest report (`state.bucketed_processor.HeldRows`). Buckets report
+    sum of each bucket's latest report (`state.spark.frame.HeldRows`). Buckets report
     when visited: after a restart, one not visited yet is missing from the sum until it is.
     Each report counts rows by when a state TTL drops them, so rows Spark has dropped since
     their bucket's last visit are no longer counted."""

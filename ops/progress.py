@@ -18,9 +18,9 @@ from pyspark.sql.streaming import StreamingQuery
 log = logging.getLogger(__name__)
 
 BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-# The join's output counted by change kind, as the query observes it (`Dataset.observe`).
+# The join's output counted by change kind, as the query observes it (`Dataset.observe`): one
+# column per kind, named by the kind.
 CHANGES_OBSERVATION = "changes"
-CHANGE_KINDS = {"insert": "+I", "update_before": "-U", "update_after": "+U", "delete": "-D"}
 # Each input's largest event time in a batch (epoch ms), observed per side.
 EVENT_TIME_OBSERVATION = "{side}_event_time"
 SIDES = ("left", "right")
@@ -173,9 +173,9 @@ class ProgressMetrics:
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)
         changes = observed.get(CHANGES_OBSERVATION) or {}
-        for column, kind in CHANGE_KINDS.items():
-            if changes.get(column):
-                self.changes.labels(kind).inc(int(changes[column]))
+        for kind, count in changes.items():
+            if count:
+                self.changes.labels(kind).inc(int(count))
         for i, operator in enumerate(progress.get("stateOperators") or ()):
             name = f"{i}-{operator.get('operatorName', 'state')}"
             self.state_entries.labels(name).set(operator.get("numRowsTotal", 0))

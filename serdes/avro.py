@@ -18,6 +18,7 @@ import fastavro
 from serdes.formats import Change, DebeziumJsonFormat, RowBuilder
 from serdes.schema import Column
 from serdes.values import DecodeError
+from state.changes import RowKind
 
 MAGIC_BYTE = 0
 
@@ -105,7 +106,7 @@ class AvroConfluentFormat:
     def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
         record, schema = read_record(value, self.schemas)
         fields = connect_fields(schema.get("fields", []))
-        return [("+I", self.rows.build(record, self.rows.converters(fields)))]
+        return [(RowKind.INSERT, self.rows.build(record, self.rows.converters(fields)))]
 
 
 class DebeziumAvroFormat(DebeziumJsonFormat):

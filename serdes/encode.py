@@ -15,6 +15,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from state.changes import RowKind
+
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS", "ignoreNullFields": "false"}
 OP_HEADER = "op"
 KEY_COLUMN = "__key"
@@ -37,10 +39,12 @@ def encode(changes: DataFrame, encoding: str) -> DataFrame:
     if encoding == "retract":
         return changes.select(key, F.struct("op", *row_fields(changes)).alias("value"), headers)
     if encoding == "upsert":
-        value = F.when(F.col("op") != "-D", row)
-        return changes.where(F.col("op") != "-U").select(key, value.alias("value"), headers)
+        value = F.when(F.col("op") != RowKind.DELETE, row)
+        return changes.where(F.col("op") != RowKind.UPDATE_BEFORE).select(
+            key, value.alias("value"), headers
+        )
     if encoding == "debezium-json":
-        added = F.col("op").isin("+I", "+U")
+        added = F.col("op").isin(*RowKind.ACCUMULATE)
         envelope = F.struct(
             F.when(~added, row).alias("before"),
             F.when(added, row).alias("after"),

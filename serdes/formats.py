@@ -19,6 +19,7 @@ from typing import Any
 
 from serdes.schema import Column
 from serdes.values import Converter, DecodeError, converter
+from state.changes import RowKind
 
 Change = tuple[str, tuple[Any, ...]]
 
@@ -89,7 +90,7 @@ class JsonFormat:
         data = _json_object(value)
         if data is None:
             raise DecodeError("null-value", "an insert-only JSON input has no deletes")
-        return [("+I", self.rows.build(data, self.rows.plain))]
+        return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
 
 
 class DebeziumJsonFormat:
@@ -128,14 +129,17 @@ class DebeziumJsonFormat:
         op = payload.get("op")
         before, after = payload.get("before"), payload.get("after")
         if op in ("c", "r"):
-            return [("+I", self._image(after, "after", connect_fields, self.rows))]
+            return [(RowKind.INSERT, self._image(after, "after", connect_fields, self.rows))]
         if op == "u":
-            updated = ("+U", self._image(after, "after", connect_fields, self.rows))
+            updated = (RowKind.UPDATE_AFTER, self._image(after, "after", connect_fields, self.rows))
             if before is None:
                 return [updated]
-            return [("-U", self._image(before, "before", connect_fields, self.rows)), updated]
+            return [
+                (RowKind.UPDATE_BEFORE, self._image(before, "before", connect_fields, self.rows)),
+                updated,
+            ]
         if op == "d":
-            return [("-D", self._image(before, "before", connect_fields, self.key_only))]
+            return [(RowKind.DELETE, self._image(before, "before", connect_fields, self.key_only))]
         raise DecodeError("unknown-op", f"Debezium op {op!r} is not one of c, r, u, d")
 
     @staticmethod
@@ -171,5 +175,5 @@ class UpsertJsonFormat:
         key_fields = self._key(key)
         data = _json_object(value)
         if data is None:
-            return [("-D", self.rows.build(key_fields, self.rows.plain))]
-        return [("+U", self.rows.build({**key_fields, **data}, self.rows.plain))]
+            return [(RowKind.DELETE, self.rows.build(key_fields, self.rows.plain))]
+        return [(RowKind.UPDATE_AFTER, self.rows.build({**key_fields, **data}, self.rows.plain))]

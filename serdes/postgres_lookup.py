@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from state.lookup import Key, PushedFilter, Row
+from state.joins.lookup import Key, PushedFilter, Row
 
 RETRY_BASE_S = 0.1
 

@@ -24,7 +24,7 @@ from app.pipeline import writers
 from app.preflight import StartupError
 from app.spark import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
 from serdes.kafka_transactions import ExactlyOnce
-from state.encoding import FORMAT
+from state.store.encoding import FORMAT
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from state.condition import (
+from state.expr.condition import (
     FLINK_LEXICON,
     ConditionError,
     compile_matcher,

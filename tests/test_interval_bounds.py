@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from state.condition import ConditionError, parse_condition
-from state.interval_bounds import split_interval
+from state.expr.condition import ConditionError, parse_condition
+from state.expr.interval_bounds import split_interval
 
 HOUR = 3_600_000
 

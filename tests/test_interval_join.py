@@ -9,15 +9,21 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.bucketed_processor import SideSpec
-from state.interval_join import MAX_TIME, Bucket, IntervalJoin, cached_rows
-from state.interval_processor import IntervalJoinProcessor, IntervalJoinSpec
+from state.changes import Change
+from state.joins.interval_join import MAX_TIME, Bucket, IntervalJoin, cached_rows
+from state.joins.specs import IntervalJoinSpec, SideSpec
+from tests.frames import join_frame
 
 HOUR = 3_600_000
 
 
 def matches(left, right) -> bool:
     return True  # rows of one key always match: no residual here
+
+
+def pair(left: tuple | None, right: tuple | None) -> Change:
+    """An interval join's output change: always an insert."""
+    return Change("+I", left, right)
 
 
 def join(kind: str, lower: int = -4 * HOUR, upper: int = 0) -> IntervalJoin:
@@ -27,9 +33,9 @@ def join(kind: str, lower: int = -4 * HOUR, upper: int = 0) -> IntervalJoin:
 def test_rows_within_the_bounds_join_whichever_side_comes_first() -> None:
     op, bucket = join("inner"), Bucket()
     assert op.process(bucket, "o1", 0, ("o1",), 3 * HOUR, 0) == []
-    assert op.process(bucket, "o1", 1, ("s1",), 5 * HOUR, 0) == [(("o1",), ("s1",))]
+    assert op.process(bucket, "o1", 1, ("s1",), 5 * HOUR, 0) == [pair(("o1",), ("s1",))]
     assert op.process(bucket, "o1", 1, ("s2",), 8 * HOUR, 0) == []  # 5 h after: outside
-    assert op.process(bucket, "o1", 0, ("o2",), 6 * HOUR, 0) == [(("o2",), ("s2",))]
+    assert op.process(bucket, "o1", 0, ("o2",), 6 * HOUR, 0) == [pair(("o2",), ("s2",))]
 
 
 def test_an_outer_row_that_never_matched_is_padded_when_its_timer_fires() -> None:
@@ -39,7 +45,7 @@ def test_an_outer_row_that_never_matched_is_padded_when_its_timer_fires() -> Non
     op.process(bucket, "k", 1, ("s1",), 3 * HOUR, 0)  # joins both
     op.process(bucket, "k", 1, ("s9",), 20 * HOUR, 0)  # joins none
     assert op.fire_due(bucket, 10 * HOUR) == []  # joined rows leave without padding
-    assert Counter(op.fire_due(bucket, MAX_TIME)) == Counter({(None, ("s9",)): 1})
+    assert Counter(op.fire_due(bucket, MAX_TIME)) == Counter({pair(None, ("s9",)): 1})
     assert bucket.keys == {}
 
 
@@ -47,9 +53,9 @@ def test_a_late_row_meets_what_is_still_cached_and_is_padded_at_once_if_unmatche
     op, bucket = join("left"), Bucket()
     op.process(bucket, "k", 1, ("s1",), 10 * HOUR, 0)
     # the watermark is at 11 h: a left row of 7 h is late but s1 (cached) is in its bounds
-    assert op.process(bucket, "k", 0, ("o1",), 7 * HOUR, 11 * HOUR) == [(("o1",), ("s1",))]
+    assert op.process(bucket, "k", 0, ("o1",), 7 * HOUR, 11 * HOUR) == [pair(("o1",), ("s1",))]
     # one of 1 h finds nothing in its bounds: not cached, padded right away
-    assert op.process(bucket, "k", 0, ("o2",), HOUR, 11 * HOUR) == [(("o2",), None)]
+    assert op.process(bucket, "k", 0, ("o2",), HOUR, 11 * HOUR) == [pair(("o2",), None)]
     assert all(not s.left for s in bucket.keys.values())
 
 
@@ -58,7 +64,7 @@ def test_rows_the_watermark_passed_expire_while_a_new_row_iterates_the_cache() -
     op.process(bucket, "k", 1, ("s1",), HOUR, 0)
     # right rows are needed until L.t = R.t; at watermark 9 h a left row expires s1, padded
     out = op.process(bucket, "k", 0, ("o1",), 9 * HOUR, 9 * HOUR - 1)
-    assert out == [(None, ("s1",))]
+    assert out == [pair(None, ("s1",))]
 
 
 def test_a_cached_row_leaves_when_the_watermark_passes_its_cleanup_timer() -> None:
@@ -87,12 +93,12 @@ def reference(kind: str, lower: int, upper: int, left: list, right: list) -> Cou
     out: Counter = Counter()
     for lt, lrow in left:
         hits = [rrow for rt, rrow in right if lower <= lt - rt <= upper]
-        out.update((lrow, r) for r in hits)
+        out.update(pair(lrow, r) for r in hits)
         if not hits and kind in ("left", "full"):
-            out[(lrow, None)] += 1
+            out[pair(lrow, None)] += 1
     for rt, rrow in right:
         if kind in ("right", "full") and not any(lower <= lt - rt <= upper for lt, _ in left):
-            out[(None, rrow)] += 1
+            out[pair(None, rrow)] += 1
     return out
 
 
@@ -126,11 +132,10 @@ def test_the_processor_counts_rows_behind_the_watermark_by_side_and_still_proces
         SideSpec(("id", "t")), SideSpec(("id", "t")), "t", "t",
     )  # fmt: skip
     late = LateRows()
-    columns = ["op", "L_id", "L_t", "R_id", "R_t"]
     kinds = {"L_t": "integral", "R_t": "integral"}
     # In the service, Spark's late-row filter has no watermarked column to act on (the join
     # sees the event time as a plain number); the tester's filter is kept out the same way.
-    tester = TwsTester(IntervalJoinProcessor(spec, columns, kinds, late), timeMode="EventTime",
+    tester = TwsTester(join_frame(spec, kinds, late), timeMode="EventTime",
                        eventTimeExtractor=lambda _row: MAX_TIME)  # fmt: skip
     tester.setWatermark(10_000)
     rows = [(1, 1, "a", 4_500), (0, 2, "a", 5_000), (0, 3, "b", 20_000)]  # side, seq, id, t
@@ -144,4 +149,5 @@ def test_the_processor_counts_rows_behind_the_watermark_by_side_and_still_proces
     assert late == {("left",): 1, ("right",): 1}  # b at 20 s is not late
     # the late shipment is not cached (no order can still meet it), the late order finds
     # nothing and, as in Flink, is padded at once instead of waiting for a timer
-    assert list(zip(*(out[c] for c in columns[1:]), strict=True)) == [("a", 5_000, None, None)]
+    columns = ["L_id", "L_t", "R_id", "R_t"]
+    assert list(zip(*(out[c] for c in columns), strict=True)) == [("a", 5_000, None, None)]

@@ -11,14 +11,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from state.encoding import FORMAT, StateFormatError, dump, load
-from state.keyed_state import KeyedBucket, StoredKeys, as_is, never
-from state.temporal_join import (
+from state.changes import Change
+from state.joins.temporal_join import (
     EventTimeTemporalJoin,
     key_from_plain,
     key_timer,
     key_to_plain,
 )
+from state.store.encoding import FORMAT, StateFormatError, dump, load
+from state.store.keyed_state import KeyedBucket, StoredKeys, as_is, never
 
 
 class CountingStore:
@@ -150,7 +151,7 @@ def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for
     assert ordering.next_timer() == 3_000
 
     firing = bucket(ordering.waiting)
-    assert join.fire_due(firing, 4_000) == [("+I", ("o1",), ("p2", 2))]
+    assert join.fire_due(firing, 4_000) == [Change("+I", ("o1",), ("p2", 2))]
     firing.keys.flush()
     assert (firing.waiting, firing.next_timer()) == ({}, 5_000)
     assert store.calls() == (1, 0, 0)  # p2 read; its one version unchanged

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from serdes.postgres_lookup import TableLookup, flink_type
-from state.bucketed_processor import SideSpec
-from state.condition import ConditionError, parse_condition, split_condition
-from state.lookup import (
+from state.expr.condition import ConditionError, parse_condition, split_condition
+from state.joins.lookup import (
     CacheSettings,
     FullCache,
     LookupJoin,
@@ -15,6 +14,7 @@ from state.lookup import (
     PartialCache,
     split_residual,
 )
+from state.joins.specs import SideSpec
 
 
 class Clock:

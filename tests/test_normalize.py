@@ -7,7 +7,8 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from serdes.formats import UpsertJsonFormat
 from serdes.schema import parse_schema
-from state.normalize import NormalizeProcessor, normalize
+from state.joins.normalize import normalize
+from tests.frames import normalizer_frame
 
 A1, A2 = ("a", 1), ("a", 2)
 
@@ -17,7 +18,7 @@ def run(changes: list[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
     last, out = None, []
     for seq, (op, row) in enumerate(changes):
         emitted, last = normalize(last, [(op, seq, None, row)])
-        out += [(op, row) for op, _seq, _ts, row in emitted]
+        out += [(c.kind, c.left) for c in emitted]
     return out
 
 
@@ -44,27 +45,31 @@ def test_a_whole_update_stays_an_update_with_its_own_times_and_seqs() -> None:
     `before` image with its own time (a versioned table's time column holds the old row's)."""
     before = ("a", 1, "as the database had it")
     out, last = normalize((A1, 10), [("-U", 6, 12, before), ("+U", 7, 20, A2)])
-    assert out == [("-U", 14, 12, before), ("+U", 15, 20, A2)]
+    assert [(c.kind, c.seq, c.ts, c.left) for c in out] == [
+        ("-U", 14, 12, before), ("+U", 15, 20, A2)
+    ]  # fmt: skip
     assert last == (A2, 20)
 
 
 def test_an_upsert_retracts_the_old_row_at_the_time_it_was_stored_with() -> None:
     out, last = normalize((A1, 10), [("+U", 7, 20, A2), ("-D", 9, None, ("a", None))])
-    assert out == [("-U", 14, 10, A1), ("+U", 15, 20, A2), ("-D", 18, 20, A2)]
+    assert [(c.kind, c.seq, c.ts, c.left) for c in out] == [
+        ("-U", 14, 10, A1), ("+U", 15, 20, A2), ("-D", 18, 20, A2)
+    ]  # fmt: skip
     assert last is None
 
 
 def test_the_processor_keeps_the_last_row_between_batches() -> None:
-    tester = TwsTester(NormalizeProcessor(["id", "v"], 1, {"c_v": "integral"}))
+    tester = TwsTester(normalizer_frame(("id", "v"), {"L_v": "integral"}))
 
     def batch(*changes: tuple) -> list[tuple]:
         ops, seqs, times, rows = zip(*changes, strict=True)
         ids, values = zip(*rows, strict=True)
         frame = pd.DataFrame(
-            {"op": ops, "seq": seqs, "ts": times, "pk0": ids, "c_id": ids, "c_v": values}
+            {"op": ops, "seq": seqs, "ts": times, "k0": ids, "L_id": ids, "L_v": values}
         )
         out = tester.testInPandas(7, frame)
-        rows_out = zip(out["c_id"], out["c_v"], strict=True)
+        rows_out = zip(out["L_id"], out["L_v"], strict=True)
         return list(zip(out["op"], out["seq"], out["ts"], rows_out, strict=True))
 
     assert batch(("+U", 4, 20, A2), ("+U", 2, 10, A1)) == [
@@ -78,18 +83,18 @@ def test_under_a_state_ttl_a_keys_last_row_expires_as_the_joins_rows_do() -> Non
     """The normalizer forgets a key when the join forgets its row (the same TTL, counted from
     the same write), so it never retracts a row the join no longer holds; and it passes on an
     update equal to the last row, which refreshes the join's copy, as Flink's does."""
-    tester = TwsTester(NormalizeProcessor(["id", "v"], 1, {"c_v": "integral"}, ttl_ms=60_000),
+    tester = TwsTester(normalizer_frame(("id", "v"), {"L_v": "integral"}, ttl_ms=60_000),
                        timeMode="ProcessingTime")  # fmt: skip
 
     def batch(at: int, op: str, row: tuple) -> list[tuple]:
         if at:
             tester.setProcessingTime(at)
-        frame = pd.DataFrame({"op": [op], "seq": [at], "ts": [at], "pk0": [row[0]],
-                              "c_id": [row[0]], "c_v": [row[1]]})  # fmt: skip
+        frame = pd.DataFrame({"op": [op], "seq": [at], "ts": [at], "k0": [row[0]],
+                              "L_id": [row[0]], "L_v": [row[1]]})  # fmt: skip
         out = tester.testInPandas(7, frame)
         if out.empty:
             return []
-        return list(zip(out["op"], zip(out["c_id"], out["c_v"], strict=True), strict=True))
+        return list(zip(out["op"], zip(out["L_id"], out["L_v"], strict=True), strict=True))
 
     assert batch(0, "+U", A1) == [("+I", A1)]
     assert batch(30_000, "+U", A1) == [("-U", A1), ("+U", A1)]  # refreshed: lives to 90 s

@@ -28,7 +28,7 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
          "latestOffset": '{"orders": {"0": 120, "1": 100}}'},
     ],
     "observedMetrics": {
-        "changes": {"insert": 5, "update_before": 0, "update_after": 0, "delete": 2},
+        "changes": {"+I": 5, "-U": 0, "+U": 0, "-D": 2},
         "left_event_time": {"max_ms": 1795341590000},
         "right_event_time": {"max_ms": None},
     },

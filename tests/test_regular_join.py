@@ -10,11 +10,10 @@ from collections import Counter
 
 import pytest
 
-from state.bucketed_processor import SideSpec
-from state.regular_join import LEFT, RIGHT, Change
-from state.regular_processor import RegularJoinSpec
-from state.retention import Retention
-from state.views import MultisetView, SingleRowView, UniqueKeyView, new_view
+from state.joins.regular_join import LEFT, RIGHT, Change
+from state.joins.specs import RegularJoinSpec, SideSpec
+from state.joins.views import MultisetView, SingleRowView, UniqueKeyView, new_view
+from state.store.retention import Retention
 
 ORDERS = SideSpec(("order_id", "product_id", "qty"), ("order_id",))
 PRODUCTS = SideSpec(("product_id", "stock"), ("product_id",))
@@ -31,7 +30,7 @@ class Join:
 
     def __call__(self, side: int, op: str, *row: object) -> list[tuple]:
         changes = self.operator.process(side, op, tuple(row), self.views)
-        return [(c.op, c.left, c.right) for c in changes]
+        return [(c.kind, c.left, c.right) for c in changes]
 
 
 O1 = ("o1", "p1", 2)
@@ -133,7 +132,7 @@ def test_anti_join_emits_left_rows_while_they_have_no_match() -> None:
 def materialize(changes: list[Change]) -> Counter:
     table: Counter = Counter()
     for c in changes:
-        table[(c.left, c.right)] += 1 if c.op in ("+I", "+U") else -1
+        table[(c.left, c.right)] += 1 if c.kind in ("+I", "+U") else -1
     return +table
 
 

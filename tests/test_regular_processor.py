@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.bucketed_processor import SideSpec
-from state.encoding import load
-from state.regular_processor import RegularJoinProcessor, RegularJoinSpec
+from state.joins.specs import RegularJoinSpec, SideSpec
+from state.store.encoding import load
+from tests.frames import join_frame
 
 SPEC = RegularJoinSpec(
     "left",
@@ -46,7 +46,7 @@ def stored_keys(tester: TwsTester, bucket: int) -> dict:
 
 
 def test_rows_of_a_bucket_are_joined_in_arrival_order_and_each_key_keeps_its_own_entry() -> None:
-    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    tester = TwsTester(join_frame(SPEC, KINDS))
     first = tester.testInPandas(
         0,
         changes(  # delivered out of order: the processor orders by seq
@@ -75,7 +75,7 @@ def test_an_update_whose_after_image_comes_first_in_a_batch_is_applied_in_seq_or
     """A Debezium update is `-U before` (seq 2n) then `+U after` (2n+1); the shuffle may deliver
     the `+U` first. Flink's result: the old joined row retracted, then the new one."""
     spec = RegularJoinSpec("inner", SPEC.on, SPEC.left, SPEC.right)
-    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS))
+    tester = TwsTester(join_frame(spec, KINDS))
     tester.testInPandas(0, changes((1, "+I", 2, ("p1", 10)), (0, "+I", 4, ("o1", "p1", 1))))
     update = tester.testInPandas(
         0, changes((0, "+U", 15, ("o1", "p1", 2)), (0, "-U", 14, ("o1", "p1", 1)))
@@ -89,7 +89,7 @@ def test_an_update_whose_after_image_comes_first_in_a_batch_is_applied_in_seq_or
 
 
 def test_a_batch_writes_back_only_the_keys_whose_rows_changed() -> None:
-    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    tester = TwsTester(join_frame(SPEC, KINDS))
     tester.testInPandas(0, changes((1, "+I", 1, ("p1", 10)), (1, "+I", 2, ("p2", 20))))
     written = []
     entries = tester.handle.map_states["keys"]
@@ -128,7 +128,7 @@ class Calls:
 def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None:
     """2,000 orders of one product: a new order writes its page and the key's entry, not 2,000
     rows; a price change still joins every order; deleting most puts the rest back inline."""
-    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS))
+    tester = TwsTester(join_frame(SPEC, KINDS))
     orders = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(2000)]
     tester.testInPandas(0, changes((1, "+I", -1, ("p1", 10)), *orders))
     pages = tester.peekMapState("pages", 0)
@@ -166,7 +166,7 @@ class Reports:
 
 def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
     reports = Reports()
-    tester = TwsTester(RegularJoinProcessor(SPEC, OUT, KINDS, held_rows=reports))
+    tester = TwsTester(join_frame(SPEC, KINDS, held_rows=reports))
     tester.testInPandas(
         3,
         changes((1, "+I", 1, ("p1", 10)), (0, "+I", 2, ("o1", "p1", 1)),
@@ -183,7 +183,7 @@ def test_under_a_state_ttl_a_key_that_keeps_getting_rows_holds_only_the_recent_o
     a key written every few seconds never expired)."""
     reports = Reports()
     spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
-    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS, held_rows=reports),
+    tester = TwsTester(join_frame(spec, KINDS, held_rows=reports),
                        timeMode="ProcessingTime")  # fmt: skip
     tester.testInPandas(0, changes((1, "+I", 0, ("p1", 10))))
     for i in range(1, 61):
@@ -202,7 +202,7 @@ def test_under_a_state_ttl_expired_rows_in_pages_are_dropped_when_a_batch_reads_
     """A key's rows past the inline limit live in pages: a product arriving after its 600
     orders expired reads every page, joins none of them, and leaves no page behind."""
     spec = RegularJoinSpec("inner", SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
-    tester = TwsTester(RegularJoinProcessor(spec, OUT, KINDS), timeMode="ProcessingTime")
+    tester = TwsTester(join_frame(spec, KINDS), timeMode="ProcessingTime")
     tester.setProcessingTime(1_000)
     tester.testInPandas(0, changes(*[(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(600)]))
     assert len(tester.peekMapState("pages", 0)) == 3

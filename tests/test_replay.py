@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.replay import load_cases, replay, run_case
-from state.encoding import load
+from state.store.encoding import load
 
 pytestmark = pytest.mark.spark
 

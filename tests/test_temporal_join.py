@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from state.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, VersionedBucket
+from state.joins.temporal_join import (
+    EventTimeTemporalJoin,
+    ProcessingTimeTemporalJoin,
+    VersionedBucket,
+)
 
 HOUR, MINUTE = 3_600_000, 60_000
+
+
+def triples(changes: list) -> list[tuple]:
+    """Output changes as (kind, probe row, version row)."""
+    return [(c.kind, c.left, c.right) for c in changes]
 
 
 def at(hour: int, minute: int = 0) -> int:
@@ -26,14 +35,14 @@ def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> N
         if new_euro_rate:  # 10:52: the rate changes, then the order comes
             join.version(latest, "Euro", "-U", ("Euro", 114))
             join.version(latest, "Euro", "+U", ("Euro", new_euro_rate))
-        [(_op, _order, rate)] = join.probe(latest, currency, (amount, currency))
+        [(_op, _order, rate)] = triples(join.probe(latest, currency, (amount, currency)))
         yen.append(amount * rate[1])
     assert yen == [228, 102, 232]
     join.version(latest, "Euro", "-D", ("Euro", 116))
-    assert join.probe(latest, "Euro", (1, "Euro")) == []
-    assert ProcessingTimeTemporalJoin("left", matches).probe(latest, "Euro", (1, "Euro")) == [
-        ("+I", (1, "Euro"), None)
-    ]
+    assert triples(join.probe(latest, "Euro", (1, "Euro"))) == []
+    assert triples(
+        ProcessingTimeTemporalJoin("left", matches).probe(latest, "Euro", (1, "Euro"))
+    ) == [("+I", (1, "Euro"), None)]
 
 
 RATES_HISTORY = [  # the seed's RatesHistory: an append-only history, primary key currency
@@ -50,8 +59,8 @@ def test_a_temporal_table_function_joins_the_rate_valid_at_the_orders_time() -> 
         join.probe(bucket, currency, seq, time, (amount, currency))
     for time, currency, rate in RATES_HISTORY:  # rates arriving after the orders: no matter
         join.version(bucket, currency, "+I", time, (currency, rate))
-    assert join.fire_due(bucket, at(10)) == []  # no order is due before 10:15
-    out = join.fire_due(bucket, at(12))
+    assert triples(join.fire_due(bucket, at(10))) == []  # no order is due before 10:15
+    out = triples(join.fire_due(bucket, at(12)))
     yen = sorted(order[0] * rate[1] for _op, order, rate in out)
     assert yen == sorted([228, 102, 50, 348, 510])
     # each currency keeps only the last version at or before the watermark
@@ -68,9 +77,9 @@ def test_a_deleted_version_means_no_match_and_results_wait_for_the_watermark() -
         join.version(bucket, "p1", "-D", at(18), ("p1", "scooter"))
         join.probe(bucket, "p1", 0, at(12), ("o3",))
         join.probe(bucket, "p1", 1, at(18), ("o5",))
-        assert join.fire_due(bucket, at(17)) == [("+I", ("o3",), ("p1", "scooter"))]
+        assert triples(join.fire_due(bucket, at(17))) == [("+I", ("o3",), ("p1", "scooter"))]
         expected = [] if join is inner else [("+I", ("o5",), None)]
-        assert join.fire_due(bucket, at(18)) == expected
+        assert triples(join.fire_due(bucket, at(18))) == expected
         assert bucket.waiting == {}
 
 
@@ -98,7 +107,7 @@ def test_an_update_before_does_not_end_a_version() -> None:
     join.version(bucket, "Euro", "+U", at(24, 1), ("Euro", 118))
     join.probe(bucket, "Euro", 0, at(0, 1), ("o1",))
     join.probe(bucket, "Euro", 1, at(24, 4), ("o4",))
-    assert join.fire_due(bucket, at(48)) == [
+    assert triples(join.fire_due(bucket, at(48))) == [
         ("+I", ("o1",), ("Euro", 114)), ("+I", ("o4",), ("Euro", 118))
     ]  # fmt: skip
 
@@ -113,7 +122,7 @@ def test_a_changelog_probe_joins_each_change_as_of_its_time_with_its_kind() -> N
     join.probe(bucket, "USD", 2, at(24, 3), ("o2", 18), "+U")
     join.probe(bucket, "EUR", 3, at(24, 4), ("o6",), "+I")
     join.probe(bucket, "EUR", 4, at(24, 4), ("o6",), "-D")
-    assert join.fire_due(bucket, at(48)) == [
+    assert triples(join.fire_due(bucket, at(48))) == [
         ("+I", ("o2", 1), ("USD", 102)),
         ("-U", ("o2", 1), ("USD", 106)),
         ("+U", ("o2", 18), ("USD", 106)),

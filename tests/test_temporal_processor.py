@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.bucketed_processor import SideSpec
-from state.temporal_processor import TemporalJoinProcessor, TemporalJoinSpec
+from state.joins.specs import SideSpec, TemporalJoinSpec
+from tests.frames import join_frame
 from tests.test_regular_processor import Reports
 
 SPEC = TemporalJoinSpec(
@@ -16,7 +16,6 @@ SPEC = TemporalJoinSpec(
     SideSpec(("currency", "rate"), ("currency",)),
     "proctime",
 )
-OUT = ["op", "L_amount", "L_currency", "R_currency", "R_rate"]
 
 
 def changes(*rows: tuple) -> pd.DataFrame:
@@ -39,7 +38,7 @@ def yen(frame: pd.DataFrame) -> list[int]:
 def test_the_seeds_latest_rates_through_the_processing_time_processor() -> None:
     """LatestRates: the Euro moves from 114 to 116 at 10:52; orders at 10:15, 10:30, 10:52."""
     tester = TwsTester(
-        TemporalJoinProcessor(SPEC, OUT, {"L_amount": "integral", "R_rate": "integral"}),
+        join_frame(SPEC, {"L_amount": "integral", "R_rate": "integral"}),
         timeMode="ProcessingTime",
     )
     tester.testInPandas(0, changes((1, "+I", 1, ("Euro", 114)), (1, "+I", 3, ("US Dollar", 102))))
@@ -63,7 +62,7 @@ def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_
     reports = Reports()
     kinds = {"L_amount": "integral", "R_rate": "integral"}
     tester = TwsTester(
-        TemporalJoinProcessor(spec, OUT, kinds, held_rows=reports),
+        join_frame(spec, kinds, held_rows=reports),
         timeMode="EventTime",
         # The changelog carries its time as a plain `ts`: Spark drops no row as late.
         eventTimeExtractor=lambda _row: float("inf"),

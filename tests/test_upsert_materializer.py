@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.encoding import load
-from state.upsert_materializer import UpsertMaterializer, materialize
+from state.joins.materialize import materialize
+from state.store.encoding import load
+from tests.frames import upsert_frame
 
 A, B, C = ("o1", "p1"), ("o1", "p2"), ("o1", "p3")
 
@@ -53,17 +54,17 @@ def test_a_move_between_join_keys_ends_on_the_new_row_whatever_order_the_tasks_d
 
 def changes(*rows: tuple) -> pd.DataFrame:
     """(op, seq, record key, order_id, qty) -> the processor's input columns."""
-    columns = ("op", "seq", "key", "c0", "c1")
+    columns = ("op", "seq", "k0", "L_0", "L_1")
     return pd.DataFrame([dict(zip(columns, row, strict=True)) for row in rows])
 
 
 def records(frame: pd.DataFrame) -> list[tuple]:
-    rows = frame[["op", "key", "c0", "c1"]].itertuples(index=False)
+    rows = frame[["op", "k0", "L_0", "L_1"]].itertuples(index=False)
     return [(op, key, order, None if qty != qty else int(qty)) for op, key, order, qty in rows]
 
 
 def test_the_processor_applies_each_keys_changes_in_seq_order_and_keeps_its_rows() -> None:
-    tester = TwsTester(UpsertMaterializer(2, {"c1": "integral"}))
+    tester = TwsTester(upsert_frame(2, {"L_1": "integral"}))
     first = tester.testInPandas(
         0,
         changes(  # delivered out of order: the processor orders by seq

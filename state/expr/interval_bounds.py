@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from state.condition import ConditionError, JoinCondition, split_condition
+from state.expr.condition import ConditionError, JoinCondition, split_condition
 
 _UNIT_MS = {
     "MILLISECOND": 1,

@@ -1,7 +1,7 @@
 """A join key's rows over pages of their own once they are many: a change rewrites one page.
 
 A regular join keeps both sides' rows of a join key in the key's one state entry
-(`state.regular_processor`): one read and one write per key and micro-batch. A key with 100,000
+(`state.spark.regular`): one read and one write per key and micro-batch. A key with 100,000
 orders would rewrite all of them whenever one changes, and its checkpoint would carry them all.
 Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
 the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from state.encoding import dump, dump_key, load
-from state.keyed_state import EntryStore
+from state.store.encoding import dump, dump_key, load
+from state.store.keyed_state import EntryStore
 
 INLINE_ROWS = 512  # a side's rows kept in the key's own entry
 PAGE_ROWS = 256  # rows a page is sized for

@@ -207,7 +207,7 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
 
 # What a select list may hold besides the functions: columns, literals, operators, CASE, IF,
 # CAST, EXTRACT, TRIM, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the
-# condition compiler, `state.condition`, evaluates these forms itself).
+# condition compiler, `state.expr.condition`, evaluates these forms itself).
 STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
     exp.Star, exp.Tuple, exp.DataType, exp.DataTypeParam, exp.Var,

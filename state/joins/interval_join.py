@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Row = tuple[Any, ...]
-Pair = tuple[Row | None, Row | None]  # one output row: (left, right), None = padded with nulls
+from state.changes import Change, Row, RowKind
+
 Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
 MAX_TIME = 2**63 - 1
 
@@ -60,7 +60,7 @@ def cached_rows(bucket: Bucket, left: bool) -> int:
 
 
 def bucket_to_plain(bucket: Bucket) -> tuple:
-    """A bucket as plain data (`state.encoding`)."""
+    """A bucket as plain data (`state.store.encoding`)."""
     keys = {k: (s.left, s.right, s.left_timer, s.right_timer) for k, s in bucket.keys.items()}
     return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer
 
@@ -104,7 +104,7 @@ class IntervalJoin:
 
     def process(
         self, bucket: Bucket, key: Any, side: int, row: Row, row_time: int, operator_time: int
-    ) -> list[Pair]:
+    ) -> list[Change]:
         """One arriving row (`side` 0 left, 1 right); `operator_time` is the watermark (>= 0).
 
         Bounds that admit no pair (lower > upper) join nothing: as in Flink, outer rows are
@@ -122,7 +122,7 @@ class IntervalJoin:
         lower = row_time - size_other
         upper = row_time + (self.left_size if left else self.right_size)
         pad_other = self.right_outer if left else self.left_outer
-        out: list[Pair] = []
+        out: list[Change] = []
         emitted = False
         expiration = bucket.right_expiration if left else bucket.left_expiration
         if expiration < upper:
@@ -137,7 +137,7 @@ class IntervalJoin:
                     for entry in cached:
                         pair = (row, entry[0]) if left else (entry[0], row)
                         if self.matches(*pair):
-                            out.append(pair)
+                            out.append(Change(RowKind.INSERT, *pair))
                             emitted = True
                             entry[1] = entry[1] or pad_other
                 if time <= expiration:
@@ -159,10 +159,12 @@ class IntervalJoin:
         self._forget_if_empty(bucket, key)
         return out
 
-    def on_timer(self, bucket: Bucket, key: Any, timestamp: int, operator_time: int) -> list[Pair]:
+    def on_timer(
+        self, bucket: Bucket, key: Any, timestamp: int, operator_time: int
+    ) -> list[Change]:
         """A cleanup timer of `key` at `timestamp` fired at `operator_time`."""
         state = bucket.keys.get(key)
-        out: list[Pair] = []
+        out: list[Change] = []
         if state is None:
             return out
         if state.left_timer == timestamp:
@@ -174,9 +176,9 @@ class IntervalJoin:
         self._forget_if_empty(bucket, key)
         return out
 
-    def fire_due(self, bucket: Bucket, operator_time: int) -> list[Pair]:
+    def fire_due(self, bucket: Bucket, operator_time: int) -> list[Change]:
         """Every key's cleanup timers at or before `operator_time`, as Flink fires them."""
-        out: list[Pair] = []
+        out: list[Change] = []
         due = sorted(
             (t, key) for key, s in bucket.keys.items() for t in s.timers() if t <= operator_time
         )
@@ -184,10 +186,10 @@ class IntervalJoin:
             out += self.on_timer(bucket, key, timestamp, operator_time)
         return out
 
-    def _remove_expired(self, state: KeyState, expiration: int, left: bool) -> list[Pair]:
+    def _remove_expired(self, state: KeyState, expiration: int, left: bool) -> list[Change]:
         cache = state.left if left else state.right
         pad = self.left_outer if left else self.right_outer
-        out: list[Pair] = []
+        out: list[Change] = []
         earliest = -1
         for time in list(cache):
             if time <= expiration:
@@ -205,8 +207,8 @@ class IntervalJoin:
         return out
 
     @staticmethod
-    def _padded(left: bool, row: Row) -> Pair:
-        return (row, None) if left else (None, row)
+    def _padded(left: bool, row: Row) -> Change:
+        return Change(RowKind.INSERT, row) if left else Change(RowKind.INSERT, None, row)
 
     @staticmethod
     def _forget_if_empty(bucket: Bucket, key: Any) -> None:

@@ -5,7 +5,7 @@ condition it could not use. The condition is split like Flink's planner splits i
 between a left and a right column become the join key (rows are partitioned by it), and so do
 null-safe ones (`L.a IS NOT DISTINCT FROM R.b`: NULL matches NULL); everything else is a
 residual predicate evaluated on each candidate pair, with SQL's three-valued logic and the
-scalar functions of `state.functions`.
+scalar functions of `state.expr.functions`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
 
-from state.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
+from state.expr.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
 
 ALIASES = ("L", "R")
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from state.encoding import dump, dump_key, load
+from state.store.encoding import dump, dump_key, load
 
 
 def as_is(value: Any) -> Any:
@@ -95,11 +95,11 @@ def held_by_expiry(ledger: Ledger, side: int) -> tuple[tuple[int | None, int], .
 class StoredKeys:
     """A mapping key -> state over an `EntryStore`, for one micro-batch of one bucket.
 
-    `to_plain` / `from_plain` convert a key's state to plain data (`state.encoding`);
+    `to_plain` / `from_plain` convert a key's state to plain data (`state.store.encoding`);
     `timer_of` says when a key's state next needs time to pass (None: never). `timers` holds
     that for every stored key that has one; `flush` keeps it current.
 
-    With `ttl_ms`, Spark drops an entry not written for that long (`state.retention`), without
+    With `ttl_ms`, Spark drops an entry not written for that long (`state.store.retention`), without
     telling anyone: so each entry is stored with the time it goes, and the `ledger` counts the
     entries, and what they hold per side as `size_of` counts a state (rows, versions), by that
     time. What the store holds at any moment is then the ledger's counts still ahead of it

@@ -27,17 +27,18 @@ from typing import Any
 
 from sqlglot import exp
 
-from state.bucketed_processor import SideSpec
-from state.condition import (
+from state.changes import Row
+from state.expr.condition import (
     ConditionError,
     Evaluator,
     compile_predicate,
     parse_condition,
     split_condition,
 )
+from state.joins.specs import SideSpec
 
 Key = tuple[Any, ...]
-Row = tuple[Any, ...]
+
 Clock = Callable[[], float]
 
 CACHES = ("NONE", "PARTIAL", "FULL")

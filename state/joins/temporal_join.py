@@ -7,7 +7,7 @@ Versions are kept by time (a later change at the same time replaces an earlier o
 watermark passes, all but the last version at or before it are dropped. A key is visited when
 the watermark passes its earliest waiting probe row, or its second version (one version has
 nothing to trim). Probe rows wait in their bucket's own value, versions in their key's entry
-(`state.keyed_state`): a probe row costs no state call until it is due.
+(`state.store.keyed_state`): a probe row costs no state call until it is due.
 
 Processing time (`TemporalProcessTimeJoinOperator`): the build side is a map key -> latest row
 (the seed's "HashMap"); a probe row joins what is there when it arrives.
@@ -37,12 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from state.interval_join import Row
-from state.keyed_state import Waiting, due_keys, next_time
-
-ACCUMULATE = ("+I", "+U")
-UPDATE_BEFORE = "-U"
-Joined = tuple[str, Row, Row | None]  # an output change: kind, probe row, version (None: NULLs)
+from state.changes import Change, Row, RowKind
+from state.store.keyed_state import Waiting, due_keys, next_time
 
 
 @dataclass
@@ -55,7 +51,7 @@ class VersionedKey:
 
 
 def key_to_plain(state: VersionedKey) -> tuple:
-    """A key's state as plain data (`state.encoding`)."""
+    """A key's state as plain data (`state.store.encoding`)."""
     return state.versions, state.timer
 
 
@@ -112,13 +108,13 @@ class EventTimeTemporalJoin:
 
     @staticmethod
     def probe(
-        bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row, op: str = "+I"
+        bucket: VersionedBucket, key: Any, seq: int, time: int, row: Row, op: str = RowKind.INSERT
     ) -> None:
         """A probe row waits, without reading its key's versions, until the watermark passes."""
         bucket.waiting.setdefault(key, []).append((seq, time, row, op))
 
     def version(self, bucket: VersionedBucket, key: Any, op: str, time: int, row: Row) -> None:
-        if op == UPDATE_BEFORE:
+        if op == RowKind.UPDATE_BEFORE:
             return
         state = self._state(bucket, key)
         state.versions[time] = (op, row)
@@ -127,9 +123,9 @@ class EventTimeTemporalJoin:
             # table loaded ahead of the watermark leaves no key waiting for time.
             self._timer_at(state, sorted(state.versions)[1])
 
-    def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Joined]:
+    def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Change]:
         """Every key whose timer the watermark reached: emit its due probe rows, trim versions."""
-        out: list[Joined] = []
+        out: list[Change] = []
         for key in bucket.due(watermark):
             waiting = bucket.waiting.pop(key, [])
             later = [p for p in waiting if p[1] > watermark]
@@ -144,17 +140,21 @@ class EventTimeTemporalJoin:
                     del bucket.keys[key]
         return out
 
-    def _emit(self, due: list[tuple], versions: dict[int, tuple[str, Row]]) -> list[Joined]:
+    def _emit(self, due: list[tuple], versions: dict[int, tuple[str, Row]]) -> list[Change]:
         """Due probe rows in arrival order, each joined with the version of its time."""
         times = sorted(versions)
-        out: list[Joined] = []
+        out: list[Change] = []
         for _seq, time, row, op in due:
             at = bisect_right(times, time) - 1
             version = versions[times[at]] if at >= 0 else None
-            if version is not None and version[0] in ACCUMULATE and self.matches(row, version[1]):
-                out.append((op, row, version[1]))
+            if (
+                version is not None
+                and version[0] in RowKind.ACCUMULATE
+                and self.matches(row, version[1])
+            ):
+                out.append(Change(op, row, version[1]))
             elif self.left_outer:
-                out.append((op, row, None))
+                out.append(Change(op, row))
         return out
 
     @staticmethod
@@ -175,15 +175,17 @@ class ProcessingTimeTemporalJoin:
         self.left_outer = kind == "left"
         self.matches = matches
 
-    def probe(self, latest: dict[Any, Row], key: Any, row: Row, op: str = "+I") -> list[Joined]:
+    def probe(
+        self, latest: dict[Any, Row], key: Any, row: Row, op: str = RowKind.INSERT
+    ) -> list[Change]:
         version = latest.get(key)
         if version is not None and self.matches(row, version):
-            return [(op, row, version)]
-        return [(op, row, None)] if self.left_outer else []
+            return [Change(op, row, version)]
+        return [Change(op, row)] if self.left_outer else []
 
     @staticmethod
     def version(latest: dict[Any, Row], key: Any, op: str, row: Row) -> None:
-        if op in ACCUMULATE:
+        if op in RowKind.ACCUMULATE:
             latest[key] = row
-        elif op != UPDATE_BEFORE:
+        elif op != RowKind.UPDATE_BEFORE:
             latest.pop(key, None)

@@ -14,7 +14,7 @@ far more than the join itself.
 
 Every record also carries the processing time of its last write (adding it, retracting a copy,
 changing its association count), and a view hides it once its retention has passed
-(`state.retention`), as Flink's state does with `table.exec.state.ttl`: the join never sees an
+(`state.store.retention`), as Flink's state does with `table.exec.state.ttl`: the join never sees an
 expired row, and `prune` drops them from what is stored. Copies of a row without a unique key
 share one time, as they share one entry of Flink's map state.
 """
@@ -24,10 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from state.pages import PagedRows
-from state.retention import FOREVER, Retention
-
-Row = tuple[Any, ...]
+from state.changes import Row
+from state.joins.pages import PagedRows
+from state.store.retention import FOREVER, Retention
 
 
 class SingleRowView:
@@ -60,14 +59,36 @@ class SingleRowView:
         return 0 if self.row is None else 1
 
 
-class UniqueKeyView:
+class _EntriesView:
+    """A view of many rows: entries by a key of the row, each `[.., associations, written]`,
+    in pages once many (`state.joins.pages`)."""
+
+    rows: dict[Row, list[Any]] | PagedRows
+    retention: Retention
+
+    def _key(self, row: Row) -> Row:
+        return row
+
+    def set_associations(self, row: Row, associations: int) -> None:
+        entry = self.rows.get(self._key(row))
+        if entry is not None:
+            entry[1], entry[2] = associations, self.retention.now
+
+    def prune(self) -> None:
+        _prune(self.rows, self.retention)
+
+    def __len__(self) -> int:
+        """Entries: known without reading a paged view's pages."""
+        return len(self.rows)
+
+
+class UniqueKeyView(_EntriesView):
     """The input has a unique key that the join key does not contain: unique key -> row."""
 
     def __init__(self, key_indices: Sequence[int], retention: Retention = FOREVER) -> None:
         self.key_indices = tuple(key_indices)
         self.retention = retention
-        # unique key -> [row, associations, written], in pages once many (`state.pages`)
-        self.rows: dict[Row, list[Any]] | PagedRows = {}
+        self.rows = {}  # unique key -> [row, associations, written]
 
     def _key(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_indices)
@@ -82,25 +103,14 @@ class UniqueKeyView:
         alive = self.retention.alive
         yield from [(row, n) for row, n, written in self.rows.values() if alive(written)]
 
-    def set_associations(self, row: Row, associations: int) -> None:
-        entry = self.rows.get(self._key(row))
-        if entry is not None:
-            entry[1], entry[2] = associations, self.retention.now
 
-    def prune(self) -> None:
-        _prune(self.rows, self.retention)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-class MultisetView:
-    """No unique key: each distinct row with its number of copies; copies share one count."""
+class MultisetView(_EntriesView):
+    """No unique key: each distinct row with its number of copies; copies share one count
+    (so its length is of distinct rows)."""
 
     def __init__(self, retention: Retention = FOREVER) -> None:
         self.retention = retention
-        # row -> [copies, associations, written], in pages once many (`state.pages`)
-        self.rows: dict[Row, list[int]] | PagedRows = {}
+        self.rows = {}  # row -> [copies, associations, written]
 
     def _live(self, row: Row) -> list[int] | None:
         """The row's entry, unless it expired (then it is dropped, as Flink never reads it)."""
@@ -133,18 +143,6 @@ class MultisetView:
             if alive(written):
                 for _ in range(copies):
                     yield row, associations
-
-    def set_associations(self, row: Row, associations: int) -> None:
-        entry = self.rows.get(row)
-        if entry is not None:
-            entry[1], entry[2] = associations, self.retention.now
-
-    def prune(self) -> None:
-        _prune(self.rows, self.retention)
-
-    def __len__(self) -> int:
-        """Distinct rows (each with its copies): known without reading a paged view's pages."""
-        return len(self.rows)
 
 
 View = SingleRowView | UniqueKeyView | MultisetView
@@ -184,7 +182,7 @@ def _rows(plain: dict | tuple) -> dict | PagedRows:
 
 
 def _plain(view: View) -> tuple:
-    """A view as plain data (`state.encoding`)."""
+    """A view as plain data (`state.store.encoding`)."""
     if isinstance(view, SingleRowView):
         return "single", view.row, view.associations, view.written
     if isinstance(view, UniqueKeyView):
@@ -207,7 +205,7 @@ def _view(plain: tuple, retention: Retention) -> View:
 
 
 def views_to_plain(views: tuple[View, View]) -> tuple:
-    """Both sides' views of a key as plain data (`state.encoding`)."""
+    """Both sides' views of a key as plain data (`state.store.encoding`)."""
     return _plain(views[0]), _plain(views[1])
 
 

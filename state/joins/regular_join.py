@@ -15,25 +15,16 @@ Both are plain Python over the state views, so their semantics are tested withou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from state.views import Row, View
+from state.changes import Change, Row, RowKind
+from state.joins.views import View
 
-ACCUMULATE = ("+I", "+U")
+INSERT, DELETE = RowKind.INSERT, RowKind.DELETE
 LEFT, RIGHT = 0, 1
 
 # (left row, right row) -> bool; includes the null check of the equi-key columns.
 Matcher = Callable[[Row, Row], Any]
-
-
-@dataclass(frozen=True)
-class Change:
-    """One output change: its kind and the left and right rows (None = padded with nulls)."""
-
-    op: str
-    left: Row | None
-    right: Row | None
 
 
 class RegularJoin:
@@ -61,27 +52,27 @@ class RegularJoin:
         def emit(kind: str, this: Row | None, other: Row | None) -> None:
             out.append(Change(kind, *self._pair(side, this, other)))
 
-        if op in ACCUMULATE:
+        if op in RowKind.ACCUMULATE:
             view.add(row, len(associated))
             if input_outer and not associated:
-                emit("+I", row, None)
-            joined_kind = "+I" if input_outer or other_outer else op
+                emit(INSERT, row, None)
+            joined_kind = INSERT if input_outer or other_outer else op
             for other, associations in associated:
                 if other_outer:
                     if associations == 0:
-                        emit("-D", None, other)
+                        emit(DELETE, None, other)
                     other_view.set_associations(other, associations + 1)
                 emit(joined_kind, row, other)
         else:
             view.retract(row)
             if input_outer and not associated:
-                emit("-D", row, None)
-            retracted_kind = "-D" if input_outer else op
+                emit(DELETE, row, None)
+            retracted_kind = DELETE if input_outer else op
             for other, associations in associated:
                 emit(retracted_kind, row, other)
                 if other_outer:
                     if associations == 1:
-                        emit("+I", None, other)
+                        emit(INSERT, None, other)
                     other_view.set_associations(other, associations - 1)
         return out
 
@@ -97,23 +88,23 @@ class SemiAntiJoin:
         left_view, right_view = views
         if side == LEFT:
             matched = sum(1 for r, _ in right_view.records() if self.matches(row, r))
-            if op in ACCUMULATE:
+            if op in RowKind.ACCUMULATE:
                 left_view.add(row, matched)
             else:
                 left_view.retract(row)
             return [Change(op, row, None)] if (matched == 0) == self.anti else []
         associated = [(r, n) for r, n in left_view.records() if self.matches(r, row)]
         out: list[Change] = []
-        if op in ACCUMULATE:
+        if op in RowKind.ACCUMULATE:
             right_view.add(row)
             for left, associations in associated:
                 if associations == 0:  # SEMI passes the right row's kind (+I/+U) through
-                    out.append(Change("-D" if self.anti else op, left, None))
+                    out.append(Change(DELETE if self.anti else op, left, None))
                 left_view.set_associations(left, associations + 1)
         else:
             right_view.retract(row)
             for left, associations in associated:
                 if associations == 1:  # SEMI passes the right row's kind (-U/-D) through
-                    out.append(Change("+I" if self.anti else op, left, None))
+                    out.append(Change(INSERT if self.anti else op, left, None))
                 left_view.set_associations(left, associations - 1)
         return out

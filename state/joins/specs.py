@@ -1,0 +1,178 @@
+"""What a join is, as the plan builds it and the stateful operators read it: small, picklable
+dataclasses (they travel to the executors), no Spark.
+
+Every join spec follows `JoinSpec`; each builds the Spark-free operator of its join's semantics
+(`operator()`), which the Spark adapters in `state.spark` drive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal, Protocol
+
+from state.changes import Row
+from state.expr.condition import (
+    ConditionError,
+    JoinCondition,
+    compile_matcher,
+    parse_condition,
+    split_condition,
+)
+from state.expr.interval_bounds import IntervalCondition, split_interval
+from state.joins.interval_join import IntervalJoin
+from state.joins.regular_join import RegularJoin, SemiAntiJoin
+from state.joins.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin
+from state.joins.views import View, new_view
+from state.store.retention import FOREVER, Retention
+
+PROCTIME = "proctime"  # the time attribute of processing time
+# The clock a stateful operator runs on: the watermark, the wall clock, or none
+Clock = Literal["event", "processing", "none"]
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """One input's columns, in order, and its unique key (empty: none)."""
+
+    fields: tuple[str, ...]
+    unique_key: tuple[str, ...] = ()
+
+
+class JoinSpec(Protocol):
+    """What every join gives the stateful frame and the plan: its kind, both inputs' columns,
+    the condition, the number of buckets its join keys hash into, its clock. Outputs carry both
+    sides' columns unless `projects_right` says otherwise."""
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    buckets: int
+
+    @property
+    def join_condition(self) -> JoinCondition: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        return self.join_condition.equi
+
+    @property
+    def projects_right(self) -> bool:
+        return True
+
+    def matcher(self) -> Callable[[Row, Row], bool]:
+        return compile_matcher(self.join_condition, self.left.fields, self.right.fields)
+
+
+@dataclass(frozen=True)
+class RegularJoinSpec(JoinSpec):
+    """`L [INNER|LEFT|RIGHT|FULL|SEMI|ANTI] JOIN R ON ...` over changelogs."""
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
+    buckets: int = 128
+
+    @property
+    def clock(self) -> Clock:
+        """Retention is a processing-time TTL; without one the join needs no clock."""
+        return "processing" if self.state_ttl_ms > 0 else "none"
+
+    @cached_property
+    def join_condition(self) -> JoinCondition:
+        return split_condition(parse_condition(self.on))
+
+    @property
+    def projects_right(self) -> bool:
+        """SEMI and ANTI joins output left rows only."""
+        return self.kind not in ("semi", "anti")
+
+    def operator(self) -> RegularJoin | SemiAntiJoin:
+        if self.kind in ("semi", "anti"):
+            return SemiAntiJoin(self.kind, self.matcher())
+        return RegularJoin(self.kind, self.matcher())
+
+    def new_views(self, retention: Retention = FOREVER) -> tuple[View, View]:
+        left_keys = [a for a, _ in self.equi_keys]
+        right_keys = [b for _, b in self.equi_keys]
+        return (
+            new_view(left_keys, self.left.fields, self.left.unique_key, retention),
+            new_view(right_keys, self.right.fields, self.right.unique_key, retention),
+        )
+
+
+@dataclass(frozen=True)
+class IntervalJoinSpec(JoinSpec):
+    """`L JOIN R ON ... AND L.t BETWEEN R.t - ... AND R.t + ...` over insert-only inputs.
+
+    `left_time` / `right_time` name each input's time attribute as the condition refers to it;
+    `proctime` for processing time (then both must be).
+    """
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    left_time: str
+    right_time: str
+    buckets: int = 128
+
+    @property
+    def clock(self) -> Clock:
+        return "processing" if self.left_time == PROCTIME else "event"
+
+    @cached_property
+    def condition(self) -> IntervalCondition:
+        return split_interval(parse_condition(self.on), self.left_time, self.right_time)
+
+    @property
+    def join_condition(self) -> JoinCondition:
+        return self.condition.condition
+
+    def operator(self) -> IntervalJoin:
+        bounds = self.condition
+        return IntervalJoin(self.kind, bounds.lower_ms, bounds.upper_ms, self.matcher())
+
+
+@dataclass(frozen=True)
+class TemporalJoinSpec(JoinSpec):
+    """`L [LEFT] JOIN R FOR SYSTEM_TIME AS OF L.<left_time> ON ...`.
+
+    `left_time` is `proctime` for the processing-time join (the latest version).
+    """
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    left_time: str
+    buckets: int = 128
+
+    @property
+    def clock(self) -> Clock:
+        return "processing" if self.left_time == PROCTIME else "event"
+
+    @cached_property
+    def join_condition(self) -> JoinCondition:
+        found = split_condition(parse_condition(self.on))
+        keyed = {b for _, b in found.equi}
+        missing = [c for c in self.right.unique_key if c not in keyed]
+        if not self.right.unique_key or missing:
+            raise ConditionError(
+                "a temporal join's key must contain the versioned table's primary key ("
+                + (", ".join(f"R.{c}" for c in missing) or "none is declared")
+                + " missing from the equalities)"
+            )
+        return found
+
+    def operator(self) -> EventTimeTemporalJoin | ProcessingTimeTemporalJoin:
+        if self.clock == "processing":
+            return ProcessingTimeTemporalJoin(self.kind, self.matcher())
+        return EventTimeTemporalJoin(self.kind, self.matcher())

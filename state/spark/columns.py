@@ -1,0 +1,74 @@
+"""The flat columns a stateful operator's rows cross between Spark and Python in.
+
+The app side selects them (`app.stateful`) and the frame (`state.spark.frame`) reads and writes
+them; both take the names from one `ColumnLayout`, so neither spells a prefix of its own.
+Flat columns, not structs: pandas turns a struct column into a dict per row, which costs more
+than the operator.
+
+In: `bucket` (the grouping key: a hash of the key modulo the buckets), the key `k0..kN`,
+`side` (when the operator has two inputs), `op`, `seq` (the order of arrival), `ts` (event
+time, epoch ms, when the operator reads it), then each side's row as `L_<col>` / `R_<col>`.
+Out: `op`, then `seq`, `ts`, `k0` when the layout says so, then the sides' columns it outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+BUCKET = "bucket"
+SIDE = "side"
+OP = "op"
+SEQ = "seq"
+TS = "ts"
+SIDE_PREFIXES = ("L_", "R_")  # the join's output columns keep these: users name them
+
+
+def key_column(i: int) -> str:
+    return f"k{i}"
+
+
+def side_column(side: int, name: str) -> str:
+    return f"{SIDE_PREFIXES[side]}{name}"
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Which columns an operator takes and gives, and how pandas carries their values.
+
+    `sides`: each input's row fields (one input: the operator reads no `side` column);
+    `kinds`: `integral` or `timestamp` by column name, for the columns pandas carries as float
+    (an integer column with a NULL) or NaT; `outputs`: the sides whose rows the output carries;
+    `out_seq` / `out_ts` / `out_key`: whether it carries each change's `seq`, `ts`, record key.
+    """
+
+    keys: int
+    sides: tuple[tuple[str, ...], ...]
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    times: bool = True
+    outputs: tuple[int, ...] = (0, 1)
+    out_seq: bool = False
+    out_ts: bool = False
+    out_key: bool = False
+
+    @property
+    def key_columns(self) -> list[str]:
+        return [key_column(i) for i in range(self.keys)]
+
+    def side_columns(self, side: int) -> list[str]:
+        return [side_column(side, name) for name in self.sides[side]]
+
+    @property
+    def input_names(self) -> list[str]:
+        head = [BUCKET, *self.key_columns, *([SIDE] if len(self.sides) > 1 else []), OP, SEQ]
+        head += [TS] if self.times else []
+        return head + [c for side in range(len(self.sides)) for c in self.side_columns(side)]
+
+    @property
+    def output_names(self) -> list[str]:
+        names = [OP, *([SEQ] if self.out_seq else []), *([TS] if self.out_ts else [])]
+        names += [key_column(0)] if self.out_key else []
+        return names + [c for side in self.outputs for c in self.side_columns(side)]
+
+    def kind(self, column: str) -> str:
+        return self.kinds.get(column, "")

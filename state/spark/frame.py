@@ -1,0 +1,289 @@
+"""The one `transformWithStateInPandas` processor: every stateful operator runs in this frame.
+
+An operator (`StatefulOperator`: a join, the changelog normalizer, the upsert materializer)
+says how it keeps a bucket (`store`), what a bucket's input rows of a micro-batch emit
+(`apply`), what its due timers emit (`fire_due`) and what it holds (`held`); the frame does
+the rest the same way for all of them, per bucket and micro-batch:
+
+1. the input columns to Python values, column by column (`ColumnLayout`, `InputRows`);
+2. the operator time of its clock: the watermark, the wall clock, or none;
+3. the bucket read once (`state.spark.layouts`), the due timers fired, the rows applied;
+4. the bucket written back if it changed, with at most one engine timer, at its earliest;
+5. what the bucket holds reported (`streamjoin_state_rows`), late rows counted;
+6. the output changes (`state.changes.Change`) to columns.
+
+Spark charges a socket round trip per grouping key for every state call and for switching keys,
+which with one or two rows per key and batch costs far more than an operator itself. So the
+frame is grouped by a bucket of keys (a hash of the key modulo the buckets), not by the key.
+Whole columns cross between Arrow and Python at once (`tolist`), not a `Row` per row: that
+conversion, not the join, is most of the cost of a Row-based processor. Event time is the `ts`
+column (epoch ms) without Spark's watermark metadata, so Spark drops no late row before the
+operator sees it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from ops.worker_gc import settle_worker
+from state.changes import Change, Row
+from state.joins.specs import Clock
+from state.spark.columns import OP, SEQ, SIDE, TS, ColumnLayout
+from state.spark.layouts import BucketLayout
+
+_NAT = np.iinfo(np.int64).min  # NaT's bit pattern
+SIDES = ("left", "right")
+TIME_MODES: dict[Clock, str] = {"event": "EventTime", "processing": "ProcessingTime",
+                                "none": "None"}  # fmt: skip
+
+# What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
+# None: never), as `state.store.keyed_state.held_by_expiry` gives them.
+Held = int | tuple[tuple[int | None, int], ...]
+
+
+class LateRows(Protocol):
+    """Where late rows are counted, `{(side,): count}`: a Spark accumulator on a cluster."""
+
+    def add(self, counts: dict[tuple[str], int]) -> None: ...
+
+
+class HeldRows(Protocol):
+    """Where each bucket reports what its state holds after a visit,
+    `{(operator, side, bucket): (when, counts by expiry)}`: a Spark accumulator keeping each
+    bucket's latest report (`ops.metrics`), so a re-executed task repeats a report, never adds
+    to it; rows whose expiry has passed are no longer counted, visited or not."""
+
+    def add(self, reports: dict[tuple[str, str, int], tuple[float, tuple]]) -> None: ...
+
+
+def python_values(series: pd.Series, kind: str) -> list[Any]:
+    """A pandas column as Python values, NULL as None (pandas has NaN and NaT for it).
+
+    Timestamps become epoch microseconds: plain ints are far cheaper than pandas Timestamps to
+    make, pickle and compare, and go back to timestamps column-wise on output.
+    """
+    if kind == "timestamp":
+        micros = series.to_numpy(dtype="datetime64[us]").view(np.int64).tolist()
+        return [None if v == _NAT else v for v in micros]
+    values = series.tolist()
+    if kind == "integral" and series.dtype.kind == "f":
+        return [None if v != v else int(v) for v in values]
+    return values
+
+
+def pandas_column(values: list[Any], kind: str) -> Any:
+    if kind == "timestamp":
+        micros = np.array([_NAT if v is None else v for v in values], dtype=np.int64)
+        return micros.view("datetime64[us]")
+    return pd.Series(values, dtype=object)
+
+
+@dataclass
+class InputRows:
+    """One bucket's input of a micro-batch, column by column."""
+
+    sides: list[int]
+    ops: list[str]
+    seqs: list[int]
+    times: list[int | None]
+    keys: list[tuple[Any, ...]]
+    lefts: list[Row]
+    rights: list[Row]
+
+    def order(self) -> list[int]:
+        """Row positions in arrival order."""
+        return sorted(range(len(self.sides)), key=self.seqs.__getitem__)
+
+    def row(self, i: int) -> Row:
+        return self.lefts[i] if self.sides[i] == 0 else self.rights[i]
+
+    def by_key(self) -> dict[Any, list[int]]:
+        """Row positions per key, each key's in arrival order."""
+        grouped: dict[Any, list[int]] = {}
+        for i in self.order():
+            grouped.setdefault(self.keys[i], []).append(i)
+        return grouped
+
+
+class StatefulOperator(Protocol):
+    """What an operator gives the frame. `name` labels its state in the held-rows reports;
+    `clock` is the time it runs on (`now` below: the watermark, the wall clock, or 0)."""
+
+    name: str
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def store(self, handle: StatefulProcessorHandle) -> BucketLayout:
+        """How a bucket is kept in Spark's state store (`state.spark.layouts`)."""
+        ...
+
+    def fire_due(self, bucket: Any, now: int) -> list[Change]:
+        """What the bucket's timers due at `now` emit."""
+        ...
+
+    def apply(self, bucket: Any, rows: InputRows, now: int) -> list[Change]:
+        """What the bucket's input rows of a micro-batch emit."""
+        ...
+
+    def held(self, bucket: Any) -> dict[str, Held]:
+        """What the bucket holds, by the input (or output) it holds it for."""
+        ...
+
+
+class StatefulFrame(StatefulProcessor):
+    """Runs `operator` over buckets of keys, its rows in and out as `layout` names them."""
+
+    def __init__(
+        self,
+        operator: StatefulOperator,
+        layout: ColumnLayout,
+        late_rows: LateRows | None = None,
+        held_rows: HeldRows | None = None,
+    ) -> None:
+        """`late_rows` counts event-time rows that arrive behind the watermark, by side;
+        `held_rows` takes what each bucket holds (`held`)."""
+        self.operator = operator
+        self.layout = layout
+        self.late_rows = late_rows if operator.clock == "event" else None
+        self.held_rows = held_rows
+
+    @property
+    def time_mode(self) -> str:
+        return TIME_MODES[self.operator.clock]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        settle_worker()
+        self.handle = handle
+        self.store = self.operator.store(handle)
+        self.emitted = 0  # changes this task has emitted: the next one's `seq`
+
+    def _operator_time(self, timer_values: TimerValues) -> int:
+        clock = self.operator.clock
+        if clock == "event":
+            return max(timer_values.getCurrentWatermarkInMs(), 0)
+        return timer_values.getCurrentProcessingTimeInMs() if clock == "processing" else 0
+
+    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
+        return python_values(frame[name], self.layout.kind(name))
+
+    def _rows(self, frame: pd.DataFrame, side: int) -> list[Row]:
+        if side >= len(self.layout.sides):
+            return []
+        columns = (self._column(frame, c) for c in self.layout.side_columns(side))
+        return list(zip(*columns, strict=True))
+
+    def _input(self, frame: pd.DataFrame) -> InputRows:
+        count = len(frame)
+        layout = self.layout
+        return InputRows(
+            sides=frame[SIDE].tolist() if len(layout.sides) > 1 else [0] * count,
+            ops=frame[OP].tolist(),
+            seqs=frame[SEQ].tolist(),
+            times=python_values(frame[TS], "integral") if layout.times else [None] * count,
+            keys=list(zip(*(self._column(frame, c) for c in layout.key_columns), strict=True)),
+            lefts=self._rows(frame, 0),
+            rights=self._rows(frame, 1),
+        )
+
+    def _count_late(self, rows: InputRows, watermark: int) -> None:
+        late = Counter(SIDES[s] for s, t in zip(rows.sides, rows.times, strict=True)
+                       if t is not None and t < watermark)  # fmt: skip
+        if late and self.late_rows is not None:
+            self.late_rows.add({(side,): count for side, count in late.items()})
+
+    def _save(self, bucket: Any, before: bytes | None, now: int) -> None:
+        """Write the bucket back if it changed, and keep one engine timer at its next timer."""
+        self.store.flush(bucket)
+        next_timer = bucket.next_timer()
+        # a timer due already (a late row's) fires at the next watermark, as in Flink
+        wanted = None if next_timer is None else max(next_timer, now + 1)
+        pending = bucket.spark_timer
+        if wanted != pending and (wanted is None or pending is None or pending <= now
+                                  or wanted < pending):  # fmt: skip
+            # One engine timer per bucket: one registered twice makes the engine warn, and a
+            # stale one fires for nothing. A due one's work is done: `fire_due` ran first.
+            if pending is not None:
+                self.handle.deleteTimer(pending)
+            if wanted is not None:
+                self.handle.registerTimer(wanted)
+            bucket.spark_timer = wanted
+        self.store.write(bucket, before)
+
+    def _visited(self, key: tuple[int], bucket: Any, before: bytes | None, now: int) -> None:
+        """Save the bucket, and report what it holds."""
+        self._save(bucket, before, now)
+        if self.held_rows is not None:
+            reported = time.time()
+            self.held_rows.add({
+                (self.operator.name, side, key[0]):
+                    (reported, ((None, n),) if isinstance(n, int) else n)
+                for side, n in self.operator.held(bucket).items()
+            })  # fmt: skip
+
+    def _frame(self, changes: list[Change]) -> pd.DataFrame:
+        layout = self.layout
+        columns: dict[str, Any] = {OP: [c.kind for c in changes]}
+        if layout.out_seq:
+            if changes[0].seq is None:  # the operator leaves the order to the frame
+                columns[SEQ] = np.arange(self.emitted, self.emitted + len(changes),
+                                         dtype=np.int64)  # fmt: skip
+                self.emitted += len(changes)
+            else:
+                columns[SEQ] = [c.seq for c in changes]
+        if layout.out_ts:
+            columns[TS] = pd.Series([c.ts for c in changes], dtype=object)
+        if layout.out_key:
+            columns[layout.key_columns[0]] = [c.key for c in changes]
+        for side in layout.outputs:
+            names = layout.side_columns(side)
+            rows = [c[1 + side] for c in changes]
+            blank = (None,) * len(names)
+            for i, name in enumerate(names):
+                values = [(row or blank)[i] for row in rows]
+                columns[name] = pandas_column(values, layout.kind(name))
+        return pd.DataFrame(columns)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        frames = list(rows)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        now = self._operator_time(timerValues)
+        bucket, before = self.store.read(now)
+        changes = self.operator.fire_due(bucket, now)
+        rows = self._input(frame)
+        if self.late_rows is not None:
+            self._count_late(rows, now)
+        changes += self.operator.apply(bucket, rows, now)
+        self._visited(key, bucket, before, now)
+        if changes:
+            yield self._frame(changes)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        now = self._operator_time(timerValues)
+        bucket, before = self.store.read(now)
+        if bucket.spark_timer is not None and bucket.spark_timer <= now:
+            bucket.spark_timer = None  # this one, firing (or about to, in this batch)
+        changes = self.operator.fire_due(bucket, now)
+        self._visited(key, bucket, before, now)
+        if changes:
+            yield self._frame(changes)
+
+    def close(self) -> None:
+        """No resources beyond the state handles, which Spark closes."""

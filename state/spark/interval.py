@@ -1,0 +1,52 @@
+"""The interval join on the frame: Flink's interval join per key, whole buckets.
+
+The join's semantics, per key, are those of `state.joins.interval_join`. Its state is bounded
+by the interval and a batch mostly touches it, so a bucket is one value, read and written whole
+(`WholeBuckets`). Event time: the operator time is Spark's watermark, the minimum of both
+inputs'; late rows reach the join, which decides what they still meet, as Flink's does.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.changes import Change, RowKind
+from state.joins.interval_join import Bucket, bucket_from_plain, bucket_to_plain, cached_rows
+from state.joins.specs import Clock, IntervalJoinSpec
+from state.spark.frame import Held, InputRows
+from state.spark.layouts import WholeBuckets
+
+
+class IntervalJoinOperator:
+    """`IntervalJoin` per key, over buckets of keys."""
+
+    name = "join"
+
+    def __init__(self, spec: IntervalJoinSpec) -> None:
+        self.spec = spec
+        self.join = spec.operator()
+
+    @property
+    def clock(self) -> Clock:
+        return self.spec.clock
+
+    def store(self, handle: StatefulProcessorHandle) -> WholeBuckets:
+        return WholeBuckets(handle, Bucket, bucket_to_plain, bucket_from_plain)
+
+    def held(self, bucket: Bucket) -> dict[str, Held]:
+        """The rows each side's caches hold."""
+        return {"left": cached_rows(bucket, left=True), "right": cached_rows(bucket, left=False)}
+
+    def fire_due(self, bucket: Bucket, now: int) -> list[Change]:
+        return self.join.fire_due(bucket, now)
+
+    def apply(self, bucket: Bucket, rows: InputRows, now: int) -> list[Change]:
+        if any(op != RowKind.INSERT for op in rows.ops):
+            raise ValueError("an interval join takes insert-only inputs, got an update or delete")
+        changes: list[Change] = []
+        proctime = self.clock == "processing"
+        for i in rows.order():
+            time = now if proctime else rows.times[i]
+            changes += self.join.process(bucket, rows.keys[i], rows.sides[i], rows.row(i), time,
+                                         now)  # fmt: skip
+        return changes

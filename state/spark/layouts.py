@@ -1,0 +1,142 @@
+"""How a stateful operator keeps its buckets in Spark's state store: whole, or one entry per key.
+
+A bucket is the grouping key of `transformWithStateInPandas` (a hash of the operator's keys);
+its layout decides the state calls a visit costs. `WholeBuckets` reads and writes one value per
+bucket, for state that time bounds and a batch mostly touches (the interval join);
+`KeyedEntries` one `MapState` entry per key the batch touches (`state.store.keyed_state`), for
+state much larger than what a batch touches (see `docs/design.md`, "Whole buckets or one entry
+per key").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from pyspark.sql.streaming.stateful_processor import MapState, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from state.store.encoding import dump, load
+from state.store.keyed_state import KeyedBucket, StoredKeys
+
+BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
+ENTRY_KEY = StructType([StructField("key", BinaryType())])
+
+
+class BucketLayout(Protocol):
+    """How a processor keeps its buckets: `read` at a bucket's visit (the bucket and the bytes
+    it was read from), `flush` its keys, then `write` what the bucket holds besides them."""
+
+    def read(self, now: int) -> tuple[Any, bytes | None]: ...
+
+    def flush(self, bucket: Any) -> None: ...
+
+    def write(self, bucket: Any, before: bytes | None) -> None: ...
+
+
+class WholeBuckets:
+    """One value per bucket, read and written whole: for state that time bounds and a batch
+    mostly touches (the interval join), one call per bucket beats one per key."""
+
+    def __init__(
+        self,
+        handle: StatefulProcessorHandle,
+        new: Callable[[], Any],
+        to_plain: Callable[[Any], Any],
+        from_plain: Callable[[Any], Any],
+    ) -> None:
+        self.state = handle.getValueState("bucket", BUCKET_STATE)
+        self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
+
+    def read(self, now: int = 0) -> tuple[Any, bytes | None]:
+        stored = self.state.get()
+        if stored is None:
+            return self.new(), None
+        return self.from_plain(load(stored[0])), stored[0]
+
+    def flush(self, bucket: Any) -> None:
+        """Nothing to do before `write`: the keys are in the bucket's value."""
+
+    def write(self, bucket: Any, before: bytes | None) -> None:
+        if not bucket.keys:
+            if before is not None:
+                self.state.clear()
+            return
+        blob = dump(self.to_plain(bucket))
+        if blob != before:
+            self.state.update((blob,))
+
+
+class MapEntries:
+    """A bucket's `MapState` as the `EntryStore` of `state.store.keyed_state`."""
+
+    def __init__(self, state: MapState) -> None:
+        self.state = state
+
+    def get(self, key: bytes) -> bytes | None:
+        found = self.state.getValue((key,))
+        return None if found is None else found[0]
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        for (key,), (value,) in self.state.iterator():
+            yield key, value
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.state.updateValue((key,), (value,))
+
+    def remove(self, key: bytes) -> None:
+        self.state.removeKey((key,))
+
+
+class KeyedEntries:
+    """Each key of a bucket its own `MapState` entry (`state.store.keyed_state`): a batch reads and
+    writes the keys it touches. The bucket's own value holds its engine timer, the keys that
+    wait for time, the rows that wait in it and the ledger of its entries, and is written only
+    when those change."""
+
+    def __init__(
+        self,
+        handle: StatefulProcessorHandle,
+        to_plain: Callable[[Any], Any],
+        from_plain: Callable[[Any], Any],
+        timer_of: Callable[[Any], int | None],
+        size_of: Callable[[Any], tuple[int, int]],
+        ttl_ms: int | None = None,
+    ) -> None:
+        """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
+        its own index of expiry times: no timer, no scan of the keys."""
+        self.own = handle.getValueState("bucket", BUCKET_STATE)
+        self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
+        self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
+        self.size_of = size_of
+        self.ttl_ms = ttl_ms
+
+    def read(self, now: int = 0) -> tuple[KeyedBucket, bytes | None]:
+        """The bucket as of `now`, the processing time that ages its entries under a TTL."""
+        stored = self.own.get()
+        spark_timer, timers, waiting, ledger = (
+            (None, [], {}, []) if stored is None else load(stored[0])
+        )
+        keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
+                          self.timer_of, {e: list(c) for e, c in ledger}, self.size_of,
+                          self.ttl_ms, now)  # fmt: skip
+        return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
+
+    def flush(self, bucket: KeyedBucket) -> None:
+        bucket.keys.flush()
+
+    def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
+        keys = bucket.keys
+        if (
+            bucket.spark_timer is None
+            and not keys.timers
+            and not bucket.waiting
+            and not keys.ledger
+        ):
+            if before is not None:
+                self.own.clear()
+            return
+        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting,
+                     list(keys.ledger.items())))  # fmt: skip
+        if blob != before:
+            self.own.update((blob,))

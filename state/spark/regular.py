@@ -1,0 +1,101 @@
+"""The regular join on the frame: Flink's regular join per join key, one entry per key.
+
+The join's semantics, per join key, are those of `state.joins.regular_join` over the views of
+`state.joins.views`. Each join key's views are one `MapState` entry of its bucket
+(`KeyedEntries`): a micro-batch reads the keys its rows name, once each, and writes back those
+whose views changed. A regular join's state is bounded by nothing but its keys, so one entry per
+key is what keeps a batch's cost to what it touches (see `docs/design.md`). A side with many
+rows for one key keeps them in pages (`state.joins.pages`), a `MapState` of their own.
+
+Retention (`STATE_TTL`, Flink's `table.exec.state.ttl`) is per row, as in Flink
+(`state.store.retention`): each row of a view expires on its own, a micro-batch drops the
+expired rows of the keys it touches, and Spark's TTL on the entries removes the keys no batch
+touches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.changes import Change
+from state.joins.pages import PagedRows, settle
+from state.joins.specs import Clock, RegularJoinSpec
+from state.joins.views import (
+    MultisetView,
+    UniqueKeyView,
+    View,
+    views_from_plain,
+    views_size,
+    views_to_plain,
+)
+from state.spark.frame import Held, InputRows
+from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries
+from state.store.keyed_state import KeyedBucket, held_by_expiry, never
+from state.store.retention import Retention
+
+
+class RegularJoinOperator:
+    """`RegularJoin` or `SemiAntiJoin` per join key, over buckets of keys."""
+
+    name = "join"
+
+    def __init__(self, spec: RegularJoinSpec) -> None:
+        self.spec = spec
+        self.join = spec.operator()
+        self.retention = Retention(spec.state_ttl_ms)
+
+    @property
+    def clock(self) -> Clock:
+        return self.spec.clock
+
+    def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
+        ttl = self.retention.store_ttl_ms
+        self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
+        return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size,
+                            ttl)  # fmt: skip
+
+    def _views_from_plain(self, plain: tuple) -> tuple[View, View]:
+        return views_from_plain(plain, self.retention)
+
+    def held(self, bucket: KeyedBucket) -> dict[str, Held]:
+        """Rows per side (distinct rows of a side without a unique key), by when Spark's TTL
+        drops them: the counts kept in the bucket's own value."""
+        ledger = bucket.keys.ledger
+        return {"left": held_by_expiry(ledger, 0), "right": held_by_expiry(ledger, 1)}
+
+    def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
+        """A key's views, their pages (if any) read from this bucket's pages when used."""
+        views = bucket.keys.get(key)
+        if views is None:
+            return self.spec.new_views(self.retention)
+        for side, view in enumerate(views):
+            rows = getattr(view, "rows", None)
+            if isinstance(rows, PagedRows):
+                rows.bind(self.pages, key, side)
+        return views
+
+    def fire_due(self, bucket: Any, now: int) -> list[Change]:
+        """A regular join waits for no time."""
+        return []
+
+    def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
+        self.retention.at(now)
+        changes: list[Change] = []
+        touched: dict[Any, tuple[View, View]] = {}
+        bucket.keys.prefetch(rows.keys)
+        for i in rows.order():
+            key = rows.keys[i]
+            views = touched.get(key)
+            if views is None:
+                views = touched[key] = bucket.keys[key] = self._views(bucket, key)
+            changes += self.join.process(rows.sides[i], rows.ops[i], rows.row(i), views)
+        for key, views in touched.items():
+            for side, view in enumerate(views):
+                view.prune()
+                if isinstance(view, UniqueKeyView | MultisetView):
+                    view.rows = settle(view.rows, self.pages, key, side)
+            if not any(len(view) for view in views):
+                del bucket.keys[key]  # an emptied key leaves no entry
+        return changes

@@ -1,0 +1,103 @@
+"""The temporal table joins on the frame, as two operators, as in Flink: event time and
+processing time. Each key of the versioned table is an entry of its own (`KeyedEntries`): a
+versioned table is state far larger than what a batch touches.
+
+See `state.joins.temporal_join` for the semantics. The probe (left) input may be a changelog
+(each change joins as of its own time and keeps its kind); the build (right) input is a
+changelog with a primary key (a versioned table) or, for the temporal table function form, an
+append-only history whose declared primary key makes each row a new version of its key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+from state.changes import Change
+from state.joins.specs import Clock, TemporalJoinSpec
+from state.joins.temporal_join import (
+    EventTimeTemporalJoin,
+    ProcessingTimeTemporalJoin,
+    key_from_plain,
+    key_size,
+    key_timer,
+    key_to_plain,
+)
+from state.spark.frame import Held, InputRows
+from state.spark.layouts import KeyedEntries
+from state.store.keyed_state import KeyedBucket, as_is, never
+
+PROBE, BUILD = 0, 1  # the sides: the probe input, the versioned table
+
+
+class EventTimeTemporalJoinOperator:
+    """Probe rows wait in their bucket for the watermark; their keys' versions are read when
+    they are due, so a batch reads the keys of the versions it writes and of the rows due."""
+
+    name = "join"
+    clock: Clock = "event"
+
+    def __init__(self, spec: TemporalJoinSpec) -> None:
+        self.join: EventTimeTemporalJoin = spec.operator()
+
+    def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
+        return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer, key_size)
+
+    def held(self, bucket: KeyedBucket) -> dict[str, Held]:
+        """Probe rows waiting for the watermark; the table's versions."""
+        return {"left": sum(map(len, bucket.waiting.values())), "right": bucket.keys.held[1]}
+
+    def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
+        bucket.keys.prefetch(bucket.due(now))
+        return self.join.fire_due(bucket, now)
+
+    def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
+        join = self.join
+        bucket.keys.prefetch(k for k, side in zip(rows.keys, rows.sides, strict=True)
+                             if side == BUILD)  # fmt: skip
+        for i in rows.order():
+            key, row, op = rows.keys[i], rows.row(i), rows.ops[i]
+            if rows.sides[i] == PROBE:
+                join.probe(bucket, key, rows.seqs[i], rows.times[i], row, op)
+            else:
+                join.version(bucket, key, op, rows.times[i], row)
+        return []
+
+
+class ProcessingTimeTemporalJoinOperator:
+    """Each key keeps the table's latest row; probe rows join it at once, never waiting."""
+
+    name = "join"
+    clock: Clock = "processing"
+
+    def __init__(self, spec: TemporalJoinSpec) -> None:
+        self.join: ProcessingTimeTemporalJoin = spec.operator()
+
+    def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
+        return KeyedEntries(handle, as_is, as_is, never, _latest_row)
+
+    def held(self, bucket: KeyedBucket) -> dict[str, Held]:
+        """The table's latest rows."""
+        return {"left": 0, "right": bucket.keys.held[1]}
+
+    def fire_due(self, bucket: Any, now: int) -> list[Change]:
+        """Nothing waits for time."""
+        return []
+
+    def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
+        changes: list[Change] = []
+        latest = bucket.keys
+        latest.prefetch(rows.keys)
+        for i in rows.order():
+            key, row, op = rows.keys[i], rows.row(i), rows.ops[i]
+            if rows.sides[i] == PROBE:
+                changes += self.join.probe(latest, key, row, op)
+            else:
+                self.join.version(latest, key, op, row)
+        return changes
+
+
+def _latest_row(_row: Any) -> tuple[int, int]:
+    """What a key holds in the processing-time join: the table's latest row (right side)."""
+    return 0, 1

@@ -1,0 +1,33 @@
+"""The stateful frame around each operator, as the service builds it, for pyspark's TwsTester."""
+
+from __future__ import annotations
+
+from app.join_plan import join_operator
+from state.joins.specs import JoinSpec
+from state.spark.columns import ColumnLayout
+from state.spark.frame import HeldRows, LateRows, StatefulFrame
+from state.spark.normalizer import NormalizeOperator
+from state.spark.upsert import UpsertMaterializeOperator
+
+
+def join_frame(spec: JoinSpec, kinds: dict[str, str], late_rows: LateRows | None = None,
+               held_rows: HeldRows | None = None) -> StatefulFrame:  # fmt: skip
+    """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`."""
+    layout = ColumnLayout(max(1, len(spec.equi_keys)), (spec.left.fields, spec.right.fields),
+                          kinds, outputs=(0, 1) if spec.projects_right else (0,))  # fmt: skip
+    return StatefulFrame(join_operator(spec), layout, late_rows, held_rows)
+
+
+def normalizer_frame(fields: tuple[str, ...], kinds: dict[str, str],
+                     ttl_ms: int = 0) -> StatefulFrame:  # fmt: skip
+    """One primary-key column `k0`; in: `op`, `seq`, `ts`, `L_*`; out: `op`, `seq`, `ts`,
+    `L_*`."""
+    layout = ColumnLayout(1, (fields,), kinds, out_seq=True, out_ts=True, outputs=(0,))
+    return StatefulFrame(NormalizeOperator("left", ttl_ms), layout)
+
+
+def upsert_frame(width: int, kinds: dict[str, str]) -> StatefulFrame:
+    """In: `op`, `seq`, the record key `k0`, the row `L_0..`; out: `op`, `k0`, `L_0..`."""
+    fields = tuple(str(i) for i in range(width))
+    layout = ColumnLayout(1, (fields,), kinds, times=False, outputs=(0,), out_key=True)
+    return StatefulFrame(UpsertMaterializeOperator(), layout)
