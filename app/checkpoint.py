@@ -73,9 +73,7 @@ def _record(spark: SparkSession, location: str) -> dict[str, Any] | None:
 # Key buckets per state partition, for a new checkpoint when JOIN_STATE_BUCKETS is unset. Spark
 # charges every bucket of a micro-batch a group of its own (a pandas frame, a state handle, a
 # round trip per state call), so few large buckets cost less than many small ones as long as
-# each task has several to spread its keys: side_by_side.py (interval join, 200,000 rows a
-# side, 2 state partitions, one run each way) ran 11,943 rows/s with 128 buckets (0.86x
-# Spark's own join) and 15,301 with 16 (1.06x), in 17 % less CPU.
+# each task has several to spread its keys (measured in `docs/performance.md`).
 BUCKETS_PER_PARTITION = 8
 
 

@@ -17,7 +17,7 @@ from app.preflight import StartupError, check_environment, check_kafka
 from ops.logging import setup_logging
 
 VARIABLES_HELP = (
-    "variables (see the README): " + ", ".join(sorted(KNOWN_VARIABLES))
+    "variables (see docs/configuration.md): " + ", ".join(sorted(KNOWN_VARIABLES))
     + ", KAFKA_<PROPERTY> (Kafka client properties), SCHEMA_REGISTRY_<PROPERTY>, "
     "SPARK_CONF_<KEY> (Spark properties)"
 )  # fmt: skip

@@ -145,7 +145,7 @@ def _port_problem(port: int) -> str | None:
 
 
 # Hadoop filesystems whose classes ship in pyspark's jars (hadoop-client-api/-runtime). Object
-# stores need more (hadoop-aws and an AWS SDK for s3a://, ~300 MB): not in the image.
+# stores need more (hadoop-aws and an AWS SDK for s3a://, hundreds of MB): not in the image.
 SHIPPED_FILESYSTEMS = ("hdfs", "viewfs", "webhdfs", "swebhdfs")
 
 

@@ -32,8 +32,8 @@ DEFAULT_CONF = {
     "spark.python.daemon.module": "ops.worker_daemon",
     # No byte limit on the Arrow batches sent to Python workers (the record limit stays): with
     # one, Spark asks the Arrow writer its size after every row, which for a column holding a
-    # list (the Kafka headers) walks the whole batch so far. It was a quarter of the JVM's
-    # samples (JFR) in a 200,000-row `side_by_side.py` run.
+    # list (the Kafka headers) walks the whole batch so far: a large share of the JVM's time
+    # (`docs/performance.md`).
     "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
     "spark.sql.adaptive.enabled": "false",
@@ -76,10 +76,9 @@ def checkpoint_conf(location: str) -> dict[str, str]:
     renames with `FileSystem.rename`, an atomic rename(2) there.
 
     Spark's default goes through Hadoop's `FileContext`, whose local rename asks for the link
-    status of the target by forking `readlink`: 455 processes forked by the JVM in a 200,000-row
-    `side_by_side.py` run (JFR), serially in every commit of offsets, commits and state files;
-    128 with this manager. Other file systems keep Spark's default (HDFS's `FileSystem.rename`
-    does not overwrite)."""
+    status of the target by forking `readlink`, serially in every commit of offsets, commits
+    and state files (counted in `docs/performance.md`). Other file systems keep Spark's default
+    (HDFS's `FileSystem.rename` does not overwrite)."""
     return (
         {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
         if urlsplit(location).scheme in ("", "file")
@@ -112,10 +111,10 @@ def task_slots(spark: SparkSession) -> int:
 
     State is partitioned by `spark.sql.shuffle.partitions` for a checkpoint's whole life, and
     every partition is a task per stateful stage and micro-batch, each with a fixed cost in its
-    Python worker (~0.1-0.2 s here: the worker's set-up, its state store, its output). Measured
-    with `side_by_side.py` (200,000 rows, local[2]): 8 partitions ran at 6,370 rows/s, 2 at
-    8,092. One partition per slot keeps every core busy; to scale out later, set it higher
-    before the first run. The JVM counts a container's cores as its CPU limit allows.
+    Python worker (the worker's set-up, its state store, its output), so more partitions than
+    slots run slower (`docs/performance.md`). One partition per slot keeps every core busy; to
+    scale out later, set it higher before the first run. The JVM counts a container's cores as
+    its CPU limit allows.
     """
     context = spark.sparkContext
     if context.master.startswith("local"):

@@ -127,9 +127,9 @@ class ProgressMetrics:
 
         Polled, not heard: a `StreamingQueryListener` in Python turns every report into Python
         objects through py4j, field by field, and each Java map it walks ends in an exception
-        that py4j resolves by looking class names up on the classpath. That listener was 27 %
-        of the JVM's samples (JFR) in a `bench/passthrough.py` run, on the listener bus thread
-        beside the tasks; a poll costs two py4j calls.
+        that py4j resolves by looking class names up on the classpath: such a listener took a
+        large share of the JVM's time on the listener bus thread beside the tasks
+        (`docs/performance.md`); a poll costs two py4j calls.
         """
         last = query.lastProgress
         if last is None or int(last["batchId"]) <= self.seen_batch:

@@ -2,9 +2,8 @@
 with the modules every worker imports already imported, so that a new worker starts with them.
 
 A worker that runs its first task imports pyspark's worker, pyarrow, pandas and the modules of
-the function it runs: 0.4 s for the worker alone, 1.2 s with the lookup join's, 1.3 s with the
-pipeline's (these machines). Spark forks workers as a query needs them, and a micro-batch's
-stages share them, so each worker pays this once, mostly before and during the first batches
+the function it runs: about a second (`docs/performance.md`). Spark forks workers as a query
+needs them, and a micro-batch's stages share them, so each worker pays this once, mostly before and during the first batches
 and on the CPU the running ones need. Forked from a daemon that imported them, a worker shares
 the modules' pages and starts at once.
 

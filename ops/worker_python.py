@@ -4,8 +4,8 @@ the zips Spark puts first on every worker's PYTHONPATH.
 
 Python compiles what it imports from a zip at every start (it never caches bytecode there), and
 Spark starts some twenty Python processes per query (a daemon per worker kind, its workers, the
-source runners): in a 200,000-row `side_by_side.py` run they spent 27 s of CPU importing
-pyspark from `pyspark.zip`, 38 % of all Python CPU, most of it before the first output (py-spy).
+source runners): importing pyspark from `pyspark.zip` was over a third of all their CPU, most
+of it before the first output (`docs/performance.md`).
 When a zip is the one the installed pyspark package ships, the same modules are on `sys.path`
 anyway, with their cached bytecode; only those zips are dropped, so a Spark installed elsewhere
 keeps its own.

@@ -1,9 +1,8 @@
 """Producing output records: the producer settings every delivery mode shares, and one send loop.
 
 librdkafka reports only failed deliveries (`delivery.report.only.error`): a Python callback per
-acknowledged record cost ~1 µs each, a quarter of what producing took in the pass-through
-profile (docs/design.md). Whether every record arrived is `flush()` returning 0 with no failure
-reported.
+acknowledged record was a large share of what producing cost (`docs/performance.md`). Whether
+every record arrived is `flush()` returning 0 with no failure reported.
 """
 
 from __future__ import annotations

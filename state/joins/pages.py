@@ -1,8 +1,8 @@
 """A join key's rows over pages of their own once they are many: a change rewrites one page.
 
 A regular join keeps both sides' rows of a join key in the key's one state entry
-(`state.spark.regular`): one read and one write per key and micro-batch. A key with 100,000
-orders would rewrite all of them whenever one changes, and its checkpoint would carry them all.
+(`state.spark.regular`): one read and one write per key and micro-batch. A key with a hundred
+thousand orders would rewrite all of them whenever one changes, and its checkpoint would carry them all.
 Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
 the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
 to it; the key's entry keeps the number of pages and of rows. A change reads and rewrites its own

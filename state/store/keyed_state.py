@@ -1,13 +1,13 @@
 """A bucket's keys kept one store entry each: read when a key is first used, written if changed.
 
 A join that keeps one value per bucket rewrites every key of a bucket whenever one changes, so
-a micro-batch costs the whole state once it touches every bucket (a temporal join over a
-1,000,000-row table: 1,250 rows/s, its batches growing from 13 s to 21 s). Here each key is its
-own entry (a `MapState` entry of its bucket in Spark): a micro-batch reads the keys its rows
-and due timers name, and writes back those whose bytes changed. Each entry costs a state call
-(~100 µs here, 19 µs of it in Python: see `docs/design.md`), so this layout suits state much
-larger than what a batch touches; the interval join, whose state the interval bounds and a
-batch mostly touches, keeps whole buckets.
+a micro-batch costs the whole state once it touches every bucket (a temporal join over a large
+table slowed with every batch). Here each key is its own entry (a `MapState` entry of its bucket
+in Spark): a micro-batch reads the keys its rows and due timers name, and writes back those
+whose bytes changed. Each entry costs a state call, a socket round trip to the JVM, so this
+layout suits state much larger than what a batch touches; the interval join, whose state the
+interval bounds and a batch mostly touches, keeps whole buckets (`docs/performance.md` has the
+measures).
 
 What a bucket needs across its keys is one small value of its own: the keys with a pending
 timer and when, and the rows that wait there for time (a temporal join's probe rows, bounded by
@@ -59,9 +59,9 @@ def due_keys(timers: dict[Any, int], waiting: Waiting, now: int) -> list[Any]:
 
 # A batch reads every entry of its bucket in one pass, instead of its keys one call each, when
 # the bucket holds at most this many entries per key the batch touches. Spark streams a
-# `MapState`'s entries to Python, but not cheaply: 112-166 µs an entry against 230-289 µs a
-# `getValue` (25,000-50,000 entries in 16 buckets, 2 tasks on 2 cores), so only a pass over
-# few more entries than the batch wants pays; into an empty bucket it saves every call.
+# `MapState`'s entries to Python, but not cheaply: an entry streamed costs about half a
+# `getValue` (`docs/performance.md`), so only a pass over few more entries than the batch wants
+# pays; into an empty bucket it saves every call.
 DENSE = 1.5
 
 
