@@ -3,9 +3,9 @@ with the modules every worker imports already imported, so that a new worker sta
 
 A worker that runs its first task imports pyspark's worker, pyarrow, pandas and the modules of
 the function it runs: about a second (`docs/performance.md`). Spark forks workers as a query
-needs them, and a micro-batch's stages share them, so each worker pays this once, mostly before and during the first batches
-and on the CPU the running ones need. Forked from a daemon that imported them, a worker shares
-the modules' pages and starts at once.
+needs them, and a micro-batch's stages share them, so each worker pays this once, mostly before
+and during the first batches and on the CPU the running ones need. Forked from a daemon that
+imported them, a worker shares the modules' pages and starts at once.
 
 pyspark's daemon imports the worker module after the fork because "pandas and pyarrow start
 some threads when they are imported", and a fork copies no thread. After these imports two run:

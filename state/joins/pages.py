@@ -2,7 +2,8 @@
 
 A regular join keeps both sides' rows of a join key in the key's one state entry
 (`state.spark.regular`): one read and one write per key and micro-batch. A key with a hundred
-thousand orders would rewrite all of them whenever one changes, and its checkpoint would carry them all.
+thousand orders would rewrite all of them whenever one changes, and its checkpoint would carry
+them all.
 Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
 the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
 to it; the key's entry keeps the number of pages and of rows. A change reads and rewrites its own
