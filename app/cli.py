@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from app.config import KNOWN_VARIABLES, Config, ConfigError, load_config
-from app.plan import check_plan
-from app.preflight import StartupError, check_environment, check_kafka
+from app.config.env import KNOWN_VARIABLES, Config, ConfigError, load_config
+from app.plan.planner import check_plan
+from app.run.preflight import StartupError, check_environment, check_kafka
 from ops.logging import setup_logging
 
 VARIABLES_HELP = (
@@ -34,7 +34,7 @@ def planned(env: Mapping[str, str]) -> Config:
     """The configuration whose plan holds: the variables (or the SQL), a lookup join's table."""
     config = load_config(env)
     if config.lookup is not None:  # the right side's columns are the table's
-        from app.lookup_plan import with_table
+        from app.run.lookup import with_table
 
         config = with_table(config)
     check_plan(config)
@@ -53,7 +53,7 @@ def checked(env: Mapping[str, str]) -> Config:
 
 def check(env: Mapping[str, str]) -> int:
     """`streamjoin check`: every start-up check, then the plan; nothing is read or written."""
-    from app.explain import describe
+    from app.plan.explain import describe
 
     try:
         config = checked(env)
@@ -68,7 +68,7 @@ def check(env: Mapping[str, str]) -> int:
 
 def explain(env: Mapping[str, str]) -> int:
     """`streamjoin explain`: the plan the variables or the SQL compile to; Kafka not asked."""
-    from app.explain import describe
+    from app.plan.explain import describe
 
     try:
         config = planned(env)
@@ -86,9 +86,9 @@ def run(env: Mapping[str, str]) -> int:
     except (ConfigError, StartupError) as err:
         return _refused(err)
     # Spark is imported only now: a configuration error costs no JVM start.
-    from app import pipeline
-    from app.lifecycle import install_stop_signals, stop_session, supervise
-    from app.spark import SparkStartError, build_session, quiet_shutdown
+    from app.run import pipeline
+    from app.run.lifecycle import install_stop_signals, stop_session, supervise
+    from app.run.session import SparkStartError, build_session, quiet_shutdown
     from ops.metrics import ServiceMetrics
 
     stop = install_stop_signals()
@@ -118,7 +118,7 @@ def run(env: Mapping[str, str]) -> int:
 
 def executor(env: Mapping[str, str]) -> int:
     """`streamjoin executor`: becomes the executor's JVM; returns only if it cannot."""
-    from app.executor import run_executor
+    from app.run.executor import run_executor
 
     try:
         run_executor(env)
@@ -128,7 +128,7 @@ def executor(env: Mapping[str, str]) -> int:
 
 def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:
     from app.replay import replay
-    from app.spark import build_session
+    from app.run.session import build_session
 
     spark = build_session(
         os.environ.get("SPARK_MASTER", "local[2]"), {"spark.sql.shuffle.partitions": "2"}

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.broker import BrokerNotInstalled, EmbeddedBroker
-from app.config import load_config
+from app.config.env import load_config
 from ops.metrics import ServiceMetrics
 
 MINUTE_MS = 60_000
@@ -189,8 +189,8 @@ def table_lines(values: list[bytes]) -> list[str]:
 
 
 def demo(env: Mapping[str, str]) -> int:
-    from app import pipeline
-    from app.spark import build_session
+    from app.run import pipeline
+    from app.run.session import build_session
 
     with ExitStack() as stack:
         bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS")

@@ -30,17 +30,17 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
-from app.config import STATE_BUCKETS, InputConfig
-from app.flink_ddl import SqlError, Table
-from app.flink_sql import compile_query
-from app.join_plan import bucketed_join
-from app.pipeline import decode_input, join_input, row_type, timed_changes
-from app.projection import project
+from app.config.env import STATE_BUCKETS, InputConfig
+from app.run.joins import bucketed_join
+from app.run.pipeline import decode_input, join_input, row_type, timed_changes
+from app.run.projection import project
+from app.sql.ddl import SqlError, Table
+from app.sql.query import compile_query
 from ops.metrics import CountsByLabel
-from serdes.decode import decoded_schema
-from serdes.kafka_source import ARROW_SCHEMA
-from serdes.schema import parse_schema
-from serdes.values import EPOCH
+from serdes.kafka.source import ARROW_SCHEMA
+from serdes.records.decode import decoded_schema
+from serdes.records.schema import parse_schema
+from serdes.records.values import EPOCH
 from state.changes import RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec, SideSpec, TemporalJoinSpec
@@ -290,7 +290,7 @@ def _cause(failure: str) -> str:
 
 def sql_join(case: dict[str, Any]) -> dict[str, Any]:
     """The structured join of a case given as `sql` (the oracle's query over its streams),
-    compiled as `STREAMJOIN_SQL`'s query is (`app.flink_sql`): Flink and replay run one text."""
+    compiled as `STREAMJOIN_SQL`'s query is (`app.sql.query`): Flink and replay run one text."""
     if "sql" not in case:
         raise CaseError("a case needs a `join` or a `sql`")
     tables = {}

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from app.join_plan import bucketed_join, changelog_schema
-from app.spark import build_session
+from app.run.joins import bucketed_join, changelog_schema
+from app.run.session import build_session
 from state.joins.specs import RegularJoinSpec, SideSpec
 
 LEFT = StructType(

@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
-from app.join_plan import bucketed_join
-from app.spark import build_session
+from app.run.joins import bucketed_join
+from app.run.session import build_session
 from state.joins.specs import SideSpec, TemporalJoinSpec
 
 LEFT = StructType(

@@ -6,7 +6,7 @@ worker `print`s five banners when a query starts (its UDF's repr, its state serv
 Spark's log4j set-up prints how to change the log level; other lines come before any logger can
 be set (Hadoop's native library), or warn of what Spark does by design at every start (adaptive
 execution is off in a stateful query). Those lines are dropped here, line by line; every other
-line passes unchanged. Spark's per-batch warnings are quietened by logger (`app.spark`).
+line passes unchanged. Spark's per-batch warnings are quietened by logger (`app.run.session`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def kafka() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark():
-    from app.spark import build_session
+    from app.run.session import build_session
 
     # its queries checkpoint under pytest's temporary directories: local, as the service's
     session = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, checkpoint="/tmp")

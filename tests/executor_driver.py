@@ -13,7 +13,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from app.broker import free_port
-from app.spark import worker_python
+from app.run.session import worker_python
 
 
 def main(master: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.join_plan import join_operator
+from app.run.joins import join_operator
 from state.joins.specs import JoinSpec
 from state.spark.columns import ColumnLayout
 from state.spark.frame import HeldRows, LateRows, StatefulFrame

@@ -11,8 +11,8 @@ from functools import cache
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from serdes.kafka_produce import DeliveryFailures, producer_config
-from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
+from serdes.kafka.produce import DeliveryFailures, producer_config
+from serdes.kafka.transactions import BATCH_HEADER, ExactlyOnce
 
 
 def unique(name: str) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.spark import worker_python
+from app.run.session import worker_python
 
 # Variables of the developer's own shell that must not leak into the service under test.
 _OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")

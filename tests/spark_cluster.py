@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from app.broker import free_port
-from app.executor import spark_home
+from app.run.executor import spark_home
 
 START_TIMEOUT_S = 90.0
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

@@ -13,9 +13,9 @@ import fastavro
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from serdes.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
-from serdes.schema import parse_schema
-from serdes.values import DecodeError
+from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
+from serdes.records.schema import parse_schema
+from serdes.records.values import DecodeError
 from tests.schema_registry import SchemaRegistry
 
 ORDER = {

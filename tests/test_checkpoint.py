@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.checkpoint import (
+from app.config.env import load_config
+from app.run.checkpoint import (
     SHUFFLE_PARTITIONS,
     STATE_RECORD,
     check_state_record,
@@ -19,11 +20,10 @@ from app.checkpoint import (
     shuffle_partitions,
     state_buckets,
 )
-from app.config import load_config
-from app.pipeline import writers
-from app.preflight import StartupError
-from app.spark import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
-from serdes.kafka_transactions import ExactlyOnce
+from app.run.pipeline import writers
+from app.run.preflight import StartupError
+from app.run.session import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
+from serdes.kafka.transactions import ExactlyOnce
 from state.store.encoding import FORMAT
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 

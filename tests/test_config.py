@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import ConfigError, ConfigErrors, load_config, parse_duration_ms
+from app.config.env import ConfigError, ConfigErrors, load_config, parse_duration_ms
 
 BASE = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker-1:9092,broker-2:9092",

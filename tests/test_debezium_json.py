@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from serdes.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
-from serdes.schema import parse_schema
-from serdes.values import DecodeError
+from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
+from serdes.records.schema import parse_schema
+from serdes.records.values import DecodeError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
 ORDERS = DebeziumJsonFormat(

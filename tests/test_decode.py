@@ -9,11 +9,11 @@ from functools import partial
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
-from serdes.dead_letters import DeadLetterTopic
-from serdes.decode import decoder
-from serdes.formats import DebeziumJsonFormat, JsonFormat
-from serdes.kafka_source import ARROW_SCHEMA
-from serdes.schema import parse_schema
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.source import ARROW_SCHEMA
+from serdes.records.decode import decoder
+from serdes.records.formats import DebeziumJsonFormat, JsonFormat
+from serdes.records.schema import parse_schema
 from tests.kafka_io import create_topics, read_topic, unique
 
 ORDERS = parse_schema("order_id STRING, order_time TIMESTAMP(3)")

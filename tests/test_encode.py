@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serdes.encode import KEY_COLUMN, as_json, encode
+from serdes.records.encode import KEY_COLUMN, as_json, encode
 
 pytestmark = pytest.mark.spark
 

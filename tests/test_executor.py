@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError
-from app.executor import BACKEND, executor_command
+from app.config.env import ConfigError
+from app.run.executor import BACKEND, executor_command
 from tests.service import streamjoin_command
 from tests.spark_cluster import StandaloneCluster
 

@@ -1,4 +1,4 @@
-"""Flink SQL compiled into the variables it stands for (`app.flink_sql`), and refused where
+"""Flink SQL compiled into the variables it stands for (`app.sql.query`), and refused where
 streamjoin does not run it: the line and the construct."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from app.cli import planned
-from app.config import ConfigError, load_config
+from app.config.env import ConfigError, load_config
 from app.demo import SCRIPT
-from app.flink_ddl import SqlError, statements
-from app.flink_sql import compile_script
+from app.sql.ddl import SqlError, statements
+from app.sql.query import compile_script
 from tests.service import run_to_exit, service_env, streamjoin_command
 
 ORDERS = """CREATE TABLE orders (

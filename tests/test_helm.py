@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.config import load_config
+from app.config.env import load_config
 from app.demo import SCRIPT
 
 CHART = Path(__file__).parent.parent / "helm" / "streamjoin"

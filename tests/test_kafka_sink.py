@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import KafkaException
 
 from app.broker import EmbeddedBroker
-from serdes.kafka_produce import DeliveryError
-from serdes.kafka_sink import KafkaStreamWriter
-from serdes.kafka_source import HEADER_TYPE
-from serdes.kafka_transactions import BATCH_HEADER, ExactlyOnce
+from serdes.kafka.produce import DeliveryError
+from serdes.kafka.sink import KafkaStreamWriter
+from serdes.kafka.source import HEADER_TYPE
+from serdes.kafka.transactions import BATCH_HEADER, ExactlyOnce
 from tests.kafka_io import (
     committed_output,
     create_topics,

@@ -7,8 +7,8 @@ import json
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from serdes.kafka_offsets import PartitionBounds, TopicMissingError
-from serdes.kafka_source import (
+from serdes.kafka.offsets import PartitionBounds, TopicMissingError
+from serdes.kafka.source import (
     KafkaStreamReader,
     OffsetRanges,
     read_range,

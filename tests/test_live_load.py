@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from app.broker import EmbeddedBroker, free_port
-from serdes.kafka_offsets import PartitionBounds
+from serdes.kafka.offsets import PartitionBounds
 from tests.kafka_io import create_topics, join_topics, produce, unique
 from tests.service import Service
 from tests.test_faults import FEW_PARTITIONS, product_row, table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serdes.postgres_lookup import TableLookup, flink_type
+from serdes.postgres.lookup import TableLookup, flink_type
 from state.expr.condition import ConditionError, parse_condition, split_condition
 from state.joins.lookup import (
     CacheSettings,

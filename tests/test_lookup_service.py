@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.redaction import MASK
-from serdes.postgres_lookup import LookupFailed, PostgresTable, TableLookup
+from app.config.redaction import MASK
+from serdes.postgres.lookup import LookupFailed, PostgresTable, TableLookup
 from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
 from tests.service import Service, run_to_exit, service_env, streamjoin_command

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from serdes.formats import UpsertJsonFormat
-from serdes.schema import parse_schema
+from serdes.records.formats import UpsertJsonFormat
+from serdes.records.schema import parse_schema
 from state.joins.normalize import normalize
 from tests.frames import normalizer_frame
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import ConfigError, load_config
-from app.plan import check_plan, upsert_materialized
+from app.config.env import ConfigError, load_config
+from app.plan.planner import check_plan, upsert_materialized
 
 JOIN = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker:9092",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import ConfigError, load_config
-from app.redaction import MASK, shown_variables, without_user_info
-from serdes.kafka_datasource import NAME, kafka_options
+from app.config.env import ConfigError, load_config
+from app.config.redaction import MASK, shown_variables, without_user_info
+from serdes.kafka.datasource import NAME, kafka_options
 
 SECRETS = {
     "sasl.password": "hunter2",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyspark
 
-from app.spark import worker_python
-from ops.worker_python import without_bundled_zips
+from app.run.session import worker_python
+from ops.worker.interpreter import without_bundled_zips
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 
@@ -38,10 +38,10 @@ def _worker_facts(_: int) -> tuple[str, bool]:
     import sys
 
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    return parent, "app.lookup_plan" in sys.modules
+    return parent, "app.run.lookup" in sys.modules
 
 
 def test_workers_are_forked_with_the_service_modules_already_imported(spark) -> None:
     parent, preloaded = spark.sparkContext.parallelize([0], 1).map(_worker_facts).collect()[0]
-    assert "-m ops.worker_daemon" in parent
+    assert "-m ops.worker.daemon" in parent
     assert preloaded

@@ -1,6 +1,6 @@
 """The flat columns a stateful operator's rows cross between Spark and Python in.
 
-The app side selects them (`app.stateful`) and the frame (`state.spark.frame`) reads and writes
+The app side selects them (`app.run.stateful`) and the frame (`state.spark.frame`) reads and writes
 them; both take the names from one `ColumnLayout`, so neither spells a prefix of its own.
 Flat columns, not structs: pandas turns a struct column into a dict per row, which costs more
 than the operator.

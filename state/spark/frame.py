@@ -38,7 +38,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from ops.worker_gc import settle_worker
+from ops.worker.collector import settle_worker
 from state.changes import Change, Row
 from state.joins.specs import Clock
 from state.spark.columns import OP, SEQ, SIDE, TS, ColumnLayout

@@ -10,8 +10,8 @@ nested builtins (an encoding of its own in Python would cost more than the join)
 of builtins names no class, so it stays readable whatever the code becomes. Reading refuses any
 class but the value types above.
 
-`FORMAT` changes whenever the plain form of any state changes; `app.checkpoint` records it in the
-checkpoint and refuses to resume one written in another format, naming what to do.
+`FORMAT` changes whenever the plain form of any state changes; `app.run.checkpoint` records it in
+the checkpoint and refuses to resume one written in another format, naming what to do.
 """
 
 from __future__ import annotations

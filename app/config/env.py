@@ -1,0 +1,605 @@
+"""Service configuration, read from environment variables and validated before anything starts.
+
+Every variable is checked up front so that a mistake stops the service at once with one line
+naming the variable and what was expected, instead of surfacing minutes later inside Spark; all
+the mistakes at once (`ConfigErrors`), so that a deployment is not fixed one restart per line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import TypeVar
+
+from pyspark.sql.types import TimestampType
+
+from app.config.lookup import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
+from app.config.redaction import shown_value
+from app.sql.ddl import SqlError
+from app.sql.query import SQL_VARIABLES, compile_script
+from serdes.records.decode import METADATA_TYPES
+from serdes.records.schema import Column, SchemaError, parse_schema
+from state.expr.condition import ConditionError, parse_condition
+
+INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
+STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in (replay)
+FORWARD = "forward"  # no join: both inputs forwarded, each record tagged with its side
+JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", LOOKUP,
+              FORWARD)  # fmt: skip
+JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
+OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
+OUTPUT_FORMATS = ("json", "avro-confluent")
+OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
+TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
+AVAILABLE_NOW = "available-now"
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Variables with a meaning of their own; every other KAFKA_* is a client property.
+_KAFKA_NAMED = {"KAFKA_BOOTSTRAP_SERVERS"}
+# Client properties the service sets itself, and the variable to use instead (None: none).
+_KAFKA_OWN = {
+    "bootstrap.servers": "KAFKA_BOOTSTRAP_SERVERS",
+    "transactional.id": "OUTPUT_TRANSACTIONAL_ID",
+    "group.id": None,
+    "enable.auto.commit": None,
+    "isolation.level": None,
+}
+# The variables this service reads (besides KAFKA_*, SCHEMA_REGISTRY_* and SPARK_CONF_*).
+KNOWN_VARIABLES = frozenset(
+    {
+        "KAFKA_BOOTSTRAP_SERVERS", "CHECKPOINT_LOCATION", "SPARK_MASTER", "TRIGGER_INTERVAL",
+        "STARTING_OFFSETS", "MAX_RECORDS_PER_TRIGGER", "METRICS_PORT", "READINESS_TIMEOUT",
+        "JOIN_TYPE", "JOIN_KIND", "JOIN_ON", "JOIN_SELECT", "JOIN_STATE_BUCKETS", "STATE_TTL",
+        "OUTPUT_TOPIC", "DLQ_TOPIC", "OUTPUT_ENCODING", "OUTPUT_FORMAT", "OUTPUT_KEY",
+        "OUTPUT_DELIVERY", "OUTPUT_MARKER_TOPIC", "OUTPUT_TRANSACTIONAL_ID",
+        "SCHEMA_REGISTRY_URL", "LOG_LEVEL", *SQL_VARIABLES,
+    }
+    | {f"{side}_{name}" for side in ("LEFT", "RIGHT") for name in (
+        "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY", "METADATA")}
+    | LOOKUP_VARIABLES
+)  # fmt: skip
+# Prefixes of this service's own variables: an unknown name under one is a typo, not a setting.
+_OWN_PREFIXES = ("LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", "STATE_", "DLQ_", "TRIGGER_",
+                 "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_",
+                 "LOOKUP_", "STREAMJOIN_")  # fmt: skip
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+_UNIT_MS = {
+    "ms": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """A variable that is missing or wrong: names it, says what was expected and what was seen."""
+
+    def __init__(self, variable: str, expected: str, got: str | None = None,
+                 seen: str | None = None) -> None:  # fmt: skip
+        """`seen` says what was found instead of quoting `got`; `got` is quoted as
+        `app.config.redaction` shows it (a secret masked, a URL without its user info)."""
+        seen = seen or ("it is not set" if got is None else f"got {shown_value(variable, got)!r}")
+        super().__init__(f"{variable}: expected {expected}; {seen}")
+        self.variable = variable
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found, one line each (the first's variable as `variable`)."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        ValueError.__init__(self, "\n".join(str(e) for e in errors))
+        self.variable = errors[0].variable
+        self.errors = errors
+
+
+def raise_all(errors: list[ConfigError]) -> None:
+    """Raise the errors found, if any: one alone as itself, several as `ConfigErrors`."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigErrors(errors)
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """One input topic and how its records become rows."""
+
+    side: str
+    topic: str
+    format: str
+    schema: tuple[Column, ...] | None
+    primary_key: tuple[str, ...]
+    time: str
+    watermark_delay_ms: int
+    metadata: tuple[tuple[str, str], ...] = ()  # (column, key): filled from the record
+
+
+@dataclass(frozen=True)
+class JoinConfig:
+    type: str
+    kind: str
+    on: str | None
+    select: str | None
+    state_ttl_ms: int
+    # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
+    # `app.run.checkpoint.state_buckets` gives a new one
+    state_buckets: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    topic: str
+    dlq_topic: str
+    encoding: str
+    format: str
+    key: tuple[str, ...]
+    # exactly-once: each micro-batch's records for a partition in one Kafka transaction with a
+    # marker of (transactional id, partition, batch), so a replayed batch writes nothing twice.
+    delivery: str
+    marker_topic: str
+    transactional_id: str
+
+
+@dataclass(frozen=True)
+class Config:
+    bootstrap_servers: str
+    left: InputConfig
+    right: InputConfig
+    join: JoinConfig
+    output: OutputConfig
+    checkpoint_location: str
+    spark_master: str
+    trigger_interval_ms: int | None  # None: process what is available now, then stop
+    starting_offsets: str
+    max_records_per_trigger: int | None
+    metrics_port: int
+    readiness_timeout_ms: int
+    kafka_properties: dict[str, str] = field(default_factory=dict)
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    schema_registry_url: str | None = None
+    schema_registry_properties: dict[str, str] = field(default_factory=dict)
+    lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
+    # a variable STREAMJOIN_SQL set -> where: `STREAMJOIN_SQL line 3 (LEFT_TOPIC)`
+    sql_origin: dict[str, str] = field(default_factory=dict)
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka settings shared by every client the service creates."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_properties}
+
+
+_V = TypeVar("_V")
+
+
+class _Reader:
+    """Reads variables from one environment mapping. A bad one is kept in `errors` (its first
+    mistake) and read as missing, so that reading goes on and every mistake is found."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.errors: dict[str, ConfigError] = {}
+
+    def fail(self, error: ConfigError) -> None:
+        self.errors.setdefault(error.variable, error)
+
+    def good(self, *names: str) -> bool:
+        """Whether none of the variables `names` was found wrong."""
+        return not any(name in self.errors for name in names)
+
+    def raw(self, name: str, default: str | None = None) -> str | None:
+        value = self.env.get(name)
+        return default if value is None or value.strip() == "" else value.strip()
+
+    def required(self, name: str, expected: str) -> str:
+        value = self.raw(name)
+        if value is None:
+            self.fail(ConfigError(name, expected))
+            return ""
+        return value
+
+    def parsed(
+        self,
+        name: str,
+        expected: str,
+        parse: Callable[[str], _V],
+        default: str | None,
+        required: bool = False,
+    ) -> _V | None:
+        value = self.raw(name, default)
+        if value is None:
+            if required:
+                self.fail(ConfigError(name, expected))
+            return None
+        try:
+            return parse(value)
+        except (ValueError, TypeError) as err:
+            detail = f" ({err})" if isinstance(err, SchemaError | ConditionError) else ""
+            self.fail(ConfigError(name, expected + detail, value))
+            return None
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = (self.raw(name, default) or default).lower()
+        if value not in choices:
+            self.fail(ConfigError(name, "one of " + "|".join(choices), self.env.get(name)))
+            return default
+        return value
+
+    def topic(self, name: str, default: str | None = None) -> str:
+        value = self.raw(name, default)
+        if value is None or not _TOPIC_NAME.match(value):
+            self.fail(ConfigError(name, "a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)", value))
+            return ""
+        return value
+
+
+def parse_duration_ms(text: str) -> int:
+    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, or `0`. A bare number other than 0 is refused:
+    Flink reads one as milliseconds and this service once read it as seconds, so neither
+    reading is safe to assume."""
+    match = _DURATION.match(text.lower())
+    if match and match.group(2) == "" and int(match.group(1)) == 0:
+        return 0
+    if not match or match.group(2) not in _UNIT_MS:
+        raise ValueError(text)
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(text)
+    return value
+
+
+def _bootstrap(text: str) -> str:
+    servers = [s.strip() for s in text.split(",")]
+    if not all(_HOST_PORT.match(s) for s in servers):
+        raise ValueError(text)
+    return ",".join(servers)
+
+
+def _column_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n) for n in names):
+        raise ValueError(text)
+    return names
+
+
+def _starting_offsets(text: str) -> str:
+    """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}` (-2 earliest, -1 latest)."""
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    spec = json.loads(text)
+    if not isinstance(spec, dict) or not all(
+        isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values())
+        for parts in spec.values()
+    ):
+        raise ValueError(text)
+    return text
+
+
+def _url(text: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", text):
+        raise ValueError(text)
+    return text
+
+
+def _transactional_id(text: str) -> str:
+    if not _TOPIC_NAME.match(text):
+        raise ValueError(text)
+    return text
+
+
+def _trigger(text: str) -> int | None:
+    return None if text.lower() == AVAILABLE_NOW else parse_duration_ms(text)
+
+
+DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
+
+
+def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
+    """The input's time attribute: a TIMESTAMP column (Flink's rowtime), or a special name."""
+    name = f"{prefix}_TIME"
+    time = read.raw(name, "proctime") or "proctime"
+    if time in TIME_SPECIAL or not read.good(f"{prefix}_SCHEMA"):
+        return time
+    column = next((c for c in schema or () if c.name == time), None)
+    expected = f"a column of {prefix}_SCHEMA, kafka_timestamp, source_ts_ms or proctime"
+    if column is None:
+        read.fail(ConfigError(name, expected, time))
+    elif not isinstance(column.spark_type, TimestampType):
+        read.fail(ConfigError(
+            name,
+            f"a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column, as Flink's time attributes are ({time} "
+            f"is {column.declared}; a column of epoch milliseconds declared TIMESTAMP_LTZ(3) is "
+            f"read as Flink's TO_TIMESTAMP_LTZ({time}, 3) reads it)",
+            time,
+        ))  # fmt: skip
+    return time
+
+
+def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
+    """One input's variables; without `topic`, the side is a table (the lookup join)."""
+    prefix = side.upper()
+    schema = read.parsed(
+        f"{prefix}_SCHEMA", "a column list like 'id STRING, ts TIMESTAMP(3)'", parse_schema, None
+    )
+    names = {c.name for c in schema or ()}
+    primary_key = read.parsed(
+        f"{prefix}_PRIMARY_KEY", "a comma-separated list of column names", _column_list, None
+    )
+    if schema and primary_key and not set(primary_key) <= names:
+        read.fail(ConfigError(
+            f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
+        ))  # fmt: skip
+    metadata = _metadata(read, prefix, schema)
+    return InputConfig(
+        side=side,
+        topic=read.topic(f"{prefix}_TOPIC") if topic else "",
+        format=read.choice(f"{prefix}_FORMAT", INPUT_FORMATS, "json"),
+        schema=schema,
+        primary_key=primary_key or (),
+        time=_time(read, prefix, schema),
+        watermark_delay_ms=read.parsed(
+            f"{prefix}_WATERMARK_DELAY", DURATION, parse_duration_ms, "0"
+        )
+        or 0,
+        metadata=metadata,
+    )
+
+
+def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
+              ) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """`<SIDE>_METADATA`: `column=key,…`, Flink's `column TYPE METADATA FROM 'key'`."""
+    name, text = f"{prefix}_METADATA", read.raw(f"{prefix}_METADATA")
+    if text is None or not read.good(f"{prefix}_SCHEMA"):
+        return ()
+    declared = {c.name: c.spark_type.simpleString().upper() for c in schema or ()}
+    found = []
+    for pair in text.split(","):
+        column, _, key = (part.strip() for part in pair.partition("="))
+        want = METADATA_TYPES.get(key)
+        if want is None or column not in declared:
+            read.fail(ConfigError(name, f"column=key pairs, the columns of {prefix}_SCHEMA, the "
+                                  "keys " + ", ".join(METADATA_TYPES), text))  # fmt: skip
+            return ()
+        if not declared[column].startswith(want):
+            read.fail(ConfigError(name, f"{column} declared as {key} is ({want})", text))
+            return ()
+        found.append((column, key))
+    return tuple(found)
+
+
+@cache
+def _spark_keys() -> dict[str, str]:
+    """Spark's keys that are not all lower case, by their lower-case spelling."""
+    text = resources.files("app.config").joinpath("spark_conf_keys.txt").read_text()
+    keys = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return {key.lower(): key for key in keys}
+
+
+def _client_properties(read: _Reader, prefix: str, skip: set[str]) -> dict[str, str]:
+    """`KAFKA_SASL_MECHANISM` -> `sasl.mechanism`; a name with a dot is taken as written. A
+    property the service sets itself is refused, naming the variable to use instead."""
+    found = {}
+    for name, value in read.env.items():
+        if name.startswith(prefix) and name not in skip and len(name) > len(prefix):
+            key = name[len(prefix) :]
+            key = key if "." in key else key.lower().replace("_", ".")
+            if prefix == "KAFKA_" and key.lower() in _KAFKA_OWN:
+                instead = _KAFKA_OWN[key.lower()]
+                why = f"set {instead} instead" if instead else "the service sets it itself"
+                read.fail(ConfigError(name, f"a client property other than {key} ({why})", value))
+                continue
+            found[key] = value
+    return found
+
+
+def _spark_conf(read: _Reader) -> dict[str, str]:
+    """`SPARK_CONF_spark.x.yZ` as written; `SPARK_CONF_SPARK_X_YZ` as Spark spells that key
+    (Spark's keys are case-sensitive: `spark.x.yz` would be ignored)."""
+    conf = {}
+    for name, value in read.env.items():
+        if not name.startswith("SPARK_CONF_") or len(name) == len("SPARK_CONF_"):
+            continue
+        key = name[len("SPARK_CONF_") :]
+        if "." not in key:
+            key = key.lower().replace("_", ".")
+            key = _spark_keys().get(key, key)
+        if not key.startswith("spark."):
+            read.fail(ConfigError(
+                name, "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
+                key,
+            ))  # fmt: skip
+            continue
+        conf[key] = value
+    return conf
+
+
+def _unknown_variables(read: _Reader) -> None:
+    """A variable under one of this service's prefixes that it does not read is a typo (a
+    setting silently ignored otherwise): refused, with the nearest name."""
+    for name in read.env:
+        if name.startswith(_OWN_PREFIXES) and name not in KNOWN_VARIABLES:
+            near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            read.fail(ConfigError(name, f"a variable streamjoin reads{hint}",
+                                  seen="streamjoin has no such variable"))  # fmt: skip
+    level = read.raw("LOG_LEVEL", "INFO") or "INFO"
+    if level.upper() not in LOG_LEVELS:
+        read.fail(ConfigError("LOG_LEVEL", "one of " + "|".join(LOG_LEVELS), level))
+
+
+def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> None:
+    if offsets is None or offsets in ("earliest", "latest"):
+        return
+    stray = sorted(set(json.loads(offsets)) - inputs)
+    if stray:
+        read.fail(ConfigError("STARTING_OFFSETS", "offsets of the input topics ("
+                              + ", ".join(sorted(inputs)) + ")", offsets))  # fmt: skip
+
+
+def _distinct_topics(read: _Reader, left: str, right: str, output: OutputConfig) -> None:
+    """An output topic that is also an input feeds the service its own output: a loop."""
+    for name, topic in (("OUTPUT_TOPIC", output.topic), ("DLQ_TOPIC", output.dlq_topic),
+                        ("OUTPUT_MARKER_TOPIC", output.marker_topic)):  # fmt: skip
+        if topic and topic in (left, right):
+            read.fail(ConfigError(name, "a topic other than the inputs' (LEFT_TOPIC, "
+                                  "RIGHT_TOPIC): the service would read its own output",
+                                  topic))  # fmt: skip
+
+
+def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
+    """The variables with those of `STREAMJOIN_SQL` / `STREAMJOIN_SQL_FILE` (`app.sql.query`);
+    a variable that says otherwise than the SQL is an error naming both."""
+    return _compiled_sql(env)[0]
+
+
+def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, str]]:
+    """`with_sql`'s variables, and where in the SQL each that it set comes from."""
+    given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
+    if not given:
+        return env, {}
+    if len(given) == 2:
+        raise ConfigError("STREAMJOIN_SQL_FILE", "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
+                          seen="both are set")  # fmt: skip
+    variable = given[0]
+    text = env[variable]
+    if variable == "STREAMJOIN_SQL_FILE":
+        try:
+            with open(env[variable].strip(), encoding="utf-8") as script:
+                text = script.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(variable, "a readable file of Flink SQL", env[variable],
+                              seen=f"cannot read {env[variable].strip()!r} ({type(err).__name__})"
+                              ) from None  # fmt: skip
+    try:
+        compiled = compile_script(text)
+    except SqlError as err:
+        raise ConfigError(variable, "Flink SQL streamjoin runs", seen=str(err)) from None
+    clashes = [
+        ConfigError(
+            name,
+            f"{value!r} as line {compiled.lines[name]} of {variable} says (or unset)",
+            env[name],
+        )
+        for name, value in compiled.variables.items()
+        if (env.get(name) or "").strip() not in ("", value)
+    ]
+    raise_all(clashes)
+    origin = {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
+    return {**env, **compiled.variables}, origin
+
+
+def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
+    """An error in a variable the SQL set, told as the SQL's line."""
+    if error.variable not in origin:
+        return error
+    traced = ConfigError(error.variable, "")
+    traced.args = (f"{origin[error.variable]}: {str(error).split(': ', 1)[1]}",)
+    return traced
+
+
+def load_config(env: Mapping[str, str]) -> Config:
+    """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
+    naming every bad variable."""
+    env, origin = _compiled_sql(env)
+    read = _Reader(env)
+    output_topic = read.topic("OUTPUT_TOPIC")
+    encoding = read.choice("OUTPUT_ENCODING", OUTPUT_ENCODINGS, "retract")
+    output_key = read.parsed(
+        "OUTPUT_KEY", "a comma-separated list of output column names", _column_list, None
+    )
+    if encoding == "upsert" and not output_key and read.good("OUTPUT_KEY"):
+        read.fail(ConfigError("OUTPUT_KEY", "the unique key columns when OUTPUT_ENCODING=upsert"))
+    on = read.raw("JOIN_ON")
+    read.parsed("JOIN_ON", "a condition over L and R like 'L.id = R.id'", parse_condition, None)
+    checkpoint_location = read.required(
+        "CHECKPOINT_LOCATION", "a directory or URI for Spark checkpoints"
+    )
+    # Stable for one deployment (its output and checkpoint), distinct between deployments.
+    query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
+    join_type = read.choice("JOIN_TYPE", JOIN_TYPES, "regular")
+    left, right = _input(read, "left"), _input(read, "right", topic=join_type != LOOKUP)
+    output = OutputConfig(
+        topic=output_topic,
+        dlq_topic=read.topic("DLQ_TOPIC", f"{output_topic}.dlq"),
+        encoding=encoding,
+        format=read.choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json"),
+        key=output_key or (),
+        delivery=read.choice("OUTPUT_DELIVERY", OUTPUT_DELIVERIES, "exactly-once"),
+        marker_topic=read.topic("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers"),
+        transactional_id=read.parsed(
+            "OUTPUT_TRANSACTIONAL_ID",
+            "a name of letters, digits, '.', '_' or '-', unique per deployment",
+            _transactional_id,
+            f"streamjoin-{output_topic}-{query_id}",
+        ) or "",
+    )  # fmt: skip
+    _distinct_topics(read, left.topic, right.topic, output)
+    starting_offsets = read.parsed(
+        "STARTING_OFFSETS", 'earliest, latest or JSON like {"topic": {"0": 42}}',
+        _starting_offsets, "earliest",
+    )  # fmt: skip
+    _starting_topics(read, starting_offsets, {left.topic, right.topic} - {""})
+    lookup = read_lookup(read, parse_duration_ms, _positive_int) if join_type == LOOKUP else None
+    _unknown_variables(read)
+    config = Config(
+        bootstrap_servers=read.parsed(
+            "KAFKA_BOOTSTRAP_SERVERS", "host:port[,host:port...]", _bootstrap, None, required=True
+        ) or "",
+        left=left,
+        right=right,
+        join=JoinConfig(
+            type=join_type,
+            kind=read.choice("JOIN_KIND", JOIN_KINDS, "inner"),
+            on=on,
+            select=read.raw("JOIN_SELECT"),
+            state_ttl_ms=read.parsed(
+                "STATE_TTL", DURATION + " (0 keeps state forever)", parse_duration_ms, "0"
+            ) or 0,
+            state_buckets=read.parsed(
+                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, None
+            ),
+        ),
+        output=output,
+        checkpoint_location=checkpoint_location,
+        spark_master=read.raw("SPARK_MASTER", "local[*]") or "local[*]",
+        trigger_interval_ms=read.parsed(
+            "TRIGGER_INTERVAL", f"{DURATION}, 0 (back to back) or {AVAILABLE_NOW}", _trigger, "1s"
+        ),
+        starting_offsets=starting_offsets or "earliest",
+        max_records_per_trigger=read.parsed(
+            "MAX_RECORDS_PER_TRIGGER", "a positive whole number", _positive_int, None
+        ),
+        metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464") or 0,
+        readiness_timeout_ms=read.parsed(
+            "READINESS_TIMEOUT", DURATION, parse_duration_ms, "10m"
+        ) or 0,
+        kafka_properties=_client_properties(read, "KAFKA_", _KAFKA_NAMED),
+        schema_registry_url=read.parsed("SCHEMA_REGISTRY_URL", "an http(s):// URL", _url, None),
+        schema_registry_properties=_client_properties(
+            read, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}
+        ),
+        spark_conf=_spark_conf(read),
+        lookup=lookup,
+        sql_origin=origin,
+    )  # fmt: skip
+    raise_all([traced(error, origin) for error in read.errors.values()])
+    return config

@@ -1,0 +1,152 @@
+"""What a configuration will run, in words: the plan `streamjoin check` prints.
+
+The join and its kind, the join key and the residual condition as the planner split them, how
+each side's state is laid out, the changelog the output carries, and the effective
+configuration with every secret-looking value masked (`app.config.redaction`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.config.env import FORWARD, KNOWN_VARIABLES, Config, InputConfig, with_sql
+from app.config.redaction import shown_variables, without_user_info
+from app.plan.planner import join_spec, normalized, produces_updates, upsert_materialized
+from app.run.lookup import table_lookup
+from app.sql.query import SQL_TEXT
+from state.changes import RowKind
+from state.joins.lookup import LookupJoinSpec
+from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
+
+AUTO_BUCKETS = "the checkpoint's, or 8 per state partition for a new one"
+ENCODED = {
+    "append": "inserts only",
+    "retract": "every change, its kind in the value and the op header",
+    "upsert": "by OUTPUT_KEY: +I/+U the row, -D a tombstone, -U dropped",
+    "debezium-json": "Debezium envelopes: +I/+U after, -U/-D before",
+}
+
+
+def _input(source: InputConfig) -> str:
+    how = f"{source.topic} ({source.format}"
+    if normalized(source):
+        how += f", normalized by {','.join(source.primary_key)}"
+    time = "processing time" if source.time == "proctime" else f"event time {source.time}"
+    return how + f"), {time}, watermark delay {source.watermark_delay_ms} ms"
+
+
+def _regular_state(spec: RegularJoinSpec) -> list[str]:
+    lines = []
+    for side, sides in (("left", spec.left), ("right", spec.right)):
+        keys = [a for a, _ in spec.equi_keys] if side == "left" else [b for _, b in spec.equi_keys]
+        if sides.unique_key and set(sides.unique_key) <= set(keys):
+            layout = "one row per join key (its unique key is in the join key)"
+        elif sides.unique_key:
+            layout = f"rows by unique key ({','.join(sides.unique_key)}) per join key"
+        else:
+            layout = "a multiset of rows (row -> count) per join key"
+        lines.append(f"  {side} state: {layout}; an entry per join key, pages past 512 rows")
+    if spec.state_ttl_ms:
+        lines.append(
+            "  retention: each row of either side (and each key's last row in a "
+            f"normalizer) goes {spec.state_ttl_ms} ms after its last write"
+        )
+    return lines
+
+
+def _state(config: Config) -> list[str]:
+    spec = join_spec(config)
+    if isinstance(spec, RegularJoinSpec):
+        return _regular_state(spec)
+    if isinstance(spec, IntervalJoinSpec):
+        bounds = spec.condition
+        return [
+            f"  bounds: L.time - R.time in [{bounds.lower_ms}, {bounds.upper_ms}] ms",
+            "  state: both sides' rows, per bucket of join keys, until the watermark passes "
+            "their bounds",
+        ]
+    return [
+        f"  right state: versions per primary key ({','.join(config.right.primary_key)}), until "
+        "no probe row can ask for them",
+        "  left state: probe rows waiting for the watermark",
+    ]
+
+
+def _lookup(config: Config) -> list[str]:
+    """The lookup join's plan: the query each batch's keys go out in, and the cache."""
+    lookup = config.lookup
+    assert lookup is not None
+    spec = join_spec(config)
+    assert isinstance(spec, LookupJoinSpec)
+    query = table_lookup(config, spec)
+    cache = lookup.cache
+    kept = {
+        "NONE": "no cache: every key is looked up",
+        "PARTIAL": f"partial cache per worker: at most {cache.max_rows or 'unbounded'} keys, "
+        f"expire after write {cache.expire_after_write_s or 'never'} s, after access "
+        f"{cache.expire_after_access_s or 'never'} s, missing keys "
+        + ("cached" if cache.cache_missing_key else "not cached"),
+        "FULL": f"full cache per worker: the whole table, reloaded every "
+        f"{cache.reload_interval_s} s",
+    }[cache.kind]
+    after = spec.residual.after
+    how = (
+        f"asynchronous, up to {lookup.max_concurrent} queries at once, {query.batch_keys} "
+        "keys per query"
+        if lookup.asynchronous
+        else "synchronous, one query per key"
+    )
+    return [
+        f"join: lookup {config.join.kind.upper()} (processing time), append-only",
+        "  join key: " + " AND ".join(f"L.{a} = R.{b}" for a, b in spec.equi_keys),
+        "  query: " + (query.batch_query() if lookup.asynchronous else query.key_query()),
+        f"    ({how}; timeout {lookup.timeout_ms} ms, {lookup.max_retries} retries)",
+        f"  evaluated after the lookup: {after.sql() if after is not None else 'none'}",
+        f"  {kept}",
+        "  input partitioned by the join key: " + ("yes" if lookup.shuffle else "no"),
+    ]  # fmt: skip
+
+
+def describe(config: Config, env: Mapping[str, str]) -> list[str]:
+    """The plan of `config` (read from `env`), line by line."""
+    join, output = config.join, config.output
+    right = (
+        _input(config.right)
+        if config.lookup is None
+        else f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
+    )
+    lines = [f"left:  {_input(config.left)}", f"right: {right}"]
+    if config.lookup is not None:
+        lines += _lookup(config)
+    elif join.type == FORWARD:
+        lines.append("join: none: both inputs forwarded, each record tagged with its side")
+    else:
+        spec = join_spec(config)
+        condition = spec.join_condition
+        keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or "none (one task)"
+        residual = condition.residual.sql() if condition.residual is not None else "none"
+        lines += [
+            f"join: {join.type} {join.kind.upper()}",
+            f"  join key: {keys}",
+            f"  residual condition: {residual}",
+            *_state(config),
+            f"  state buckets: {join.state_buckets or AUTO_BUCKETS}",
+        ]
+    if join.type == FORWARD:
+        lines.append(f"output: {output.topic}: every input record unchanged, with a "
+                     f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip
+    else:
+        changes = " ".join(RowKind.ALL) if produces_updates(config) else RowKind.INSERT
+        key = ",".join(output.key) or "the join key"
+        encoded = f"{output.encoding}: {ENCODED[output.encoding]}"
+        lines.append(f"output: {output.topic}, {output.format}, changelog {changes}, "
+                     f"{encoded}; record key {key}")  # fmt: skip
+        if upsert_materialized(config):
+            lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
+        lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
+    lines.append("configuration:")
+    shown = shown_variables(with_sql(env), KNOWN_VARIABLES)
+    if SQL_TEXT in shown:  # the script is what the variables beside it say
+        shown[SQL_TEXT] = f"<{len(env[SQL_TEXT].strip().splitlines())} lines of Flink SQL>"
+    lines += [f"  {name}={value}" for name, value in shown.items()]
+    return lines

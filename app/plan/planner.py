@@ -1,0 +1,290 @@
+"""Checks of the configured join as a whole, before anything starts.
+
+Each variable may be valid alone and the combination still unusable: a join without the
+inputs' schemas, a condition naming a column no input has, or an append-only output for a join
+whose result updates (Flink refuses that plan too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from app.config.env import FORWARD, Config, ConfigError, InputConfig, raise_all, traced
+from app.config.lookup import LOOKUP
+from app.plan.condition_check import condition_problem
+from app.run.projection import select_expressions, selected_columns
+from state.expr.condition import ConditionError, parse_condition
+from state.joins.lookup import LookupJoinSpec
+from state.joins.specs import (
+    PROCTIME,
+    IntervalJoinSpec,
+    RegularJoinSpec,
+    SideSpec,
+    TemporalJoinSpec,
+)
+
+JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
+TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
+
+AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
+AVRO_FORMATS = ("avro-confluent", "debezium-avro-confluent")
+NORMALIZED_FORMATS = ("debezium-json", "debezium-avro-confluent", "upsert")
+INSERT_ONLY_FORMATS = ("json", "avro-confluent")
+OUTER_KINDS = ("inner", "left", "right", "full")
+
+
+def join_spec(config: Config) -> JoinSpec:
+    """The join's description, as the processors on the executors receive it."""
+    left = SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key)
+    right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
+    if config.join.type == LOOKUP:
+        return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
+    if config.join.type == "interval":
+        return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
+                                config.left.time, config.right.time,
+                                config.join.state_buckets)  # fmt: skip
+    if config.join.type in TEMPORAL_TYPES:
+        probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
+        return TemporalJoinSpec(config.join.kind, config.join.on or "", left, right, probe_time,
+                                config.join.state_buckets)  # fmt: skip
+    return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
+                           config.join.state_ttl_ms, config.join.state_buckets)  # fmt: skip
+
+
+def normalized(source: InputConfig) -> bool:
+    """Whether an input's changelog is rebuilt per primary key (`state.spark.normalizer`): upsert
+    inputs always, Debezium inputs when they declare a key. Without one, Flink takes a Debezium
+    input's changes as they come (the joins then keep its rows as a multiset), and so do we."""
+    return source.format == "upsert" or (
+        source.format in NORMALIZED_FORMATS and bool(source.primary_key)
+    )
+
+
+def produces_updates(config: Config) -> bool:
+    """Whether the join's result changelog can hold more than inserts."""
+    if config.join.type in ("interval", LOOKUP):
+        return False  # outer rows are emitted once, padded, when nothing can match them any more
+    if config.join.type in TEMPORAL_TYPES:
+        return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
+    inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
+    return inputs_update or config.join.kind != "inner"
+
+
+def output_columns(config: Config, spec: JoinSpec) -> dict[str, str | None]:
+    """The output's column names, each with the joined column (`L_<col>` / `R_<col>`) it is,
+    or None if it is computed."""
+    if config.join.select:
+        return selected_columns(config.join.select)
+    names = [f"L_{c}" for c in spec.left.fields]
+    names += [f"R_{c}" for c in spec.right.fields] if spec.projects_right else []
+    return {name: name for name in names}
+
+
+def upsert_materialized(config: Config) -> bool:
+    """Whether an upsert output goes through the sink upsert materializer
+    (`state.spark.upsert`), as Flink decides it: when the join's result updates and one
+    output key's changes can come from more than one join key, so from tasks that Kafka does
+    not order. They cannot when `OUTPUT_KEY` holds the whole join key, as columns of a side
+    that the join never pads with NULL; nor when it holds the primary key of an insert-only
+    side that joins at most one row of the other (whose primary key lies in the join key): such
+    a row never moves to another join key, and it is the key of all its changes (Flink's upsert
+    key of the join, which a sink keyed by it needs no materializer for)."""
+    if config.output.encoding != "upsert" or not produces_updates(config):
+        return False
+    spec = join_spec(config)
+    columns = output_columns(config, spec)
+    held = {columns.get(name) for name in config.output.key}
+    left_whole = spec.kind in ("inner", "left", "semi", "anti")
+    right_whole = spec.kind in ("inner", "right")
+    holds_join_key = all(
+        (left_whole and f"L_{a}" in held) or (right_whole and f"R_{b}" in held)
+        for a, b in spec.equi_keys
+    )
+    return not (holds_join_key or _keyed_by_a_fixed_row(config, spec, held))
+
+
+def _keyed_by_a_fixed_row(config: Config, spec: JoinSpec, held: set[str | None]) -> bool:
+    """Whether the output key holds the primary key of an insert-only input that joins at most
+    one row of the other (`upsert_materialized`)."""
+    left_keys = {a for a, _ in spec.equi_keys}
+    right_keys = {b for _, b in spec.equi_keys}
+    semi = spec.kind in ("semi", "anti")  # left rows only, whatever matches them
+    left = (
+        config.left.format in INSERT_ONLY_FORMATS
+        and bool(config.left.primary_key)
+        and all(f"L_{c}" in held for c in config.left.primary_key)
+        and (
+            semi or (bool(config.right.primary_key) and set(config.right.primary_key) <= right_keys)
+        )
+    )
+    right = (
+        not semi
+        and config.right.format in INSERT_ONLY_FORMATS
+        and bool(config.right.primary_key)
+        and all(f"R_{c}" in held for c in config.right.primary_key)
+        and bool(config.left.primary_key)
+        and set(config.left.primary_key) <= left_keys
+    )
+    return left or right
+
+
+def _interval_errors(config: Config) -> Iterator[ConfigError]:
+    """An interval join takes insert-only inputs and one notion of time for both."""
+    if config.join.kind not in OUTER_KINDS:
+        yield ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
+                          config.join.kind)  # fmt: skip
+    for source in (config.left, config.right):
+        if source.format not in INSERT_ONLY_FORMATS:
+            yield ConfigError(
+                f"{source.side.upper()}_FORMAT",
+                "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + "): an interval "
+                "join cannot take the updates and deletes of a changelog input",
+                source.format,
+            )
+    if (config.left.time == PROCTIME) != (config.right.time == PROCTIME):
+        same = "proctime" if config.left.time == PROCTIME else "an event time"
+        yield ConfigError("RIGHT_TIME", f"{same} like LEFT_TIME: an interval join runs in "
+                          "event time or in processing time, on both sides",
+                          config.right.time)  # fmt: skip
+
+
+def _temporal_errors(config: Config) -> Iterator[ConfigError]:
+    """A probe side of any format (a changelog's changes join with their kinds, as Flink's); a
+    build side with a primary key, versioned by event time (`temporal`), or an append-only
+    history (`temporal-function`)."""
+    kind, right = config.join.type, config.right
+    if config.join.kind not in ("inner", "left"):
+        yield ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
+    if not right.primary_key:
+        yield ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
+                          "looks up versions of")  # fmt: skip
+    if kind == "temporal" and right.format not in NORMALIZED_FORMATS:
+        yield ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(NORMALIZED_FORMATS)
+                          + ") for the versioned table; an append-only history is "
+                          "JOIN_TYPE=temporal-function", right.format)  # fmt: skip
+    if kind == "temporal-function" and right.format not in INSERT_ONLY_FORMATS:
+        yield ConfigError("RIGHT_FORMAT", "an append-only format (" + "|".join(INSERT_ONLY_FORMATS)
+                          + ") for a temporal table function's history",
+                          right.format)  # fmt: skip
+    event_time = kind == "temporal" or (
+        kind == "temporal-function" and config.left.time != PROCTIME
+    )
+    for source in (config.left, right) if event_time else ():
+        if source.time == PROCTIME:
+            yield ConfigError(f"{source.side.upper()}_TIME", f"an event time (a column, "
+                              f"kafka_timestamp or source_ts_ms) for a {kind} join as of the "
+                              "probe row's event time", source.time)  # fmt: skip
+
+
+def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
+    prefix = source.side.upper()
+    if source.format not in AVAILABLE_FORMATS:
+        yield ConfigError(f"{prefix}_FORMAT", "one of " + "|".join(AVAILABLE_FORMATS),
+                          source.format)  # fmt: skip
+    if not source.schema:
+        yield ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
+    if source.format in AVRO_FORMATS and not config.schema_registry_url:
+        yield ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
+                          f"{source.format}")  # fmt: skip
+    if source.format == "upsert" and not source.primary_key:
+        yield ConfigError(f"{prefix}_PRIMARY_KEY", "the primary key of an upsert input: "
+                          "its record key, by which its changelog is normalized")  # fmt: skip
+
+
+def _lookup_errors(config: Config) -> Iterator[ConfigError]:
+    if config.join.kind not in ("inner", "left"):
+        yield ConfigError("JOIN_KIND", "inner or left, for JOIN_TYPE=lookup (as Flink's lookup "
+                          "join)", config.join.kind)  # fmt: skip
+    if config.left.format not in INSERT_ONLY_FORMATS:
+        yield ConfigError("LEFT_FORMAT", "json or avro-confluent: the lookup join takes an "
+                          "append-only left input", config.left.format)  # fmt: skip
+    try:
+        keyed = bool(join_spec(config).equi_keys)
+    except ConditionError:
+        return  # told by the condition's own check
+    if not keyed:
+        yield ConfigError("JOIN_ON", "at least one equality between an L column and a column "
+                          "of the table, like L.id = R.id", config.join.on)  # fmt: skip
+
+
+def _condition_errors(config: Config) -> Iterator[ConfigError]:
+    """The condition over the inputs' columns: names, a boolean, like compared with like."""
+    try:
+        spec = join_spec(config)
+        spec.operator()
+    except ConditionError as err:
+        yield ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
+                          config.join.on)  # fmt: skip
+        return
+    columns = {alias: {c.name: c for c in source.schema or ()}
+               for alias, source in (("L", config.left), ("R", config.right))}  # fmt: skip
+    problem = condition_problem(parse_condition(config.join.on or ""), columns)
+    if problem:
+        yield ConfigError("JOIN_ON", f"a condition Flink accepts ({problem})", config.join.on)
+
+
+def _output_errors(config: Config) -> Iterator[ConfigError]:
+    spec = join_spec(config)
+    if config.join.select:
+        visible = {"L": spec.left.fields, "R": spec.right.fields if spec.projects_right else ()}
+        try:
+            select_expressions(config.join.select, visible)
+        except ConditionError as err:
+            yield ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
+                              config.join.select)  # fmt: skip
+            return
+    columns = output_columns(config, spec)
+    if any(name not in columns for name in config.output.key):
+        yield ConfigError("OUTPUT_KEY", f"columns of the output ({', '.join(columns)})",
+                          ",".join(config.output.key))  # fmt: skip
+    if config.output.encoding == "append" and produces_updates(config):
+        yield ConfigError(
+            "OUTPUT_ENCODING",
+            f"retract, upsert or debezium-json: a {config.join.kind} join over these inputs "
+            "produces updates and deletes, which an append-only output cannot carry",
+            "append",
+        )
+
+
+def plan_errors(config: Config) -> list[ConfigError]:
+    """Every reason, each naming its variable, why the service cannot run this join."""
+    join = config.join
+    if join.type == FORWARD:
+        if join.on:
+            return [ConfigError("JOIN_ON", "no condition: JOIN_TYPE=forward joins nothing",
+                                join.on)]  # fmt: skip
+        return []
+    if not join.on:
+        return [ConfigError("JOIN_ON", "a join condition over L and R like 'L.id = R.id' (to "
+                            "forward both inputs unjoined, set JOIN_TYPE=forward)")]  # fmt: skip
+    errors = []
+    if join.type == "interval":
+        errors += _interval_errors(config)
+    if join.type in TEMPORAL_TYPES:
+        errors += _temporal_errors(config)
+    if join.state_ttl_ms and join.type != "regular":
+        errors.append(ConfigError(
+            "STATE_TTL", f"0 or unset: a {join.type} join's state is bounded by time (its "
+            "watermark or the table's versions), not by retention", f"{join.state_ttl_ms}ms",
+        ))  # fmt: skip
+    if join.type == LOOKUP:
+        errors += _lookup_errors(config)
+    for source in (config.left, config.right) if join.type != LOOKUP else (config.left,):
+        errors += _input_errors(config, source)
+    if config.output.format == "avro-confluent" and not config.schema_registry_url:
+        errors.append(ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
+                                  "avro-confluent"))  # fmt: skip
+    if (
+        config.left.schema
+        and config.right.schema
+        and not any(e.variable == "JOIN_KIND" for e in errors)
+    ):
+        condition = list(_condition_errors(config))
+        errors += condition or _output_errors(config)
+    return errors
+
+
+def check_plan(config: Config) -> None:
+    """Raise ConfigError (ConfigErrors: several), naming each variable, for a join this
+    service cannot run (told as the SQL's line for a variable `STREAMJOIN_SQL` set)."""
+    raise_all([traced(error, config.sql_origin) for error in plan_errors(config)])

@@ -1,0 +1,146 @@
+"""What an existing checkpoint fixed for the life of its query.
+
+Spark records some settings in each batch's entry of the checkpoint's offsets log and uses
+those on restart, whatever the session says now: `spark.sql.shuffle.partitions` among them (the
+state is partitioned by it). Code that must know how many tasks the restarted query will run
+reads it here, not from the session.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+from pyspark.sql import SparkSession
+
+from app.run.preflight import StartupError
+from state.store.encoding import FORMAT
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
+READ_TASKS = "read_tasks"  # in the state record, see `read_tasks`
+
+
+def _filesystem(spark: SparkSession, path: Any) -> Any:
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+
+
+def _latest_offsets_entry(spark: SparkSession, location: str) -> str | None:
+    """The text of the offsets log's newest entry, None for a new checkpoint.
+
+    Read through Hadoop's FileSystem, so that any checkpoint URI Spark accepts (a local path,
+    `s3a://`, `hdfs://`) is read the way Spark reads it.
+    """
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    log = jvm.org.apache.hadoop.fs.Path(location, "offsets")
+    fs = _filesystem(spark, log)
+    if not fs.exists(log):
+        return None
+    batches = [s.getPath().getName() for s in fs.listStatus(log)]
+    numbered = [int(name) for name in batches if name.isdigit()]
+    if not numbered:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(log, str(max(numbered))))
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def shuffle_partitions(spark: SparkSession, location: str) -> int:
+    """The shuffle partitions the query at `location` runs with: the checkpoint's if it has
+    one, else the session's (a new checkpoint takes the session's)."""
+    entry = _latest_offsets_entry(spark, location)
+    # An entry is "v1", then the batch's metadata (watermark, timestamp, conf), then offsets.
+    recorded = json.loads(entry.splitlines()[1])["conf"] if entry else {}
+    return int(recorded.get(SHUFFLE_PARTITIONS) or spark.conf.get(SHUFFLE_PARTITIONS) or 0)
+
+
+def _record(spark: SparkSession, location: str) -> dict[str, Any] | None:
+    """The checkpoint's state record, None if it has none."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
+    fs = _filesystem(spark, path)
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+# Key buckets per state partition, for a new checkpoint when JOIN_STATE_BUCKETS is unset. Spark
+# charges every bucket of a micro-batch a group of its own (a pandas frame, a state handle, a
+# round trip per state call), so few large buckets cost less than many small ones as long as
+# each task has several to spread its keys (measured in `docs/performance.md`).
+BUCKETS_PER_PARTITION = 8
+
+
+def state_buckets(spark: SparkSession, location: str) -> int:
+    """The key buckets of the query at `location`: those its checkpoint was made with, else
+    `BUCKETS_PER_PARTITION` per state partition."""
+    recorded = (_record(spark, location) or {}).get("JOIN_STATE_BUCKETS")
+    if isinstance(recorded, int):
+        return recorded
+    return BUCKETS_PER_PARTITION * shuffle_partitions(spark, location)
+
+
+def check_state_record(
+    spark: SparkSession, location: str, settings: dict[str, Any], inputs: int = 1
+) -> None:
+    """Resume only state this code can read, partitioned as the configuration says.
+
+    The checkpoint records the state format (`state.store.encoding.FORMAT`) and the variables that
+    decide how the state is laid out (`settings`, by variable name) while its query has planned
+    no batch yet (a first start that failed early may be retried with other values); a later
+    start with another format or another value is refused with StartupError, before any record
+    is read. A checkpoint with batches but no record was written before the format was recorded
+    (format 1, pickled objects).
+    """
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
+    wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings}
+    if _latest_offsets_entry(spark, location) is None:
+        path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
+        stream = _filesystem(spark, path).create(path, True)
+        try:
+            stream.write(bytearray(json.dumps(wanted, sort_keys=True).encode()))
+        finally:
+            stream.close()
+        return
+    recorded = _record(spark, location)
+    if recorded is None:
+        _refuse_format(1)
+    if recorded.get("state_format") != FORMAT:
+        _refuse_format(recorded.get("state_format"))
+    for variable, value in settings.items():
+        if recorded.get(variable) != value:  # a setting recorded later than others was None
+            raise StartupError(
+                f"{variable}: {_shown(value)}, but the checkpoint at CHECKPOINT_LOCATION holds "
+                f"state made with {variable}={_shown(recorded.get(variable))}: set it back, or "
+                "give a new CHECKPOINT_LOCATION"
+            )
+
+
+def read_tasks(spark: SparkSession, location: str) -> int | None:
+    """How many tasks read each input's partitions in a micro-batch (`serdes.kafka.source.
+    task_ranges`), fixed when the checkpoint's record was made (`check_state_record`): the
+    state's partitions (a task slot each) shared among the `inputs`, so that one wave of tasks
+    reads a micro-batch. None, one task per partition, for a checkpoint made before it was
+    recorded: a micro-batch re-run after a restart must be read by the same tasks as before,
+    since its records are written exactly-once under its tasks' indices."""
+    return (_record(spark, location) or {}).get(READ_TASKS)
+
+
+def _shown(value: Any) -> Any:
+    return "(none)" if value is None else value
+
+
+def _refuse_format(found: Any) -> NoReturn:
+    raise StartupError(
+        f"CHECKPOINT_LOCATION: its join state is in format {found}, written by an earlier "
+        f"streamjoin; this one reads format {FORMAT}. Give a new CHECKPOINT_LOCATION (with "
+        "STARTING_OFFSETS=earliest the join state is rebuilt from the topics), or run the "
+        "version that wrote it"
+    )

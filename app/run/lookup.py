@@ -1,0 +1,229 @@
+"""The lookup join (`JOIN_TYPE=lookup`): the table's columns from its catalog, the plan's
+checks, and the Spark wiring, thin around `state.joins.lookup` and `serdes.postgres.lookup`.
+
+The left input is decoded as every input is, then (`LOOKUP_SHUFFLE`, on by default) partitioned
+by the join key, so each key's lookups land in one task and its worker's cache (Flink's
+lookup-shuffle hint does the same). Each task joins an Arrow batch at a time: the batch's
+distinct keys are answered from the worker's cache, the rest fetched in as few queries as
+`serdes.postgres.lookup` makes them, then every row is joined (`state.joins.lookup.LookupJoin`).
+The output's left columns are taken from the input batch by index, in Arrow, never turned into
+Python objects, and the table's columns are built from the distinct rows matched: several times
+cheaper than turning every pair into a Python tuple and back into Arrow columns
+(`docs/performance.md`).
+The caches and the connection pool live per Python worker process, which Spark reuses across
+tasks and micro-batches (`spark.python.worker.reuse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import Accumulator, TaskContext
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StringType, StructField, StructType
+
+from app.config.env import Config, ConfigError
+from ops.worker.collector import settle_worker
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.produce import OutputRecord
+from serdes.postgres.lookup import (
+    LookupFailed,
+    PostgresTable,
+    TableLookup,
+    TableUnavailable,
+    flink_type,
+    table_columns,
+)
+from serdes.records.decode import Tally
+from serdes.records.schema import parse_schema
+from serdes.records.values import DecodeError
+from state.changes import RowKind
+from state.joins.lookup import (
+    Cache,
+    FullCache,
+    Key,
+    LookupJoinSpec,
+    NoCache,
+    PartialCache,
+    Row,
+)
+
+
+def with_table(config: Config) -> Config:
+    """The configuration with the table's columns as the right side: `RIGHT_SCHEMA`'s (each
+    checked against the table), or every column of the table. Raises ConfigError naming
+    LOOKUP_URL / LOOKUP_TABLE / RIGHT_SCHEMA."""
+    lookup = config.lookup
+    assert lookup is not None
+    try:
+        columns = dict(table_columns(lookup.url, lookup.password, lookup.table,
+                                     lookup.timeout_ms / 1000))  # fmt: skip
+    except TableUnavailable as error:
+        variable = "LOOKUP_TABLE" if str(error).startswith("no table") else "LOOKUP_URL"
+        raise ConfigError(variable, "a PostgreSQL table the service can query",
+                          seen=str(error)) from None  # fmt: skip
+    declared = config.right.schema
+    if declared is None:
+        unsupported = [f"{n} {t}" for n, t in columns.items() if flink_type(t) is None]
+        if unsupported:
+            raise ConfigError(
+                "RIGHT_SCHEMA",
+                "the columns to read, as the table has columns of "
+                "types the service does not map (" + ", ".join(unsupported) + ")",
+            )
+        text = ", ".join(f"{n} {flink_type(t)}" for n, t in columns.items())
+        declared = parse_schema(text)
+    missing = [c.name for c in declared if c.name not in columns]
+    if missing:
+        raise ConfigError("RIGHT_SCHEMA", f"columns of {lookup.table} ("
+                          + ", ".join(columns) + ")", ", ".join(missing))  # fmt: skip
+    right = replace(config.right, schema=declared)
+    types = {c.name: columns[c.name] for c in declared}
+    return replace(config, right=right, lookup=replace(lookup, column_types=types))
+
+
+def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
+    lookup = config.lookup
+    assert lookup is not None
+    keys = tuple(b for _, b in spec.equi_keys)
+    return TableLookup(
+        dsn=lookup.url, table=lookup.table, columns=spec.right.fields, key_columns=keys,
+        key_types=tuple(lookup.column_types[k] for k in keys), pushed=spec.residual.pushed,
+        password=lookup.password, timeout_s=lookup.timeout_ms / 1000,
+        max_retries=lookup.max_retries, max_concurrent=lookup.max_concurrent,
+        asynchronous=lookup.asynchronous,
+    )  # fmt: skip
+
+
+# One table and cache per worker process and lookup, kept across its tasks.
+_TABLES: dict[TableLookup, tuple[PostgresTable, Cache]] = {}
+
+
+def _table_and_cache(config_cache, lookup: TableLookup) -> tuple[PostgresTable, Cache]:
+    if lookup not in _TABLES:
+        table = PostgresTable(lookup)
+        cache: Cache
+        if config_cache.kind == "PARTIAL":
+            cache = PartialCache(config_cache)
+        elif config_cache.kind == "FULL":
+            cache = FullCache(config_cache, table.load_all)
+        else:
+            cache = NoCache()
+        _TABLES[lookup] = (table, cache)
+    return _TABLES[lookup]
+
+
+def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: Accumulator[dict],
+              latency: Accumulator[dict], letters: DeadLetterTopic | None = None,
+              tally: Tally | None = None) -> DataFrame:  # fmt: skip
+    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `L_*`, `R_*`.
+
+    With `letters` (`LOOKUP_ON_ERROR=dead-letter`), the changes also carry their Kafka records
+    (`key`, `value`, `topic`, `partition`, `offset`, `headers`), and a row whose lookup failed
+    goes there as its record did, with the error and its coordinates (counted in `tally` as
+    reason `lookup-failed`), instead of failing the micro-batch."""
+    from ops.metrics import latency_counts
+
+    lookup, settings = table_lookup(config, spec), config.lookup.cache  # type: ignore[union-attr]
+    left_type = StructType([StructField(c.name, c.spark_type) for c in config.left.schema or ()])
+    right_type = StructType([StructField(c.name, c.spark_type) for c in config.right.schema or ()])
+    out_type = StructType(
+        [StructField("op", StringType(), False)]
+        + [StructField(f"L_{f.name}", f.dataType) for f in left_type]
+        + [StructField(f"R_{f.name}", f.dataType) for f in right_type]
+    )
+    arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
+                       for f in out_type])  # fmt: skip
+    join = spec.operator()
+    right_fields = list(arrow)[1 + len(left_type) :]
+
+    def joined_batch(rows: pa.StructArray, keys: list[Key | None],
+                     found: dict[Key, list[Row]]) -> pa.RecordBatch:  # fmt: skip
+        """The output of a batch: the left columns taken from the input by the matches'
+        indices (never turned into Python objects), the table's columns built from the
+        distinct rows matched, then taken likewise (a padded row: a null index)."""
+        lefts = None
+        if join.needs_rows:
+            lefts = [tuple(r[f] for f in spec.left.fields) for r in rows.to_pylist()]
+        indices, rights = join.matches(keys, found, lefts)
+        position_of: dict[int, int] = {}  # a matched table row's position, by its id
+        matched: list[Row] = []
+        positions: list[int | None] = []
+        for right in rights:
+            if right is None:
+                positions.append(None)
+                continue
+            at = position_of.setdefault(id(right), len(matched))
+            if at == len(matched):
+                matched.append(right)
+            positions.append(at)
+        taken, chosen = pa.array(indices, pa.int64()), pa.array(positions, pa.int64())
+        columns = [pa.array([RowKind.INSERT] * len(indices), pa.string())]
+        columns += [column.take(taken) for column in rows.flatten()]
+        columns += [pa.array([r[i] for r in matched], f.type).take(chosen)
+                    for i, f in enumerate(right_fields)]  # fmt: skip
+        return pa.RecordBatch.from_arrays(columns, schema=arrow)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        settle_worker()
+        table, cache = _table_and_cache(settings, lookup)
+        counts: dict[tuple[str], int] = {}
+        undone: list[OutputRecord] = []
+        table.stats.latencies_s = []
+        for batch in batches:
+            keys = join.keys([batch.column("row").field(a).to_pylist() for a in join.key_fields])
+            distinct = list(dict.fromkeys(k for k in keys if k is not None))
+            found: dict[Key, list[Row]] = {}
+            missing: list[Key] = []
+            try:
+                for key in distinct:
+                    rows = cache.get(key)  # a FULL cache (re)loads the table here
+                    (missing.append(key) if rows is None else found.__setitem__(key, rows))
+                fetched = table.fetch(missing)
+            except LookupFailed as error:
+                if letters is None:
+                    raise
+                failed = set(distinct) - found.keys()
+                batch, keys = _dead_lettered(batch, keys, failed, error, letters, undone)
+                fetched = {}
+            counts[("key",)] = counts.get(("key",), 0) + len(distinct)
+            counts[("hit",)] = counts.get(("hit",), 0) + len(found)
+            counts[("miss",)] = counts.get(("miss",), 0) + len(distinct) - len(found)
+            for key, rows in fetched.items():
+                cache.put(key, rows)
+            found.update(fetched)
+            yield joined_batch(batch.column("row"), keys, found)
+        stats = table.stats
+        counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
+        stats.queries = stats.retries = stats.errors = 0
+        events.add({k: v for k, v in counts.items() if v})
+        latency.add(latency_counts(stats.latencies_s or []))
+        if letters is not None and undone:
+            written = letters.write(TaskContext.get().partitionId(), undone)
+            if written and tally is not None:  # an earlier attempt of the batch counted them
+                tally.add({("left", "lookup-failed"): written})
+
+    if config.lookup.shuffle and spec.equi_keys:  # type: ignore[union-attr]
+        keys = [F.col("row")[a] for a, _ in spec.equi_keys]
+        changes = changes.repartition(*keys)
+    return changes.mapInArrow(run, out_type)
+
+
+def _dead_lettered(
+    batch: pa.RecordBatch, keys: list[Key | None], failed: set[Key], error: LookupFailed,
+    letters: DeadLetterTopic, undone: list[OutputRecord],
+) -> tuple[pa.RecordBatch, list[Key | None]]:  # fmt: skip
+    """`batch` without its rows whose key is in `failed`, and their keys; those rows' records
+    added to `undone` as dead letters."""
+    reason = DecodeError("lookup-failed", str(error))
+    kept = [key not in failed for key in keys]
+    mask = pa.array(kept, pa.bool_())
+    failing = batch.filter(pc.invert(mask))
+    records = failing.select(["key", "value", "topic", "partition", "offset", "headers"])
+    undone.extend(letters.letter(reason, record) for record in records.to_pylist())
+    return batch.filter(mask), [key for key, keep in zip(keys, kept, strict=True) if keep]

@@ -1,0 +1,358 @@
+"""Wiring of the streaming query: both input topics in, one output topic out.
+
+With a join (`JOIN_TYPE`, `JOIN_ON`): each input is decoded into typed change rows (records that
+cannot be decoded become dead letters), both are joined, the result is encoded and written to
+the output topic, dead letters beside it to the dead-letter topic. With `JOIN_TYPE=forward`,
+both inputs are forwarded unchanged, each record tagged with a `streamjoin.side` header naming
+its input.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+from pyspark import Accumulator
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructField, StructType
+
+from app.config.env import FORWARD, Config, InputConfig
+from app.config.lookup import LOOKUP
+from app.plan.planner import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
+from app.run.checkpoint import check_state_record, read_tasks, shuffle_partitions, state_buckets
+from app.run.joins import bucketed_join, materialized_upserts
+from app.run.projection import project
+from app.run.stateful import run_stateful, side_struct
+from ops.metrics import ServiceMetrics
+from ops.progress import CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
+from serdes.kafka.datasource import NAME, decoding_source, kafka_options
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.transactions import ExactlyOnce
+from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
+from serdes.records.avro_out import as_avro
+from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
+from serdes.records.encode import KEY_COLUMN, as_json, encode
+from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
+from state.changes import RowKind
+from state.spark.normalizer import NormalizeOperator
+
+SIDE_HEADER = "streamjoin.side"
+TOPICS_TIMEOUT_S = 30.0
+FORMATS = {
+    "json": JsonFormat,
+    "debezium-json": DebeziumJsonFormat,
+    "upsert": UpsertJsonFormat,
+    "avro-confluent": AvroConfluentFormat,
+    "debezium-avro-confluent": DebeziumAvroFormat,
+}
+
+
+def read_input(spark: SparkSession, config: Config, source: InputConfig,
+               drain_marker: Path | None, tasks: int | None,
+               name: str = NAME) -> DataFrame:  # fmt: skip
+    """The input's Kafka records, from the data source registered as `name`, read by `tasks`
+    tasks a micro-batch (one per partition if None)."""
+    reader = (
+        spark.readStream.format(name)
+        .option("topic", source.topic)
+        .option("startingOffsets", config.starting_offsets)
+        .options(**kafka_options(config.kafka_client_config()))
+    )
+    if drain_marker is not None:
+        reader = reader.option("drainMarker", str(drain_marker))
+    if tasks is not None:
+        reader = reader.option("readTasks", str(tasks))
+    if config.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
+    return reader.load()
+
+
+def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
+                 letters: DeadLetterTopic, keep_records: bool,
+                 drain_marker: Path | None, tasks: int | None) -> DataFrame:  # fmt: skip
+    """The input's changes as `decode_input` gives them, decoded by the tasks that read the
+    topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
+    own; its dead letters written by those tasks."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records, source.metadata)  # fmt: skip
+    name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
+    spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
+    return read_input(spark, config, source, drain_marker, tasks, name)
+
+
+_SOURCE_NAMES = itertools.count()
+
+
+def _header(name: str, value: Column) -> Column:
+    return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+
+def _add_headers(records: DataFrame, *added: Column) -> Column:
+    empty = F.array().cast(records.schema["headers"].dataType)
+    return F.concat(F.coalesce(F.col("headers"), empty), F.array(*added))
+
+
+def forward_both(left: DataFrame, right: DataFrame) -> DataFrame:
+    def tagged(records: DataFrame, side: str) -> DataFrame:
+        headers = _add_headers(records, _header(SIDE_HEADER, F.lit(side)))
+        return records.select("key", "value", headers.alias("headers"))
+
+    return tagged(left, "left").unionByName(tagged(right, "right"))
+
+
+def row_type(source: InputConfig) -> StructType:
+    return StructType([StructField(c.name, c.spark_type) for c in source.schema or ()])
+
+
+def format_factory(config: Config | None, source: InputConfig) -> Callable[[], Format]:
+    """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet.
+    `config` gives the schema registry of the Avro formats."""
+    if source.format in AVRO_FORMATS:
+        assert config is not None, "the Avro formats need the registry's configuration"
+        registry = RegistrySchemas(
+            config.schema_registry_url or "", config.schema_registry_properties
+        )
+        return partial(FORMATS[source.format], source.schema, source.primary_key, registry)
+    return partial(FORMATS[source.format], source.schema, source.primary_key)
+
+
+def decode_input(
+    raw: DataFrame,
+    config: Config | None,
+    source: InputConfig,
+    tally: Tally | None = None,
+    letters: DeadLetterTopic | None = None,
+    keep_records: bool = False,
+) -> DataFrame:
+    """Decoded changes; the records that cannot be decoded written to `letters`, or kept as
+    dead-letter rows without it. `tally` counts the dead letters by reason; `keep_records` keeps
+    each change's Kafka record beside it."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records, source.metadata)  # fmt: skip
+    return raw.mapInArrow(decode, decoded_schema(row_type(source)))
+
+
+def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
+                      held_rows: Accumulator[dict] | None = None,
+                      ttl_ms: int = 0) -> DataFrame:  # fmt: skip
+    """The changelog rebuilt per primary key from the last row of each key, the keys grouped
+    in `buckets` (see `state.joins.normalize`); `held_rows` takes the keys held; `ttl_ms` is
+    the job's state retention, which the normalizer keeps as the join does."""
+    row_schema = row_type(source)
+    keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
+    normalized_rows = run_stateful(
+        changes, NormalizeOperator(source.side, ttl_ms), keys, [(F.col("row"), row_schema)],
+        buckets, out_seq=True, out_ts=True, held_rows=held_rows,
+    )  # fmt: skip
+    return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
+
+
+def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False) -> DataFrame:
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark; with
+    `records`, each with its Kafka record's columns (kept by `decode_input`)."""
+    good = decoded.where(F.col("error").isNull())
+    if source.time != "proctime":
+        # The input's watermark: the largest event time seen, minus the configured delay.
+        good = good.withWatermark(
+            "event_time", f"{source.watermark_delay_ms} milliseconds"
+        ).observe(
+            EVENT_TIME_OBSERVATION.format(side=source.side),
+            F.max(F.unix_millis("event_time")).alias("max_ms"),
+        )
+    # The event time as a plain number: a column with watermark metadata would make Spark drop
+    # rows behind the watermark before the join sees them (Flink's interval join keeps them).
+    kept = RECORD_COLUMNS if records else ()
+    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row", *kept)
+
+
+def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
+               buckets: int, held_rows: Accumulator[dict] | None = None,
+               ttl_ms: int = 0) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if its format needs it (its keys in `buckets`, under the
+    job's state retention `ttl_ms`), as one side of the unified changelog the joins take
+    (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
+    if normalized(source):
+        changes = normalize_changes(changes, source, buckets, held_rows, ttl_ms)
+    side = 0 if source.side == "left" else 1
+    row = F.col("row")
+    return changes.select(
+        F.lit(side).cast("byte").alias("side"),
+        "op",
+        "seq",
+        "ts",
+        (row if side == 0 else F.lit(None).cast(left)).alias("left"),
+        (row if side == 1 else F.lit(None).cast(right)).alias("right"),
+    )
+
+
+def _join_key(spec: JoinSpec) -> Column:
+    """The output record key: the join key, so all changes of one key share a partition."""
+    parts = [
+        F.coalesce(F.col(f"L_{a}"), F.col(f"R_{b}")) if spec.projects_right else F.col(f"L_{a}")
+        for a, b in spec.equi_keys
+    ]
+    return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
+
+
+def joined_output(
+    spark: SparkSession,
+    config: Config,
+    metrics: ServiceMetrics,
+    tasks: Writers,
+    drain_marker: Path | None,
+) -> DataFrame:
+    left_type, right_type = row_type(config.left), row_type(config.right)
+    exactly_once = _exactly_once(config)
+    sides = []
+    lookup_letters = (  # failed lookups, when they are dead-lettered
+        DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(), exactly_once,
+                        tasks.first[LOOKUP])
+        if config.lookup is not None and config.lookup.on_error == "dead-letter" else None
+    )  # fmt: skip
+    for source in (config.left, config.right) if config.lookup is None else (config.left,):
+        letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
+                                  exactly_once, tasks.first[source.side])  # fmt: skip
+        decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
+                               lookup_letters is not None, drain_marker, tasks.read)  # fmt: skip
+        sides.append(timed_changes(decoded, source, records=lookup_letters is not None))
+    spec = join_spec(config)
+    materialize = upsert_materialized(config)
+    if config.lookup is not None:
+        from app.run.lookup import looked_up
+
+        joined = looked_up(sides[0], config, spec, metrics.lookups.events.accumulator,
+                           metrics.lookups.latency, lookup_letters,
+                           metrics.dead_letters.accumulator)  # fmt: skip
+    else:
+        left_changes, right_changes = (
+            join_input(changes, source, left_type, right_type, config.join.state_buckets,
+                       metrics.held_rows.accumulator, config.join.state_ttl_ms)
+            for changes, source in zip(sides, (config.left, config.right), strict=True)
+        )  # fmt: skip
+        changes = left_changes.unionByName(right_changes)
+        joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
+                               metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
+    joined = joined.observe(
+        CHANGES_OBSERVATION,
+        *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
+    )
+    joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
+    if config.join.select:
+        joined = project(joined, config.join.select,
+                         keep=[KEY_COLUMN, "seq"] if materialize else [KEY_COLUMN])  # fmt: skip
+    if config.output.key:
+        joined = joined.withColumn(
+            KEY_COLUMN, F.to_json(F.struct(*config.output.key)).cast("binary")
+        )
+    if materialize:
+        joined = materialized_upserts(
+            joined, config.join.state_buckets, config.join.state_ttl_ms,
+            metrics.held_rows.accumulator,
+        )  # fmt: skip
+    records = encode(joined, config.output.encoding)
+    if config.output.format == "avro-confluent":
+        records = as_avro(records, config.schema_registry_url or "",
+                          config.schema_registry_properties, config.output.topic)  # fmt: skip
+    else:
+        records = as_json(records)
+    return records
+
+
+@dataclass(frozen=True)
+class Writers:
+    """The tasks that may write a micro-batch, each under a transactional id of its own index:
+    one per state partition (the joined changes, `0 ..`), then one per partition of each input
+    (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
+    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on. `read`
+    tasks read each input's partitions (`app.run.checkpoint.read_tasks`)."""
+
+    count: int
+    first: dict[str, int]
+    read: int | None
+
+
+def _inputs(config: Config) -> tuple[InputConfig, ...]:
+    """The Kafka inputs: both sides, or the left alone (a lookup join's right is a table)."""
+    return (config.left, config.right) if config.right.topic else (config.left,)
+
+
+def writers(spark: SparkSession, config: Config) -> Writers:
+    client_config = config.kafka_client_config()
+    topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
+    count = shuffle_partitions(spark, config.checkpoint_location)
+    first = {}
+    for source in _inputs(config):
+        first[source.side] = count
+        count += len(topics[source.topic].partitions)
+    if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
+        first[LOOKUP] = count
+        count += max(shuffle_partitions(spark, config.checkpoint_location),
+                     len(topics[config.left.topic].partitions))  # fmt: skip
+    return Writers(count, first, read_tasks(spark, config.checkpoint_location))
+
+
+def state_settings(config: Config) -> dict[str, object]:
+    """The variables that decide how a checkpoint's state is laid out: its join, the buckets
+    the bucketed processors hash their keys into, and the key of an upsert materializer."""
+    if config.join.type == FORWARD:
+        return {}
+    # the upsert materializer's state is keyed by the output key
+    materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
+    return {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
+            "OUTPUT_KEY": materializer_key}  # fmt: skip
+
+
+def _exactly_once(config: Config) -> ExactlyOnce | None:
+    if config.output.delivery != "exactly-once":
+        return None
+    return ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
+
+
+def start(
+    spark: SparkSession,
+    config: Config,
+    metrics: ServiceMetrics,
+    drain_marker: Path | None = None,
+) -> StreamingQuery:
+    """Start the query; once `drain_marker` exists, the sources offer no more records."""
+    if config.join.state_buckets is None:
+        buckets = state_buckets(spark, config.checkpoint_location)
+        config = replace(config, join=replace(config.join, state_buckets=buckets))
+    check_state_record(spark, config.checkpoint_location, state_settings(config),
+                       len(_inputs(config)))  # fmt: skip
+    tasks = writers(spark, config)  # after the record: it says how many tasks read
+    if config.join.type != FORWARD:
+        output = joined_output(spark, config, metrics, tasks, drain_marker)
+    else:
+        left, right = (
+            read_input(spark, config, s, drain_marker, tasks.read)
+            for s in (config.left, config.right)
+        )
+        output = forward_both(left, right)
+    writer = (
+        output.writeStream.format(NAME)
+        .queryName("streamjoin")
+        .option("topic", config.output.topic)
+        .options(**kafka_options(config.kafka_client_config()))
+        .option("checkpointLocation", config.checkpoint_location)
+    )
+    exactly_once = _exactly_once(config)
+    if exactly_once is not None:
+        # Abort what an earlier run left open, for every task that may write a micro-batch.
+        exactly_once.fence(config.kafka_client_config(), tasks.count)
+        writer = writer.option("transactionalId", exactly_once.transactional_id).option(
+            "markerTopic", exactly_once.marker_topic
+        )
+    if config.trigger_interval_ms is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
+    return writer.start()

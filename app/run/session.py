@@ -1,0 +1,169 @@
+"""The SparkSession every entry point shares: RocksDB state, changelog checkpoints, UTC.
+
+`transformWithState` accepts only the RocksDB state store provider, and changelog checkpointing
+makes each micro-batch's commit write the changes instead of a full snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pyspark.sql import SparkSession
+
+from app.config.redaction import SECRET_NAMES
+from app.run.checkpoint import SHUFFLE_PARTITIONS
+from ops.jvm_console import filtered_stderr
+from serdes.kafka.datasource import KafkaDataSource
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+DEFAULT_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.python.worker.reuse": "true",
+    # Workers forked with the modules they run already imported (`ops.worker.daemon`).
+    "spark.python.daemon.module": "ops.worker.daemon",
+    # No byte limit on the Arrow batches sent to Python workers (the record limit stays): with
+    # one, Spark asks the Arrow writer its size after every row, which for a column holding a
+    # list (the Kafka headers) walks the whole batch so far: a large share of the JVM's time
+    # (`docs/performance.md`).
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
+    "spark.sql.adaptive.enabled": "false",
+    # Secrets (the Kafka clients' travel as data source options) masked in plans and logs.
+    "spark.redaction.regex": SECRET_NAMES,
+    "spark.sql.redaction.options.regex": SECRET_NAMES.replace("(?i)", "(?i)url|", 1),
+}
+# Loggers that warn about what a user can do nothing about: the Python state server at every
+# absent value, the trigger at every batch longer than its interval (the service runs batches
+# back to back when behind). What warns before they can be set is filtered by `jvm_console`.
+QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.python.streaming",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+)
+
+
+# A failed task is run again, up to this many attempts in all, as Spark does on a cluster
+# (`spark.task.maxFailures`); a local master tries once unless its URL says otherwise
+# (`local[N,F]`), so one task that met a broker in trouble (a read stalled, a transaction the
+# broker could not commit) ended the query. A re-run task reads the same offsets, rebuilds its
+# state from the checkpoint, and its transaction fences the failed attempt's.
+TASK_ATTEMPTS = 4
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def with_task_attempts(master: str) -> str:
+    """A local master URL that retries failed tasks (`TASK_ATTEMPTS`); others as they are."""
+    local = _LOCAL_MASTER.fullmatch(master)
+    return master if local is None else f"local[{local.group(1) or 1},{TASK_ATTEMPTS}]"
+
+
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
+def checkpoint_conf(location: str) -> dict[str, str]:
+    """The checkpoint's file manager: for a local path (a volume in Kubernetes), the one that
+    renames with `FileSystem.rename`, an atomic rename(2) there.
+
+    Spark's default goes through Hadoop's `FileContext`, whose local rename asks for the link
+    status of the target by forking `readlink`, serially in every commit of offsets, commits
+    and state files (counted in `docs/performance.md`). Other file systems keep Spark's default
+    (HDFS's `FileSystem.rename` does not overwrite)."""
+    return (
+        {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
+        if urlsplit(location).scheme in ("", "file")
+        else {}
+    )
+
+
+def _quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
+    """Raise one JVM logger to `level`."""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
+
+
+def quiet_shutdown(spark: SparkSession) -> None:
+    """Before a requested stop: stopping a streaming query cancels its job group whether or not
+    a job of it runs, and Spark's DAGScheduler warns each time it finds none ("Failed to cancel
+    job group ... Cannot find active jobs for it"), twice at every graceful stop. And a stop
+    that interrupts the stream thread as it starts a batch with no input (a stateful query
+    under a processing-time TTL runs one every trigger, for Spark's TTL eviction) makes Hadoop
+    warn with the interrupt's stack while writing the batch's offsets, and the broadcast of its
+    plan log an error: that batch had nothing to do, and is planned again after a restart."""
+    _quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
+    _quiet(spark, "org.apache.hadoop.util.Shell")
+    _quiet(spark, "org.apache.spark.broadcast.TorrentBroadcast", "OFF")
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks the session runs at once: the default number of state partitions.
+
+    State is partitioned by `spark.sql.shuffle.partitions` for a checkpoint's whole life, and
+    every partition is a task per stateful stage and micro-batch, each with a fixed cost in its
+    Python worker (the worker's set-up, its state store, its output), so more partitions than
+    slots run slower (`docs/performance.md`). One partition per slot keeps every core busy; to
+    scale out later, set it higher before the first run. The JVM counts a container's cores as
+    its CPU limit allows.
+    """
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        return context.defaultParallelism
+    conf = context.getConf()
+    executors = int(conf.get("spark.executor.instances", "2") or 2)
+    return max(executors * int(conf.get("spark.executor.cores", "1") or 1), 1)
+
+
+def worker_python() -> str:
+    """`streamjoin-python` beside this interpreter (see `ops.worker.interpreter`), else this one."""
+    wrapper = Path(sys.executable).with_name("streamjoin-python")
+    return str(wrapper) if wrapper.is_file() else sys.executable
+
+
+class SparkStartError(RuntimeError):
+    """Spark did not start; the message is the first line of why (the JVM's, or Spark's)."""
+
+
+def build_session(
+    master: str, conf: dict[str, str] | None = None, checkpoint: str | None = None
+) -> SparkSession:
+    """Create (or reuse) the session with the service's defaults, those of the `checkpoint`
+    location's file system, overridden by `conf`."""
+    # Python workers must run the interpreter that has this project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
+    # ... and so must the driver's (the streaming source runners, the state processor's set-up).
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
+    if master.startswith("local"):
+        # Everything runs on this host: keep Spark's own sockets on loopback.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
+    local = checkpoint_conf(checkpoint) if checkpoint else {}
+    for key, value in {**DEFAULT_CONF, **local, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    try:
+        with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it
+            spark = builder.getOrCreate()
+            spark.conf.get(SHUFFLE_PARTITIONS)  # the SQL configuration, checked as it is built
+        console.release()
+    except Exception as err:  # Spark's JVM and gateway raise what they raise
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "JAVA_GATEWAY_EXITED" in reason:  # the JVM's own words say why
+            reason = console.first_line() or reason
+        raise SparkStartError(reason) from None
+    if SHUFFLE_PARTITIONS not in (conf or {}):
+        spark.conf.set(SHUFFLE_PARTITIONS, str(task_slots(spark)))
+    spark.sparkContext.setLogLevel("WARN")
+    for logger in QUIET_LOGGERS:
+        _quiet(spark, logger)
+    spark.dataSource.register(KafkaDataSource)
+    return spark

@@ -1,0 +1,465 @@
+"""The tables of a Flink SQL script (`app.sql.query`): its statements, each `CREATE TABLE`
+read (columns, keys, watermarks, computed and metadata columns, options) and its connector
+options turned into the variables of an input, the output or a lookup table.
+
+Only what streamjoin runs is read; any other option is refused naming it and the table's line,
+and a secret (`'password'`, `'properties.sasl.jaas.config'`, …) is refused with the variable to
+give it in instead: the script sits in a ConfigMap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from app.config.redaction import is_secret
+from serdes.records.decode import METADATA_TYPES
+
+_NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
+_UNITS_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000,
+             "DAY": 86_400_000}  # fmt: skip
+_FORMATS = {"json": "json", "avro-confluent": "avro-confluent", "debezium-json": "debezium-json",
+            "debezium-avro-confluent": "debezium-avro-confluent"}  # fmt: skip
+_STARTUP = {"earliest-offset": "earliest", "latest-offset": "latest"}
+# Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
+_IGNORED = {"properties.group.id", "value.fields-include", "sink.partitioner"}
+
+
+class SqlError(ValueError):
+    """A statement streamjoin cannot run; the message starts with its line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+
+
+@dataclass
+class Table:
+    """One CREATE TABLE: its columns as declared and its connector options."""
+
+    name: str
+    line: int
+    physical: list[tuple[str, str]] = field(default_factory=list)  # (name, Flink type)
+    not_null: set[str] = field(default_factory=set)
+    metadata: dict[str, str] = field(default_factory=dict)  # column -> metadata key
+    proctime: str | None = None  # a `name AS PROCTIME()` column
+    # `t AS TO_TIMESTAMP_LTZ(ms, 3)`, `t AS CAST(s AS TIMESTAMP(3))`: t -> (ms, its new type)
+    converted: dict[str, tuple[str, str]] = field(default_factory=dict)
+    watermark: tuple[str, int] | None = None  # (rowtime column, delay ms)
+    primary_key: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    declared: list[str] = field(default_factory=list)  # every column's name, in order
+
+    def columns(self) -> list[str]:
+        """Every column a query can name, in declared order: not the proctime one (it has no
+        value here), nor the column a TO_TIMESTAMP_LTZ column reads (it becomes that one)."""
+        hidden = {self.proctime, *(source for source, _ in self.converted.values())}
+        return [name for name in self.declared if name not in hidden]
+
+    def stored(self, column: str) -> str:
+        """The column of the records a query's column is: `t AS TO_TIMESTAMP_LTZ(ms, 3)` is ms."""
+        return self.converted[column][0] if column in self.converted else column
+
+
+@dataclass
+class Compiled:
+    """The variables the script stands for, and the line each was set by."""
+
+    variables: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def set(self, name: str, value: str, line: int) -> None:
+        if name in self.variables and self.variables[name] != value:
+            raise SqlError(line, f"{name} would be {value!r} here but {self.variables[name]!r} "
+                           f"from line {self.lines[name]}: the tables must agree")  # fmt: skip
+        self.variables[name] = value
+        self.lines.setdefault(name, line)
+
+
+# --- statements ---------------------------------------------------------------------------
+
+
+def statements(text: str) -> Iterator[tuple[int, str]]:
+    """Each statement without its comments, with the line it starts on."""
+    current: list[str] = []
+    line, start, i, quote = 1, 0, 0, ""
+    while i < len(text):
+        char = text[i]
+        if quote:
+            current.append(char)
+            if char == quote:
+                if text[i + 1 : i + 2] == quote:  # '' inside a string
+                    current.append(quote)
+                    i += 1
+                else:
+                    quote = ""
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            skipped = text[i : len(text) if end < 0 else end + 2]
+            line += skipped.count("\n")
+            i += len(skipped)
+            current.append(" ")
+            continue
+        elif char in "'`\"":
+            quote = char
+            current.append(char)
+        elif char == ";":
+            if "".join(current).strip():
+                yield start, "".join(current).strip()
+            current = []
+        else:
+            if not current or not "".join(current).strip():
+                start = line if not char.isspace() else start
+            current.append(char)
+        if char == "\n":
+            line += 1
+        i += 1
+    if "".join(current).strip():
+        yield start, "".join(current).strip()
+
+
+def _outside_quotes(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """Each character outside quotes from `start`: its index, itself, and the parenthesis
+    depth once it is read."""
+    depth, quote = 0, ""
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'`\"":
+            quote = char
+        else:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            yield i, char, depth
+
+
+def _split_top_level(text: str) -> list[str]:
+    """`a, b(1, 2), 'x,y'` -> the three items."""
+    cuts = [i for i, char, depth in _outside_quotes(text) if char == "," and depth == 0]
+    items = (text[a + 1 : b].strip() for a, b in zip([-1, *cuts], [*cuts, len(text)], strict=True))
+    return [item for item in items if item]
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index of the parenthesis closing the one at `opening`, or -1."""
+    found = (i for i, char, depth in _outside_quotes(text, opening) if char == ")" and not depth)
+    return next(found, -1)
+
+
+def unquote(name: str) -> str:
+    return name[1:-1] if name.startswith("`") else name
+
+
+def sql_string(text: str) -> str:
+    return text.strip()[1:-1].replace("''", "'")
+
+
+# --- CREATE TABLE --------------------------------------------------------------------------
+
+CREATE_TABLE = re.compile(
+    rf"^CREATE\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})\s*\(", re.I | re.S
+)
+_WATERMARK = re.compile(rf"^WATERMARK\s+FOR\s+({_NAME})\s+AS\s+(.+)$", re.I | re.S)
+_DELAY = re.compile(
+    rf"^({_NAME})(?:\s*-\s*INTERVAL\s*'(\d+)'\s*(MILLISECOND|SECOND|MINUTE|HOUR|DAY)S?(?:\(\d\))?)?$",
+    re.I,
+)
+_KEY = re.compile(
+    rf"^(?:CONSTRAINT\s+{_NAME}\s+)?PRIMARY\s+KEY\s*\(([^)]*)\)\s*(NOT\s+ENFORCED)?$", re.I
+)
+_COMPUTED = re.compile(rf"^({_NAME})\s+AS\s+(.+)$", re.I | re.S)
+# A computed column that converts one column, read as that column declared with the type (the
+# decoders read epoch milliseconds and SQL timestamp strings into a timestamp as these do).
+_CONVERSIONS = (
+    (re.compile(rf"^TO_TIMESTAMP_LTZ\s*\(\s*({_NAME})\s*,\s*3\s*\)$", re.I), "TIMESTAMP_LTZ(3)"),
+    (
+        re.compile(
+            rf"^CAST\s*\(\s*({_NAME})\s+AS\s+(TIMESTAMP(?:_LTZ)?\s*\(\s*[0-9]\s*\))\s*\)$", re.I
+        ),
+        "",
+    ),
+)
+_METADATA_COLUMN = re.compile(
+    rf"^({_NAME})\s+(.+?)\s+METADATA(?:\s+FROM\s+('(?:[^']|'')*'))?(?:\s+VIRTUAL)?$", re.I | re.S
+)
+_PHYSICAL = re.compile(
+    rf"^({_NAME})\s+(.+?)(\s+NOT\s+NULL)?(\s+PRIMARY\s+KEY\s+NOT\s+ENFORCED)?"
+    r"(?:\s+COMMENT\s+'(?:[^']|'')*')?$",
+    re.I | re.S,
+)
+_OPTION = re.compile(r"^('(?:[^']|'')*')\s*=\s*('(?:[^']|'')*')$", re.S)
+
+
+def create_table(line: int, text: str) -> Table:
+    match = CREATE_TABLE.match(text)
+    assert match is not None
+    table = Table(unquote(match[1]), line)
+    opening = match.end() - 1
+    closing = _closing(text, opening)
+    if closing < 0:
+        raise SqlError(line, f"CREATE TABLE {table.name}: its column list never closes")
+    for item in _split_top_level(text[opening + 1 : closing]):
+        _column(table, " ".join(item.split()))
+    rest = text[closing + 1 :].strip()
+    options = re.match(r"^WITH\s*\((.*)\)$", rest, re.I | re.S)
+    if options is None:
+        what = rest.split()[0] if rest else "no WITH (...)"
+        raise SqlError(line, f"CREATE TABLE {table.name}: {what} is not supported (only the "
+                       "column list and WITH ('connector' = ...))")  # fmt: skip
+    for option in _split_top_level(options[1]):
+        pair = _OPTION.match(option.strip())
+        if pair is None:
+            raise SqlError(line, f"CREATE TABLE {table.name}: an option is 'key' = 'value', "
+                           f"not {option.strip()!r}")  # fmt: skip
+        table.options[sql_string(pair[1])] = sql_string(pair[2])
+    return table
+
+
+def _column(table: Table, item: str) -> None:
+    line, where = table.line, f"CREATE TABLE {table.name}"
+    if match := _WATERMARK.match(item):
+        delay = _DELAY.match(match[2].strip())
+        if delay is None or unquote(delay[1]) != unquote(match[1]):
+            raise SqlError(line, f"{where}: WATERMARK … AS {match[2].strip()} is not supported "
+                           f"(only {match[1]}, or {match[1]} - INTERVAL 'n' <unit>)")  # fmt: skip
+        delay_ms = int(delay[2]) * _UNITS_MS[delay[3].upper()] if delay[2] else 0
+        table.watermark = (unquote(match[1]), delay_ms)
+    elif match := _KEY.match(item):
+        if not match[2]:
+            raise SqlError(line, f"{where}: PRIMARY KEY needs NOT ENFORCED, as in Flink")
+        table.primary_key = tuple(unquote(n.strip()) for n in match[1].split(","))
+    elif match := _METADATA_COLUMN.match(item):
+        name = unquote(match[1])
+        key = sql_string(match[3]) if match[3] else name
+        if key not in METADATA_TYPES:
+            raise SqlError(line, f"{where}: METADATA FROM '{key}' is not supported (one of "
+                           + ", ".join(METADATA_TYPES) + ")")  # fmt: skip
+        table.physical.append((name, match[2]))
+        table.declared.append(name)
+        table.metadata[name] = key
+    elif match := _COMPUTED.match(item):
+        name, expression = unquote(match[1]), match[2].strip()
+        table.declared.append(name)
+        if re.fullmatch(r"PROCTIME\s*\(\s*\)", expression, re.I):
+            table.proctime = name
+        else:
+            found = [
+                (m, kind) for pattern, kind in _CONVERSIONS if (m := pattern.match(expression))
+            ]
+            if not found:
+                raise SqlError(line, f"{where}: the computed column {name} AS {expression} is "
+                               "not supported (PROCTIME(), TO_TIMESTAMP_LTZ(column, 3), "
+                               "CAST(column AS TIMESTAMP(p)))")  # fmt: skip
+            conversion, kind = found[0]
+            table.converted[name] = (unquote(conversion[1]), kind or conversion[2].upper())
+    elif match := _PHYSICAL.match(item):
+        name = unquote(match[1])
+        table.physical.append((name, match[2]))
+        table.declared.append(name)
+        if match[3]:
+            table.not_null.add(name)
+        if match[4]:
+            table.primary_key = (name,)
+    else:
+        raise SqlError(line, f"{where}: cannot read the column {item!r}")
+
+
+# --- connectors ----------------------------------------------------------------------------
+
+
+def duration(text: str) -> str:
+    """Flink reads a bare number as milliseconds; the variables want a unit."""
+    return f"{text.strip()}ms" if text.strip().isdigit() else text.strip()
+
+
+def _schema(table: Table) -> str:
+    types = dict(table.physical)
+    for column, (stored, kind) in table.converted.items():
+        if stored not in types:
+            raise SqlError(table.line, f"CREATE TABLE {table.name}: the computed column {column} "
+                           f"reads {stored}, which is no column")  # fmt: skip
+        types[stored] = kind
+    return ", ".join(f"{name} {kind}" for name, kind in types.items())
+
+
+class _Options:
+    """A table's options, each consumed once; what is left over is refused."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.left = dict(table.options)
+
+    def take(self, key: str) -> str | None:
+        return self.left.pop(key, None)
+
+    def refuse_rest(self) -> None:
+        for key in _IGNORED:
+            self.left.pop(key, None)
+        if self.left:
+            key = sorted(self.left)[0]
+            raise SqlError(self.table.line, f"CREATE TABLE {self.table.name}: the option "
+                           f"'{key}' is not supported")  # fmt: skip
+
+
+def _kafka_properties(options: _Options, out: Compiled) -> None:
+    line = options.table.line
+    for key in sorted(k for k in options.left if k.startswith("properties.")):
+        value, prop = options.take(key) or "", key[len("properties.") :]
+        if prop == "bootstrap.servers":
+            out.set("KAFKA_BOOTSTRAP_SERVERS", value, line)
+        elif prop == "group.id":
+            continue
+        elif is_secret(prop):
+            variable = "KAFKA_" + prop.upper().replace(".", "_")
+            raise SqlError(line, f"'{key}' is a secret: give it as the variable {variable} "
+                           "(from a Secret), not in the SQL")  # fmt: skip
+        else:
+            out.set(f"KAFKA_{prop}", value, line)
+
+
+def _registry(options: _Options, out: Compiled) -> None:
+    for prefix in ("", "value.", "key."):
+        url = options.take(f"{prefix}avro-confluent.url")
+        if url is not None:
+            out.set("SCHEMA_REGISTRY_URL", url, options.table.line)
+    for key in [k for k in options.left if "avro-confluent." in k]:
+        if is_secret(key):
+            raise SqlError(options.table.line, f"'{key}' is a secret: give it as a "
+                           "SCHEMA_REGISTRY_* variable from a Secret, not in the SQL")  # fmt: skip
+
+
+def _format(options: _Options, upsert: bool) -> str:
+    table, line = options.table, options.table.line
+    value = options.take("value.format") or options.take("format")
+    if upsert:
+        key = options.take("key.format")
+        if value != "json" or key not in (None, "json", "raw"):
+            raise SqlError(line, f"CREATE TABLE {table.name}: upsert-kafka reads 'key.format' "
+                           "json and 'value.format' json here")  # fmt: skip
+        if not table.primary_key:
+            raise SqlError(line, f"CREATE TABLE {table.name}: upsert-kafka needs a PRIMARY KEY")
+        return "upsert"
+    if value not in _FORMATS:
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not supported "
+                       "(one of " + ", ".join(_FORMATS) + ")")  # fmt: skip
+    return _FORMATS[value]
+
+
+def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
+    """The variables of one Kafka input: `side` is LEFT or RIGHT, `time` its time attribute."""
+    options, line = _Options(table), table.line
+    connector = options.take("connector")
+    if connector not in ("kafka", "upsert-kafka"):
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
+                       "input streamjoin reads (kafka, upsert-kafka)")  # fmt: skip
+    out.set(f"{side}_TOPIC", _topic(options), line)
+    out.set(f"{side}_FORMAT", _format(options, connector == "upsert-kafka"), line)
+    out.set(f"{side}_SCHEMA", _schema(table), line)
+    if table.primary_key:
+        out.set(f"{side}_PRIMARY_KEY", ",".join(table.primary_key), line)
+    if table.metadata:
+        out.set(f"{side}_METADATA", ",".join(f"{c}={k}" for c, k in table.metadata.items()), line)
+    out.set(f"{side}_TIME", table.stored(time), line)
+    if table.watermark and table.watermark[0] == time:
+        out.set(f"{side}_WATERMARK_DELAY", f"{table.watermark[1]}ms", line)
+    mode = options.take("scan.startup.mode")
+    if mode is not None:
+        if mode not in _STARTUP:
+            raise SqlError(line, f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is "
+                           "not supported (earliest-offset, latest-offset; a restart resumes "
+                           "from the checkpoint)")  # fmt: skip
+        out.set("STARTING_OFFSETS", _STARTUP[mode], line)
+    _kafka_properties(options, out)
+    _registry(options, out)
+    options.refuse_rest()
+
+
+def _topic(options: _Options) -> str:
+    topic = options.take("topic")
+    if topic is None or ";" in topic:
+        raise SqlError(options.table.line, f"CREATE TABLE {options.table.name}: one 'topic' is "
+                       "needed (no list, no 'topic-pattern')")  # fmt: skip
+    return topic
+
+
+def output_table(table: Table, out: Compiled) -> None:
+    options, line = _Options(table), table.line
+    connector = options.take("connector")
+    if connector not in ("kafka", "upsert-kafka"):
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
+                       "output streamjoin writes (kafka, upsert-kafka)")  # fmt: skip
+    out.set("OUTPUT_TOPIC", _topic(options), line)
+    value = options.take("value.format") or options.take("format")
+    key_fields = options.take("key.fields")
+    options.take("key.format")
+    if connector == "upsert-kafka":
+        if not table.primary_key:
+            raise SqlError(line, f"CREATE TABLE {table.name}: upsert-kafka needs a PRIMARY KEY")
+        out.set("OUTPUT_ENCODING", "upsert", line)
+        out.set("OUTPUT_KEY", ",".join(table.primary_key), line)
+    elif value in ("debezium-json",):
+        out.set("OUTPUT_ENCODING", "debezium-json", line)
+    else:
+        out.set("OUTPUT_ENCODING", "append", line)
+    if value not in ("json", "avro-confluent", "debezium-json"):
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not an output "
+                       "format (json, avro-confluent, debezium-json)")  # fmt: skip
+    out.set("OUTPUT_FORMAT", "avro-confluent" if value == "avro-confluent" else "json", line)
+    if key_fields and connector == "kafka":
+        out.set("OUTPUT_KEY", ",".join(k.strip() for k in key_fields.split(";")), line)
+    guarantee = options.take("sink.delivery-guarantee")
+    if guarantee is not None:
+        if guarantee not in ("exactly-once", "at-least-once"):
+            raise SqlError(line, f"'sink.delivery-guarantee' {guarantee!r} is not supported "
+                           "(exactly-once, at-least-once)")  # fmt: skip
+        out.set("OUTPUT_DELIVERY", guarantee, line)
+    prefix = options.take("sink.transactional-id-prefix")
+    if prefix is not None:
+        out.set("OUTPUT_TRANSACTIONAL_ID", prefix, line)
+    _kafka_properties(options, out)
+    _registry(options, out)
+    options.refuse_rest()
+
+
+_LOOKUP_OPTIONS = {
+    "lookup.cache": "LOOKUP_CACHE",
+    "lookup.partial-cache.max-rows": "LOOKUP_PARTIAL_CACHE_MAX_ROWS",
+    "lookup.partial-cache.expire-after-write": "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
+    "lookup.partial-cache.expire-after-access": "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
+    "lookup.partial-cache.cache-missing-key": "LOOKUP_PARTIAL_CACHE_CACHE_MISSING_KEY",
+    "lookup.full-cache.periodic-reload.interval": "LOOKUP_FULL_CACHE_RELOAD_INTERVAL",
+    "lookup.max-retries": "LOOKUP_MAX_RETRIES",
+    "lookup.async": "LOOKUP_ASYNC",
+}
+_DURATIONS = {"LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE", "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
+              "LOOKUP_FULL_CACHE_RELOAD_INTERVAL"}  # fmt: skip
+
+
+def jdbc_table(table: Table, out: Compiled) -> None:
+    """The right side of a lookup join: Flink's JDBC connector over PostgreSQL."""
+    options, line = _Options(table), table.line
+    options.take("connector")
+    url = options.take("url") or ""
+    match = re.match(r"^jdbc:postgresql://(.+)$", url)
+    if match is None:
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'url' must be jdbc:postgresql://…")
+    if options.take("password") is not None:
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'password' is a secret: give it as "
+                       "the variable LOOKUP_PASSWORD (from a Secret), not in the SQL")  # fmt: skip
+    user = options.take("username")
+    out.set("LOOKUP_URL", f"postgresql://{user + '@' if user else ''}{match[1]}", line)
+    out.set("LOOKUP_TABLE", options.take("table-name") or table.name, line)
+    out.set("RIGHT_SCHEMA", _schema(table), line)
+    strategy = options.take("lookup.full-cache.reload-strategy")
+    if strategy not in (None, "PERIODIC"):
+        raise SqlError(line, f"'lookup.full-cache.reload-strategy' {strategy!r} is not "
+                       "supported (PERIODIC)")  # fmt: skip
+    for key, variable in _LOOKUP_OPTIONS.items():
+        value = options.take(key)
+        if value is not None:
+            out.set(variable, duration(value) if variable in _DURATIONS else value, line)
+    options.refuse_rest()

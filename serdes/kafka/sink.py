@@ -1,0 +1,105 @@
+"""Kafka as a PySpark streaming sink: exactly-once by default, at-least-once on request.
+
+Records are keyed and partitioned with the Java client's murmur2 hash, so every change of one
+key lands on one partition, in order, and Java consumers agree on where a key lives. A record
+that cannot be delivered fails the task and with it the micro-batch; Spark then re-runs the
+batch from its checkpointed offsets, so nothing is dropped. Exactly-once (see
+`serdes.kafka.transactions`) also makes that re-run write nothing twice; at-least-once (an
+idempotent producer, for brokers without transactions) may write a re-run batch's records again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ops.worker.collector import settle_worker
+from serdes.kafka.produce import (
+    DeliveryFailures,
+    OutputRecord,
+    produce_all,
+    producer_config,
+)
+from serdes.kafka.transactions import BATCH_ID_PROPERTY, ExactlyOnce
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+@dataclass
+class SinkCommit(WriterCommitMessage):
+    records: int  # records this task wrote (0 when its batch had been committed before)
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Writes rows of `key binary, value binary[, headers][, topic]`: to the row's topic, if
+    the row names one, else to the sink's topic (the dead letters travel beside the output)."""
+
+    def __init__(
+        self, topic: str, client_config: dict[str, str], exactly_once: ExactlyOnce | None
+    ) -> None:
+        self.topic = topic
+        self.client_config = client_config
+        self.exactly_once = exactly_once
+
+    def records(self, batches: Iterator[pa.RecordBatch]) -> Iterator[OutputRecord]:
+        for batch in batches:
+            columns = batch.to_pydict()
+            absent = [None] * batch.num_rows
+            for key, value, headers, topic in zip(
+                columns["key"],
+                columns["value"],
+                columns.get("headers", absent),
+                columns.get("topic", absent),
+                strict=True,
+            ):
+                pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+                yield topic or self.topic, key, value, pairs
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        settle_worker()
+        # All of the task's input is consumed even when its batch was written before: the
+        # stateful operators upstream commit their state only once their input is exhausted.
+        records = list(self.records(iterator))
+        return SinkCommit(write_once(self.client_config, self.exactly_once, records, self.topic))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Records were acknowledged (and committed) in `write`; nothing is left per batch."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """A failed batch is re-run from its checkpointed offsets: with exactly-once, its
+        uncommitted transactions are aborted then; with at-least-once, its output stays."""
+
+
+def write_once(
+    client_config: dict[str, str],
+    exactly_once: ExactlyOnce | None,
+    records: list[OutputRecord],
+    topic: str,
+    writer: int | None = None,
+) -> int:
+    """Write one task's records of the running micro-batch: exactly-once as that batch of
+    `writer` (the index of a transactional id; the task's partition by default), or
+    at-least-once when `exactly_once` is None. Returns how many were written: 0 when the batch
+    had been written before. `topic` names where they go, for errors."""
+    if exactly_once is None:
+        return deliver(client_config, records, topic)
+    if not records:
+        return 0
+    task = TaskContext.get()
+    batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
+    writer = task.partitionId() if writer is None else writer
+    written = exactly_once.write(client_config, writer, batch, records)
+    return len(records) if written else 0
+
+
+def deliver(client_config: dict[str, str], records: list[OutputRecord], topic: str) -> int:
+    """Produce `records` with an idempotent producer and wait until each is acknowledged."""
+    failures = DeliveryFailures()
+    producer = Producer(producer_config(client_config, failures))
+    produce_all(producer, records, failures, FLUSH_TIMEOUT_S, repr(topic))
+    return len(records)

@@ -1,0 +1,250 @@
+"""Kafka records -> typed change rows, in Arrow batches (`mapInArrow`), bad records kept aside.
+
+Every output row is either a change (`op`, `seq`, `row`) or a dead letter (`error`, `reason`
+and the original record), so a record that cannot be decoded is never dropped: the pipeline
+writes dead letters to the dead-letter topic with the error and the source coordinates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ops.worker.collector import settle_worker
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.produce import OutputRecord
+from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
+from serdes.records.formats import Change
+from serdes.records.values import EPOCH, DecodeError
+
+# Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
+SEQ_PER_RECORD = 2
+
+
+class Format(Protocol):
+    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]: ...
+
+
+def decoded_schema(row_type: StructType) -> StructType:
+    return StructType(
+        [
+            StructField("op", StringType()),
+            StructField("seq", LongType()),
+            StructField("row", row_type),
+            StructField("timestamp", TimestampType()),
+            StructField("event_time", TimestampType()),
+            StructField("reason", StringType()),
+            StructField("error", StringType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("headers", HEADERS_SPARK_TYPE),
+        ]
+    )
+
+
+RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "headers")
+
+
+class _Output:
+    """One output batch, built a column at a time: what was decoded as Python lists, what
+    comes from the Kafka record taken from the input batch by row index (`take`), not copied
+    through Python objects. Every output row is a change or a dead letter of record `src`."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+        self.ops: list[str | None] = []
+        self.seqs: list[int | None] = []
+        self.rows: list[tuple | None] = []
+        self.event_times: list[Any] = []
+        self.src: list[int] = []  # the record each output row came from
+        self.kept: list[int | None] = []  # the record again where its columns are kept
+        self.errors: dict[int, DecodeError] = {}  # by output row
+        self._records: list[dict[str, Any]] | None = None
+
+    def record(self, index: int) -> dict[str, Any]:
+        """Record `index` of the batch as a dict (the batch is converted once, when first
+        asked: only metadata columns, a special time attribute or a dead letter need it)."""
+        if self._records is None:
+            self._records = self.batch.to_pylist()
+        return self._records[index]
+
+    def change(self, op: str, seq: int, row: tuple, event_time: Any, src: int,
+               keep_record: bool) -> None:  # fmt: skip
+        """A decoded change of record `src`; `keep_record` keeps that record's columns."""
+        self.ops.append(op)
+        self.seqs.append(seq)
+        self.rows.append(row)
+        self.event_times.append(event_time)
+        self.src.append(src)
+        self.kept.append(src if keep_record else None)
+
+    def dead_letter(self, error: DecodeError, src: int) -> None:
+        self.errors[len(self.ops)] = error
+        for column in (self.ops, self.seqs, self.rows, self.event_times):
+            column.append(None)
+        self.src.append(src)
+        self.kept.append(src)
+
+    def output(self, schema: pa.Schema) -> pa.RecordBatch:
+        n = len(self.ops)
+        src = pa.array(self.src, pa.int64())
+        kept = pa.array(self.kept, pa.int64()) if any(k is not None for k in self.kept) else None
+
+        def decoded(name: str, values: list) -> pa.Array:
+            return pa.array(values, schema.field(name).type)
+
+        def of_record(name: str) -> pa.Array:  # null where not kept (`take` of a null index)
+            column = self.batch.column(name)
+            return column.take(kept) if kept is not None else pa.nulls(n, column.type)
+
+        def of_error(name: str) -> pa.Array:
+            values = [None] * n
+            for at, error in self.errors.items():
+                values[at] = error.reason if name == "reason" else str(error)
+            return pa.array(values, pa.string())
+
+        columns = {
+            "op": decoded("op", self.ops), "seq": decoded("seq", self.seqs),
+            "row": decoded("row", self.rows), "timestamp": self.batch.column("timestamp").take(src),
+            "event_time": decoded("event_time", self.event_times),
+            "reason": of_error("reason"), "error": of_error("error"),
+        } | {name: of_record(name) for name in RECORD_COLUMNS}  # fmt: skip
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+class Tally(Protocol):
+    """Where dead letters are counted, by (input, reason): a Spark accumulator."""
+
+    def add(self, counts: dict[tuple[str, str], int]) -> None: ...
+
+
+# A record's metadata, by Flink's keys (`METADATA FROM 'timestamp'`): what an input's
+# `<SIDE>_METADATA` columns are filled with, and where a special time attribute is read.
+METADATA: dict[str, Callable[[Format, dict], Any]] = {
+    "timestamp": lambda _fmt, record: record["timestamp"],
+    "value.source.timestamp": lambda fmt, _record: _from_ms(getattr(fmt, "source_ts_ms", None)),
+    "partition": lambda _fmt, record: record["partition"],
+    "offset": lambda _fmt, record: record["offset"],
+    "topic": lambda _fmt, record: record["topic"],
+}
+# What a column filled with each key is declared as (Flink's Kafka and Debezium metadata).
+METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
+                  "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
+_SPECIAL_TIMES = {"kafka_timestamp": "timestamp", "source_ts_ms": "value.source.timestamp"}
+_RECORD_KEYS = {"timestamp", "partition", "offset", "topic"}
+
+
+def event_time_of(time: str, row_type: StructType) -> Callable[[Format, dict | None, tuple], Any]:
+    """How a change's event time is found: a column of the row, the Kafka record timestamp,
+    Debezium's `source.ts_ms`, or none (`proctime`)."""
+    if time in row_type.names:
+        index = row_type.names.index(time)
+        return lambda _fmt, _record, row: row[index]
+    if time in _SPECIAL_TIMES:
+        read = METADATA[_SPECIAL_TIMES[time]]
+        return lambda fmt, record, _row: read(fmt, record)
+    return lambda _fmt, _record, _row: None
+
+
+def metadata_filler(
+    metadata: tuple[tuple[str, str], ...], row_type: StructType
+) -> Callable[[Format, dict | None, tuple], tuple]:
+    """The row with its metadata columns (column, key) set from the record (as decoded, the
+    row has None there: the value does not carry them)."""
+    if not metadata:
+        return lambda _fmt, _record, row: row
+    setters = [(row_type.names.index(column), METADATA[key]) for column, key in metadata]
+
+    def fill(fmt: Format, record: dict | None, row: tuple) -> tuple:
+        values = list(row)
+        for index, read in setters:
+            values[index] = read(fmt, record)
+        return tuple(values)
+
+    return fill
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+
+
+def decoder(
+    make_format: Callable[[], Format],
+    row_type: StructType,
+    side: str,
+    time: str = "proctime",
+    dead: Tally | None = None,
+    letters: DeadLetterTopic | None = None,
+    keep_records: bool = False,
+    metadata: tuple[tuple[str, str], ...] = (),
+):
+    """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
+    `letters`, the records that cannot be decoded are written there once the input is exhausted
+    (and counted if written); without, they come out as dead-letter rows (and are counted).
+    `keep_records` keeps each change's Kafka record beside it (a later step may dead-letter it:
+    the lookup join's failed lookups). `metadata`: the
+    columns (column, key) filled from the record (`metadata_filler`)."""
+    schema = pa.schema(
+        [
+            pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
+            for f in decoded_schema(row_type)
+        ]
+    )
+    assert schema.field("headers").type == HEADER_TYPE
+
+    event_time = event_time_of(time, row_type)
+    with_metadata = metadata_filler(metadata, row_type)
+    # what is read off the Kafka record itself (Debezium's source time is in the value)
+    needs_record = time == "kafka_timestamp" or any(k in _RECORD_KEYS for _, k in metadata)
+
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        settle_worker()
+        fmt = make_format()
+        reasons: dict[tuple[str, str], int] = {}
+        undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
+        for batch in batches:
+            out = _Output(batch)
+            for src, (key, value, offset) in enumerate(zip(
+                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                batch.column("offset").to_pylist(), strict=True,
+            )):  # fmt: skip
+                try:
+                    changes = fmt.decode(key, value)
+                except DecodeError as error:
+                    if letters is None:
+                        out.dead_letter(error, src)
+                    else:
+                        letter = letters.letter(error, out.record(src))
+                        undecoded.setdefault(out.record(src)["partition"], []).append(letter)
+                    reasons[(side, error.reason)] = reasons.get((side, error.reason), 0) + 1
+                    continue
+                base = offset * SEQ_PER_RECORD
+                for i, (op, decoded) in enumerate(changes):
+                    record = out.record(src) if needs_record else None
+                    row = with_metadata(fmt, record, decoded) if metadata else decoded
+                    out.change(op, base + i, row, event_time(fmt, record, row), src, keep_records)
+            yield out.output(schema)
+        if letters is not None:
+            written = sum(letters.write(p, found) for p, found in undecoded.items())
+            if not written:  # by an earlier attempt of this batch, and counted then
+                reasons.clear()
+        if dead is not None and reasons:
+            dead.add(reasons)
+
+    return decode

@@ -1,0 +1,179 @@
+"""Input formats: one Kafka record in, zero or more typed change rows `(op, row)` out.
+
+- `json`: one JSON object per record, insert-only.
+- `upsert`: the record key is the primary key (a JSON object, also inside Kafka Connect's
+  schema envelope, or the bare value of a one-column key), the value the whole row as JSON, a
+  null value a delete: +U(row) or -D(key columns).
+- `debezium-json`: Debezium's envelope, with (`{"schema", "payload"}`) or without the Connect
+  schema: `c`/`r` -> +I(after), `u` -> -U(before) +U(after), `d` -> -D(before); the tombstone
+  after a delete is skipped. An update without a `before` image (REPLICA IDENTITY DEFAULT) comes
+  out as +U alone, and a delete whose `before` holds only the key as -D: the changelog
+  normalizer (keyed by the primary key) completes them from the last row it saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from serdes.records.schema import Column
+from serdes.records.values import Converter, DecodeError, converter
+from state.changes import RowKind
+
+Change = tuple[str, tuple[Any, ...]]
+
+
+def _json_text(value: bytes) -> str | bytes:
+    """The text `json.loads` would read in `value`: decoded here when it starts as an object in
+    UTF-8 (what `json.detect_encoding` concludes from a `{` and a second byte that is not 0),
+    which skips its detection per record; anything else is left to it."""
+    if value[:1] == b"{" and value[1:2] != b"\x00":
+        return value.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8
+    return value
+
+
+def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        data = json.loads(_json_text(value))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DecodeError("bad-json", str(err)) from None
+    if not isinstance(data, dict):
+        raise DecodeError("bad-json", f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+class RowBuilder:
+    """Builds a typed row tuple from a JSON object, in the declared column order."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+        self.columns = tuple(columns)
+        self.names = tuple(c.name for c in self.columns)
+        self.required = set(required)
+        self.plain = [converter(c.spark_type) for c in self.columns]
+        self._by_connect_schema: dict[str, list[Converter]] = {}
+
+    def converters(self, connect_fields: list[dict[str, Any]] | None) -> list[Converter]:
+        """Per-column converters, refined by the Connect schema of the fields when present."""
+        if not connect_fields:
+            return self.plain
+        cache_key = json.dumps(connect_fields, sort_keys=True)
+        found = self._by_connect_schema.get(cache_key)
+        if found is None:
+            by_name = {f.get("field"): f for f in connect_fields}
+            found = [converter(c.spark_type, by_name.get(c.name)) for c in self.columns]
+            self._by_connect_schema[cache_key] = found
+        return found
+
+    def build(self, data: dict[str, Any], converters: list[Converter]) -> tuple[Any, ...]:
+        values = []
+        for name, convert in zip(self.names, converters, strict=True):
+            raw = data.get(name)
+            if raw is None:
+                if name in self.required:
+                    raise DecodeError("missing-field", f"required field {name!r} is missing")
+                values.append(None)
+            else:
+                values.append(convert(raw))
+        return tuple(values)
+
+
+class JsonFormat:
+    """One JSON object per record; every record is an insert."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+        self.rows = RowBuilder(columns, required)
+
+    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+        data = _json_object(value)
+        if data is None:
+            raise DecodeError("null-value", "an insert-only JSON input has no deletes")
+        return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
+
+
+class DebeziumJsonFormat:
+    """Debezium change events as JSON, with or without the Connect schema envelope."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+        self.rows = RowBuilder(columns, required)
+        # A delete's `before` may hold only the key (REPLICA IDENTITY DEFAULT): the other
+        # columns are then not checked, the normalizer replaces the row.
+        self.key_only = RowBuilder(columns, ())
+        self.source_ts_ms: int | None = None
+
+    @staticmethod
+    def _row_schema(envelope_schema: dict[str, Any] | None, side: str) -> list | None:
+        for field in (envelope_schema or {}).get("fields", []):
+            if field.get("field") == side:
+                return field.get("fields")
+        return None
+
+    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+        data = _json_object(value)
+        if data is None:
+            return []  # the tombstone that follows a delete, for log compaction
+        payload = data.get("payload", data)
+        if not isinstance(payload, dict):
+            raise DecodeError("bad-envelope", "the Debezium payload is not an object")
+        schema = data.get("schema") if "payload" in data else None
+        return self.changes(payload, lambda side: self._row_schema(schema, side))
+
+    def changes(self, payload: dict[str, Any], connect_fields: Callable) -> list[Change]:
+        """The changes of one Debezium envelope; `connect_fields(side)` gives the Connect
+        schema of the `before` or `after` fields, if known. Keeps the envelope's
+        `source.ts_ms` (when the change happened in the database) for event time."""
+        source = payload.get("source")
+        self.source_ts_ms = source.get("ts_ms") if isinstance(source, dict) else None
+        op = payload.get("op")
+        before, after = payload.get("before"), payload.get("after")
+        if op in ("c", "r"):
+            return [(RowKind.INSERT, self._image(after, "after", connect_fields, self.rows))]
+        if op == "u":
+            updated = (RowKind.UPDATE_AFTER, self._image(after, "after", connect_fields, self.rows))
+            if before is None:
+                return [updated]
+            return [
+                (RowKind.UPDATE_BEFORE, self._image(before, "before", connect_fields, self.rows)),
+                updated,
+            ]
+        if op == "d":
+            return [(RowKind.DELETE, self._image(before, "before", connect_fields, self.key_only))]
+        raise DecodeError("unknown-op", f"Debezium op {op!r} is not one of c, r, u, d")
+
+    @staticmethod
+    def _image(image: Any, side: str, connect_fields: Callable, rows: RowBuilder) -> tuple:
+        if not isinstance(image, dict):
+            raise DecodeError("missing-field", f"the {side!r} image is missing")
+        return rows.build(image, rows.converters(connect_fields(side)))
+
+
+class UpsertJsonFormat:
+    """An upsert topic: key = primary key, value = row (JSON), null value = delete."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+        self.rows = RowBuilder(columns, required)
+        self.key_columns = list(required)
+
+    def _key(self, key: bytes | None) -> dict[str, Any]:
+        if key is None:
+            raise DecodeError("missing-key", "an upsert record needs its primary key as key")
+        try:
+            parsed = json.loads(key)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            parsed = None
+        if isinstance(parsed, dict):
+            # Kafka Connect's JsonConverter with schemas: {"schema": ..., "payload": {...}}
+            inner = parsed.get("payload") if "schema" in parsed else None
+            return inner if isinstance(inner, dict) else parsed
+        if len(self.key_columns) == 1:
+            return {self.key_columns[0]: parsed if parsed is not None else key.decode("utf-8")}
+        raise DecodeError("bad-key", f"expected a JSON object with {self.key_columns}")
+
+    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+        key_fields = self._key(key)
+        data = _json_object(value)
+        if data is None:
+            return [(RowKind.DELETE, self.rows.build(key_fields, self.rows.plain))]
+        return [(RowKind.UPDATE_AFTER, self.rows.build({**key_fields, **data}, self.rows.plain))]
