@@ -11,16 +11,19 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from app.config.env import KNOWN_VARIABLES, Config, ConfigError, load_config
+from app.config.env import Config, ConfigError, load_config
+from app.config.registry import VARIABLES
 from app.plan.planner import check_plan
 from app.run.preflight import StartupError, check_environment, check_kafka
 from ops.logging import setup_logging
 
-VARIABLES_HELP = (
-    "variables (see docs/configuration.md): " + ", ".join(sorted(KNOWN_VARIABLES))
-    + ", KAFKA_<PROPERTY> (Kafka client properties), SCHEMA_REGISTRY_<PROPERTY>, "
-    "SPARK_CONF_<KEY> (Spark properties)"
-)  # fmt: skip
+VARIABLES_HELP = "\n".join([
+    "variables (docs/configuration.md):",
+    *(f"  {variable.help}" for variable in VARIABLES.values()),
+    "  KAFKA_<PROPERTY>: a Kafka client property (KAFKA_SASL_MECHANISM: sasl.mechanism)",
+    "  SCHEMA_REGISTRY_<PROPERTY>: a schema registry client property",
+    "  SPARK_CONF_<KEY>: a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY)",
+])  # fmt: skip
 
 
 def _refused(err: Exception) -> int:
@@ -143,7 +146,12 @@ def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__, epilog=VARIABLES_HELP)
+    parser = argparse.ArgumentParser(
+        prog="streamjoin",
+        description=__doc__,
+        epilog=VARIABLES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"streamjoin {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the service, configured by environment variables")

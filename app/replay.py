@@ -30,7 +30,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
-from app.config.env import STATE_BUCKETS, InputConfig
+from app.config.env import InputConfig
 from app.run.joins import bucketed_join
 from app.run.pipeline import decode_input, join_input, row_type, timed_changes
 from app.run.projection import project
@@ -43,7 +43,13 @@ from serdes.records.schema import parse_schema
 from serdes.records.values import EPOCH
 from state.changes import RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
-from state.joins.specs import IntervalJoinSpec, RegularJoinSpec, SideSpec, TemporalJoinSpec
+from state.joins.specs import (
+    STATE_BUCKETS,
+    IntervalJoinSpec,
+    RegularJoinSpec,
+    SideSpec,
+    TemporalJoinSpec,
+)
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.config.env import ConfigError, ConfigErrors, load_config, parse_duration_ms
+from app.config.env import ConfigError, ConfigErrors, load_config
+from app.config.parsers import duration_ms as parse_duration_ms
 
 BASE = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker-1:9092,broker-2:9092",

@@ -10,37 +10,24 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyspark.sql.types import TimestampType
 
-from app.config.lookup import LOOKUP, LOOKUP_VARIABLES, LookupConfig, read_lookup
+from app.config.lookup import LookupConfig, read_lookup
 from app.config.redaction import shown_value
+from app.config.registry import LOG_LEVELS, LOOKUP, OWN_PREFIXES, VARIABLES
 from app.sql.ddl import SqlError
 from app.sql.query import SQL_VARIABLES, compile_script
 from serdes.records.decode import METADATA_TYPES
-from serdes.records.schema import Column, SchemaError, parse_schema
-from state.expr.condition import ConditionError, parse_condition
+from serdes.records.schema import Column, SchemaError
+from state.expr.condition import ConditionError
 
-INPUT_FORMATS = ("json", "avro-confluent", "debezium-json", "debezium-avro-confluent", "upsert")
-STATE_BUCKETS = 128  # the groups of keys a bucketed processor's state is kept in (replay)
-FORWARD = "forward"  # no join: both inputs forwarded, each record tagged with its side
-JOIN_TYPES = ("regular", "interval", "temporal", "temporal-proctime", "temporal-function", LOOKUP,
-              FORWARD)  # fmt: skip
-JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
-OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
-OUTPUT_FORMATS = ("json", "avro-confluent")
-OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
 TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
-AVAILABLE_NOW = "available-now"
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
 # Variables with a meaning of their own; every other KAFKA_* is a client property.
 _KAFKA_NAMED = {"KAFKA_BOOTSTRAP_SERVERS"}
 # Client properties the service sets itself, and the variable to use instead (None: none).
@@ -51,34 +38,6 @@ _KAFKA_OWN = {
     "enable.auto.commit": None,
     "isolation.level": None,
 }
-# The variables this service reads (besides KAFKA_*, SCHEMA_REGISTRY_* and SPARK_CONF_*).
-KNOWN_VARIABLES = frozenset(
-    {
-        "KAFKA_BOOTSTRAP_SERVERS", "CHECKPOINT_LOCATION", "SPARK_MASTER", "TRIGGER_INTERVAL",
-        "STARTING_OFFSETS", "MAX_RECORDS_PER_TRIGGER", "METRICS_PORT", "READINESS_TIMEOUT",
-        "JOIN_TYPE", "JOIN_KIND", "JOIN_ON", "JOIN_SELECT", "JOIN_STATE_BUCKETS", "STATE_TTL",
-        "OUTPUT_TOPIC", "DLQ_TOPIC", "OUTPUT_ENCODING", "OUTPUT_FORMAT", "OUTPUT_KEY",
-        "OUTPUT_DELIVERY", "OUTPUT_MARKER_TOPIC", "OUTPUT_TRANSACTIONAL_ID",
-        "SCHEMA_REGISTRY_URL", "LOG_LEVEL", *SQL_VARIABLES,
-    }
-    | {f"{side}_{name}" for side in ("LEFT", "RIGHT") for name in (
-        "TOPIC", "FORMAT", "SCHEMA", "PRIMARY_KEY", "TIME", "WATERMARK_DELAY", "METADATA")}
-    | LOOKUP_VARIABLES
-)  # fmt: skip
-# Prefixes of this service's own variables: an unknown name under one is a typo, not a setting.
-_OWN_PREFIXES = ("LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", "STATE_", "DLQ_", "TRIGGER_",
-                 "STARTING_", "MAX_RECORDS", "METRICS_", "READINESS_", "CHECKPOINT_",
-                 "LOOKUP_", "STREAMJOIN_")  # fmt: skip
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
-_UNIT_MS = {
-    "ms": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -226,6 +185,19 @@ class _Reader:
             self.fail(ConfigError(name, expected + detail, value))
             return None
 
+    def get(self, name: str, default: str | None = None) -> Any:
+        """The variable's value as the registry says to read it (`default` when its default is
+        computed); a bad or missing required one is kept in `errors` and read as None."""
+        variable = VARIABLES[name]
+        default = variable.default if default is None else default
+        if variable.choices:
+            return self.choice(name, variable.choices, default or "")
+        if variable.parse is None:
+            if variable.required:
+                return self.required(name, variable.expects)
+            return self.raw(name, default)
+        return self.parsed(name, variable.expects, variable.parse, default, variable.required)
+
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         value = (self.raw(name, default) or default).lower()
         if value not in choices:
@@ -233,90 +205,11 @@ class _Reader:
             return default
         return value
 
-    def topic(self, name: str, default: str | None = None) -> str:
-        value = self.raw(name, default)
-        if value is None or not _TOPIC_NAME.match(value):
-            self.fail(ConfigError(name, "a Kafka topic name ([A-Za-z0-9._-], 1-249 chars)", value))
-            return ""
-        return value
-
-
-def parse_duration_ms(text: str) -> int:
-    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, or `0`. A bare number other than 0 is refused:
-    Flink reads one as milliseconds and this service once read it as seconds, so neither
-    reading is safe to assume."""
-    match = _DURATION.match(text.lower())
-    if match and match.group(2) == "" and int(match.group(1)) == 0:
-        return 0
-    if not match or match.group(2) not in _UNIT_MS:
-        raise ValueError(text)
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise ValueError(text)
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(text)
-    return value
-
-
-def _bootstrap(text: str) -> str:
-    servers = [s.strip() for s in text.split(",")]
-    if not all(_HOST_PORT.match(s) for s in servers):
-        raise ValueError(text)
-    return ",".join(servers)
-
-
-def _column_list(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(","))
-    if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n) for n in names):
-        raise ValueError(text)
-    return names
-
-
-def _starting_offsets(text: str) -> str:
-    """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}` (-2 earliest, -1 latest)."""
-    if text.lower() in ("earliest", "latest"):
-        return text.lower()
-    spec = json.loads(text)
-    if not isinstance(spec, dict) or not all(
-        isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values())
-        for parts in spec.values()
-    ):
-        raise ValueError(text)
-    return text
-
-
-def _url(text: str) -> str:
-    if not re.match(r"^https?://[^\s/]+", text):
-        raise ValueError(text)
-    return text
-
-
-def _transactional_id(text: str) -> str:
-    if not _TOPIC_NAME.match(text):
-        raise ValueError(text)
-    return text
-
-
-def _trigger(text: str) -> int | None:
-    return None if text.lower() == AVAILABLE_NOW else parse_duration_ms(text)
-
-
-DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
-
 
 def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
     """The input's time attribute: a TIMESTAMP column (Flink's rowtime), or a special name."""
     name = f"{prefix}_TIME"
-    time = read.raw(name, "proctime") or "proctime"
+    time = read.get(name) or "proctime"
     if time in TIME_SPECIAL or not read.good(f"{prefix}_SCHEMA"):
         return time
     column = next((c for c in schema or () if c.name == time), None)
@@ -337,13 +230,9 @@ def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
 def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
     """One input's variables; without `topic`, the side is a table (the lookup join)."""
     prefix = side.upper()
-    schema = read.parsed(
-        f"{prefix}_SCHEMA", "a column list like 'id STRING, ts TIMESTAMP(3)'", parse_schema, None
-    )
+    schema = read.get(f"{prefix}_SCHEMA")
     names = {c.name for c in schema or ()}
-    primary_key = read.parsed(
-        f"{prefix}_PRIMARY_KEY", "a comma-separated list of column names", _column_list, None
-    )
+    primary_key = read.get(f"{prefix}_PRIMARY_KEY")
     if schema and primary_key and not set(primary_key) <= names:
         read.fail(ConfigError(
             f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
@@ -351,15 +240,12 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
     metadata = _metadata(read, prefix, schema)
     return InputConfig(
         side=side,
-        topic=read.topic(f"{prefix}_TOPIC") if topic else "",
-        format=read.choice(f"{prefix}_FORMAT", INPUT_FORMATS, "json"),
+        topic=(read.get(f"{prefix}_TOPIC") or "") if topic else "",
+        format=read.get(f"{prefix}_FORMAT"),
         schema=schema,
         primary_key=primary_key or (),
         time=_time(read, prefix, schema),
-        watermark_delay_ms=read.parsed(
-            f"{prefix}_WATERMARK_DELAY", DURATION, parse_duration_ms, "0"
-        )
-        or 0,
+        watermark_delay_ms=read.get(f"{prefix}_WATERMARK_DELAY") or 0,
         metadata=metadata,
     )
 
@@ -436,8 +322,8 @@ def _unknown_variables(read: _Reader) -> None:
     """A variable under one of this service's prefixes that it does not read is a typo (a
     setting silently ignored otherwise): refused, with the nearest name."""
     for name in read.env:
-        if name.startswith(_OWN_PREFIXES) and name not in KNOWN_VARIABLES:
-            near = difflib.get_close_matches(name, sorted(KNOWN_VARIABLES), n=1)
+        if name.startswith(OWN_PREFIXES) and name not in VARIABLES:
+            near = difflib.get_close_matches(name, sorted(VARIABLES), n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
             read.fail(ConfigError(name, f"a variable streamjoin reads{hint}",
                                   seen="streamjoin has no such variable"))  # fmt: skip
@@ -521,79 +407,56 @@ def load_config(env: Mapping[str, str]) -> Config:
     naming every bad variable."""
     env, origin = _compiled_sql(env)
     read = _Reader(env)
-    output_topic = read.topic("OUTPUT_TOPIC")
-    encoding = read.choice("OUTPUT_ENCODING", OUTPUT_ENCODINGS, "retract")
-    output_key = read.parsed(
-        "OUTPUT_KEY", "a comma-separated list of output column names", _column_list, None
-    )
+    output_topic = read.get("OUTPUT_TOPIC") or ""
+    encoding = read.get("OUTPUT_ENCODING")
+    output_key = read.get("OUTPUT_KEY")
     if encoding == "upsert" and not output_key and read.good("OUTPUT_KEY"):
         read.fail(ConfigError("OUTPUT_KEY", "the unique key columns when OUTPUT_ENCODING=upsert"))
     on = read.raw("JOIN_ON")
-    read.parsed("JOIN_ON", "a condition over L and R like 'L.id = R.id'", parse_condition, None)
-    checkpoint_location = read.required(
-        "CHECKPOINT_LOCATION", "a directory or URI for Spark checkpoints"
-    )
+    read.get("JOIN_ON")
+    checkpoint_location = read.get("CHECKPOINT_LOCATION")
     # Stable for one deployment (its output and checkpoint), distinct between deployments.
     query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
-    join_type = read.choice("JOIN_TYPE", JOIN_TYPES, "regular")
+    join_type = read.get("JOIN_TYPE")
     left, right = _input(read, "left"), _input(read, "right", topic=join_type != LOOKUP)
     output = OutputConfig(
         topic=output_topic,
-        dlq_topic=read.topic("DLQ_TOPIC", f"{output_topic}.dlq"),
+        dlq_topic=read.get("DLQ_TOPIC", f"{output_topic}.dlq") or "",
         encoding=encoding,
-        format=read.choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json"),
+        format=read.get("OUTPUT_FORMAT"),
         key=output_key or (),
-        delivery=read.choice("OUTPUT_DELIVERY", OUTPUT_DELIVERIES, "exactly-once"),
-        marker_topic=read.topic("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers"),
-        transactional_id=read.parsed(
-            "OUTPUT_TRANSACTIONAL_ID",
-            "a name of letters, digits, '.', '_' or '-', unique per deployment",
-            _transactional_id,
-            f"streamjoin-{output_topic}-{query_id}",
-        ) or "",
+        delivery=read.get("OUTPUT_DELIVERY"),
+        marker_topic=read.get("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers") or "",
+        transactional_id=read.get("OUTPUT_TRANSACTIONAL_ID",
+                                  f"streamjoin-{output_topic}-{query_id}") or "",
     )  # fmt: skip
     _distinct_topics(read, left.topic, right.topic, output)
-    starting_offsets = read.parsed(
-        "STARTING_OFFSETS", 'earliest, latest or JSON like {"topic": {"0": 42}}',
-        _starting_offsets, "earliest",
-    )  # fmt: skip
+    starting_offsets = read.get("STARTING_OFFSETS")
     _starting_topics(read, starting_offsets, {left.topic, right.topic} - {""})
-    lookup = read_lookup(read, parse_duration_ms, _positive_int) if join_type == LOOKUP else None
+    lookup = read_lookup(read) if join_type == LOOKUP else None
     _unknown_variables(read)
     config = Config(
-        bootstrap_servers=read.parsed(
-            "KAFKA_BOOTSTRAP_SERVERS", "host:port[,host:port...]", _bootstrap, None, required=True
-        ) or "",
+        bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",
         left=left,
         right=right,
         join=JoinConfig(
             type=join_type,
-            kind=read.choice("JOIN_KIND", JOIN_KINDS, "inner"),
+            kind=read.get("JOIN_KIND"),
             on=on,
-            select=read.raw("JOIN_SELECT"),
-            state_ttl_ms=read.parsed(
-                "STATE_TTL", DURATION + " (0 keeps state forever)", parse_duration_ms, "0"
-            ) or 0,
-            state_buckets=read.parsed(
-                "JOIN_STATE_BUCKETS", "a positive whole number", _positive_int, None
-            ),
+            select=read.get("JOIN_SELECT"),
+            state_ttl_ms=read.get("STATE_TTL") or 0,
+            state_buckets=read.get("JOIN_STATE_BUCKETS"),
         ),
         output=output,
         checkpoint_location=checkpoint_location,
-        spark_master=read.raw("SPARK_MASTER", "local[*]") or "local[*]",
-        trigger_interval_ms=read.parsed(
-            "TRIGGER_INTERVAL", f"{DURATION}, 0 (back to back) or {AVAILABLE_NOW}", _trigger, "1s"
-        ),
+        spark_master=read.get("SPARK_MASTER") or "local[*]",
+        trigger_interval_ms=read.get("TRIGGER_INTERVAL"),
         starting_offsets=starting_offsets or "earliest",
-        max_records_per_trigger=read.parsed(
-            "MAX_RECORDS_PER_TRIGGER", "a positive whole number", _positive_int, None
-        ),
-        metrics_port=read.parsed("METRICS_PORT", "a port number 0-65535", _port, "9464") or 0,
-        readiness_timeout_ms=read.parsed(
-            "READINESS_TIMEOUT", DURATION, parse_duration_ms, "10m"
-        ) or 0,
+        max_records_per_trigger=read.get("MAX_RECORDS_PER_TRIGGER"),
+        metrics_port=read.get("METRICS_PORT") or 0,
+        readiness_timeout_ms=read.get("READINESS_TIMEOUT") or 0,
         kafka_properties=_client_properties(read, "KAFKA_", _KAFKA_NAMED),
-        schema_registry_url=read.parsed("SCHEMA_REGISTRY_URL", "an http(s):// URL", _url, None),
+        schema_registry_url=read.get("SCHEMA_REGISTRY_URL"),
         schema_registry_properties=_client_properties(
             read, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}
         ),

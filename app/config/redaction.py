@@ -1,9 +1,10 @@
 """Which configuration values are secrets, and how they are kept out of what the service prints.
 
-A value is secret when its variable's name says so (a password, a key, a token, credentials,
-JAAS configuration, a registry's user info). Printed configuration masks those; Spark's own
-redaction (its plan strings, its UI, its logs) is given the same pattern for its properties and
-for the data source options the Kafka clients' properties travel in.
+A value is secret when the registry says its variable is one (`app.config.registry`), or, for
+the client and Spark properties passed through, when its name says so (a password, a key, a
+token, credentials, JAAS configuration, a registry's user info). Printed configuration masks
+those; Spark's own redaction (its plan strings, its UI, its logs) is given the same pattern for
+its properties and for the data source options the Kafka clients' properties travel in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import re
 from collections.abc import Collection, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
+from app.config.registry import PROPERTY_PREFIXES, VARIABLES
+
 # Java regex syntax and Python's alike; matched against a name anywhere (Spark: `find`).
 SECRET_NAMES = (
     r"(?i)password|secret|token|credential|jaas|user[._]?info|private|"
@@ -19,11 +22,11 @@ SECRET_NAMES = (
 )
 _SECRET = re.compile(SECRET_NAMES)
 MASK = "*********(redacted)"
-_PREFIXES = ("KAFKA_", "SCHEMA_REGISTRY_", "SPARK_CONF_")
 
 
 def is_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
+    variable = VARIABLES.get(name)
+    return variable.secret if variable is not None else bool(_SECRET.search(name))
 
 
 def without_user_info(url: str) -> str:
@@ -48,7 +51,7 @@ def shown_variables(env: Mapping[str, str], known: Collection[str]) -> dict[str,
     each as `shown_value` prints it."""
     shown = {}
     for name in sorted(env):
-        if name not in known and not name.startswith(_PREFIXES):
+        if name not in known and not name.startswith(PROPERTY_PREFIXES):
             continue
         shown[name] = shown_value(name, env[name])
     return shown

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.config.env import FORWARD, KNOWN_VARIABLES, Config, InputConfig, with_sql
+from app.config.env import Config, InputConfig, with_sql
 from app.config.redaction import shown_variables, without_user_info
+from app.config.registry import FORWARD, VARIABLES
 from app.plan.planner import join_spec, normalized, produces_updates, upsert_materialized
 from app.run.lookup import table_lookup
 from app.sql.query import SQL_TEXT
@@ -145,7 +146,7 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
         lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")
     lines.append("configuration:")
-    shown = shown_variables(with_sql(env), KNOWN_VARIABLES)
+    shown = shown_variables(with_sql(env), VARIABLES)
     if SQL_TEXT in shown:  # the script is what the variables beside it say
         shown[SQL_TEXT] = f"<{len(env[SQL_TEXT].strip().splitlines())} lines of Flink SQL>"
     lines += [f"  {name}={value}" for name, value in shown.items()]

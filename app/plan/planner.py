@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.config.env import FORWARD, Config, ConfigError, InputConfig, raise_all, traced
-from app.config.lookup import LOOKUP
+from app.config.env import Config, ConfigError, InputConfig, raise_all, traced
+from app.config.registry import (
+    AVRO_FORMATS,
+    CHANGELOG_FORMATS,
+    FORWARD,
+    INSERT_ONLY_FORMATS,
+    LOOKUP,
+)
 from app.plan.condition_check import condition_problem
 from app.run.projection import select_expressions, selected_columns
 from state.expr.condition import ConditionError, parse_condition
@@ -26,10 +32,6 @@ from state.joins.specs import (
 JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 
-AVAILABLE_FORMATS = ("json", "debezium-json", "upsert", "avro-confluent", "debezium-avro-confluent")
-AVRO_FORMATS = ("avro-confluent", "debezium-avro-confluent")
-NORMALIZED_FORMATS = ("debezium-json", "debezium-avro-confluent", "upsert")
-INSERT_ONLY_FORMATS = ("json", "avro-confluent")
 OUTER_KINDS = ("inner", "left", "right", "full")
 
 
@@ -56,7 +58,7 @@ def normalized(source: InputConfig) -> bool:
     inputs always, Debezium inputs when they declare a key. Without one, Flink takes a Debezium
     input's changes as they come (the joins then keep its rows as a multiset), and so do we."""
     return source.format == "upsert" or (
-        source.format in NORMALIZED_FORMATS and bool(source.primary_key)
+        source.format in CHANGELOG_FORMATS and bool(source.primary_key)
     )
 
 
@@ -158,8 +160,8 @@ def _temporal_errors(config: Config) -> Iterator[ConfigError]:
     if not right.primary_key:
         yield ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
                           "looks up versions of")  # fmt: skip
-    if kind == "temporal" and right.format not in NORMALIZED_FORMATS:
-        yield ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(NORMALIZED_FORMATS)
+    if kind == "temporal" and right.format not in CHANGELOG_FORMATS:
+        yield ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(CHANGELOG_FORMATS)
                           + ") for the versioned table; an append-only history is "
                           "JOIN_TYPE=temporal-function", right.format)  # fmt: skip
     if kind == "temporal-function" and right.format not in INSERT_ONLY_FORMATS:
@@ -178,9 +180,6 @@ def _temporal_errors(config: Config) -> Iterator[ConfigError]:
 
 def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
     prefix = source.side.upper()
-    if source.format not in AVAILABLE_FORMATS:
-        yield ConfigError(f"{prefix}_FORMAT", "one of " + "|".join(AVAILABLE_FORMATS),
-                          source.format)  # fmt: skip
     if not source.schema:
         yield ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
     if source.format in AVRO_FORMATS and not config.schema_registry_url:

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructField, StructType
 
-from app.config.env import FORWARD, Config, InputConfig
-from app.config.lookup import LOOKUP
-from app.plan.planner import AVRO_FORMATS, JoinSpec, join_spec, normalized, upsert_materialized
+from app.config.env import Config, InputConfig
+from app.config.registry import AVRO_FORMATS, FORWARD, LOOKUP
+from app.plan.planner import JoinSpec, join_spec, normalized, upsert_materialized
 from app.run.checkpoint import check_state_record, read_tasks, shuffle_partitions, state_buckets
 from app.run.joins import bucketed_join, materialized_upserts
 from app.run.projection import project
@@ -44,12 +44,12 @@ from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
 TOPICS_TIMEOUT_S = 30.0
-FORMATS = {
+FORMATS = {  # the decoder of each input format, in the registry's order
     "json": JsonFormat,
-    "debezium-json": DebeziumJsonFormat,
-    "upsert": UpsertJsonFormat,
     "avro-confluent": AvroConfluentFormat,
+    "debezium-json": DebeziumJsonFormat,
     "debezium-avro-confluent": DebeziumAvroFormat,
+    "upsert": UpsertJsonFormat,
 }
 
 

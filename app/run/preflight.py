@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from app.config.env import FORWARD, Config
+from app.config.env import Config
+from app.config.registry import FORWARD
 
 METADATA_TIMEOUT_S = 10.0
 

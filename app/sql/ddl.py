@@ -13,14 +13,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.config.parsers import duration_ms
 from app.config.redaction import is_secret
+from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.records.decode import METADATA_TYPES
+from state.expr.interval_bounds import INTERVAL_UNIT_MS
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
-_UNITS_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000,
-             "DAY": 86_400_000}  # fmt: skip
-_FORMATS = {"json": "json", "avro-confluent": "avro-confluent", "debezium-json": "debezium-json",
-            "debezium-avro-confluent": "debezium-avro-confluent"}  # fmt: skip
+# Flink's format names are the service's (`upsert` is a connector in Flink, not a format)
+_FORMATS = [name for name in INPUT_FORMATS if name != "upsert"]
 _STARTUP = {"earliest-offset": "earliest", "latest-offset": "latest"}
 # Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
 _IGNORED = {"properties.group.id", "value.fields-include", "sink.partitioner"}
@@ -165,7 +166,7 @@ CREATE_TABLE = re.compile(
 )
 _WATERMARK = re.compile(rf"^WATERMARK\s+FOR\s+({_NAME})\s+AS\s+(.+)$", re.I | re.S)
 _DELAY = re.compile(
-    rf"^({_NAME})(?:\s*-\s*INTERVAL\s*'(\d+)'\s*(MILLISECOND|SECOND|MINUTE|HOUR|DAY)S?(?:\(\d\))?)?$",
+    rf"^({_NAME})(?:\s*-\s*INTERVAL\s*'(\d+)'\s*({'|'.join(INTERVAL_UNIT_MS)})S?(?:\(\d\))?)?$",
     re.I,
 )
 _KEY = re.compile(
@@ -226,7 +227,7 @@ def _column(table: Table, item: str) -> None:
         if delay is None or unquote(delay[1]) != unquote(match[1]):
             raise SqlError(line, f"{where}: WATERMARK … AS {match[2].strip()} is not supported "
                            f"(only {match[1]}, or {match[1]} - INTERVAL 'n' <unit>)")  # fmt: skip
-        delay_ms = int(delay[2]) * _UNITS_MS[delay[3].upper()] if delay[2] else 0
+        delay_ms = int(delay[2]) * INTERVAL_UNIT_MS[delay[3].upper()] if delay[2] else 0
         table.watermark = (unquote(match[1]), delay_ms)
     elif match := _KEY.match(item):
         if not match[2]:
@@ -346,7 +347,7 @@ def _format(options: _Options, upsert: bool) -> str:
     if value not in _FORMATS:
         raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not supported "
                        "(one of " + ", ".join(_FORMATS) + ")")  # fmt: skip
-    return _FORMATS[value]
+    return value
 
 
 def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
@@ -405,10 +406,11 @@ def output_table(table: Table, out: Compiled) -> None:
         out.set("OUTPUT_ENCODING", "debezium-json", line)
     else:
         out.set("OUTPUT_ENCODING", "append", line)
-    if value not in ("json", "avro-confluent", "debezium-json"):
+    formats = (*OUTPUT_FORMATS, "debezium-json")  # the last an encoding, as Flink sees it
+    if value not in formats:
         raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not an output "
-                       "format (json, avro-confluent, debezium-json)")  # fmt: skip
-    out.set("OUTPUT_FORMAT", "avro-confluent" if value == "avro-confluent" else "json", line)
+                       "format (" + ", ".join(formats) + ")")  # fmt: skip
+    out.set("OUTPUT_FORMAT", value if value in OUTPUT_FORMATS else "json", line)
     if key_fields and connector == "kafka":
         out.set("OUTPUT_KEY", ",".join(k.strip() for k in key_fields.split(";")), line)
     guarantee = options.take("sink.delivery-guarantee")
@@ -425,18 +427,8 @@ def output_table(table: Table, out: Compiled) -> None:
     options.refuse_rest()
 
 
-_LOOKUP_OPTIONS = {
-    "lookup.cache": "LOOKUP_CACHE",
-    "lookup.partial-cache.max-rows": "LOOKUP_PARTIAL_CACHE_MAX_ROWS",
-    "lookup.partial-cache.expire-after-write": "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE",
-    "lookup.partial-cache.expire-after-access": "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
-    "lookup.partial-cache.cache-missing-key": "LOOKUP_PARTIAL_CACHE_CACHE_MISSING_KEY",
-    "lookup.full-cache.periodic-reload.interval": "LOOKUP_FULL_CACHE_RELOAD_INTERVAL",
-    "lookup.max-retries": "LOOKUP_MAX_RETRIES",
-    "lookup.async": "LOOKUP_ASYNC",
-}
-_DURATIONS = {"LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE", "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS",
-              "LOOKUP_FULL_CACHE_RELOAD_INTERVAL"}  # fmt: skip
+# Flink's `lookup.*` options, each the variable it stands for (`app.config.registry`)
+_LOOKUP_OPTIONS = flink_options("lookup.")
 
 
 def jdbc_table(table: Table, out: Compiled) -> None:
@@ -461,5 +453,6 @@ def jdbc_table(table: Table, out: Compiled) -> None:
     for key, variable in _LOOKUP_OPTIONS.items():
         value = options.take(key)
         if value is not None:
-            out.set(variable, duration(value) if variable in _DURATIONS else value, line)
+            takes_duration = VARIABLES[variable].parse is duration_ms
+            out.set(variable, duration(value) if takes_duration else value, line)
     options.refuse_rest()

@@ -16,7 +16,8 @@ from sqlglot import exp
 
 from state.expr.condition import ConditionError, JoinCondition, split_condition
 
-_UNIT_MS = {
+# Flink SQL's interval units (`INTERVAL '5' SECOND`), in milliseconds
+INTERVAL_UNIT_MS = {
     "MILLISECOND": 1,
     "SECOND": 1000,
     "MINUTE": 60_000,
@@ -44,9 +45,9 @@ class IntervalCondition:
 def _interval_ms(node: exp.Interval) -> int:
     unit = node.unit.name.upper() if node.unit is not None else ""
     unit = unit[:-1] if unit.endswith("S") else unit
-    if unit not in _UNIT_MS or not isinstance(node.this, exp.Literal):
+    if unit not in INTERVAL_UNIT_MS or not isinstance(node.this, exp.Literal):
         raise ConditionError(f"{node.sql()!r}: expected INTERVAL 'n' DAY|HOUR|MINUTE|SECOND")
-    return int(Decimal(node.this.this) * _UNIT_MS[unit])
+    return int(Decimal(node.this.this) * INTERVAL_UNIT_MS[unit])
 
 
 def _time_offset(node: exp.Expression, times: dict[str, str]) -> tuple[str, int] | None:

@@ -28,6 +28,9 @@ from state.joins.views import View, new_view
 from state.store.retention import FOREVER, Retention
 
 PROCTIME = "proctime"  # the time attribute of processing time
+# Key buckets of a join whose plan gives none (`streamjoin replay`, the tests): the service's
+# own default depends on its state partitions (`app.run.checkpoint.state_buckets`).
+STATE_BUCKETS = 128
 # The clock a stateful operator runs on: the watermark, the wall clock, or none
 Clock = Literal["event", "processing", "none"]
 
@@ -78,7 +81,7 @@ class RegularJoinSpec(JoinSpec):
     left: SideSpec
     right: SideSpec
     state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
-    buckets: int = 128
+    buckets: int = STATE_BUCKETS
 
     @property
     def clock(self) -> Clock:
@@ -122,7 +125,7 @@ class IntervalJoinSpec(JoinSpec):
     right: SideSpec
     left_time: str
     right_time: str
-    buckets: int = 128
+    buckets: int = STATE_BUCKETS
 
     @property
     def clock(self) -> Clock:
@@ -153,7 +156,7 @@ class TemporalJoinSpec(JoinSpec):
     left: SideSpec
     right: SideSpec
     left_time: str
-    buckets: int = 128
+    buckets: int = STATE_BUCKETS
 
     @property
     def clock(self) -> Clock:

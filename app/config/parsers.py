@@ -1,0 +1,115 @@
+"""How a variable's text becomes its value: each parser raises ValueError for text it refuses.
+
+Durations follow one rule everywhere (variables, Flink SQL options): a number with its unit, `0`
+the only bare number, since Flink reads a bare number as milliseconds where this service once
+read seconds, so neither reading is safe to assume.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
+AVAILABLE_NOW = "available-now"
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+_UNIT_MS = {
+    "ms": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "second": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+_POSTGRES_URL = re.compile(r"^postgres(ql)?://[^\s/:@]+@[^\s/]+/[^\s/?]+$")
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
+
+
+def duration_ms(text: str) -> int:
+    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, or `0`."""
+    match = _DURATION.match(text.lower())
+    if match and match.group(2) == "" and int(match.group(1)) == 0:
+        return 0
+    if not match or match.group(2) not in _UNIT_MS:
+        raise ValueError(text)
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def trigger_ms(text: str) -> int | None:
+    """A micro-batch interval, or None for `available-now`."""
+    return None if text.lower() == AVAILABLE_NOW else duration_ms(text)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def whole(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(text)
+    return value
+
+
+def bootstrap(text: str) -> str:
+    servers = [s.strip() for s in text.split(",")]
+    if not all(_HOST_PORT.match(s) for s in servers):
+        raise ValueError(text)
+    return ",".join(servers)
+
+
+def column_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n) for n in names):
+        raise ValueError(text)
+    return names
+
+
+def starting_offsets(text: str) -> str:
+    """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}` (-2 earliest, -1 latest)."""
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    spec = json.loads(text)
+    if not isinstance(spec, dict) or not all(
+        isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values())
+        for parts in spec.values()
+    ):
+        raise ValueError(text)
+    return text
+
+
+def http_url(text: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", text):
+        raise ValueError(text)
+    return text
+
+
+def kafka_name(text: str) -> str:
+    """A topic name, or a transactional id: Kafka's legal characters."""
+    if not TOPIC_NAME.match(text):
+        raise ValueError(text)
+    return text
+
+
+def postgres_url(text: str) -> str:
+    """`postgresql://user@host:port/db`, with no password in it."""
+    if not _POSTGRES_URL.match(text) or ":" in text.split("://", 1)[1].split("@", 1)[0]:
+        raise ValueError(text)
+    return text
+
+
+def table_name(text: str) -> str:
+    if not _TABLE.match(text):
+        raise ValueError(text)
+    return text
