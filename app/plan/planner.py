@@ -28,6 +28,7 @@ from state.joins.specs import (
     SideSpec,
     TemporalJoinSpec,
 )
+from state.spark.columns import side_column
 
 JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
@@ -77,8 +78,8 @@ def output_columns(config: Config, spec: JoinSpec) -> dict[str, str | None]:
     or None if it is computed."""
     if config.join.select:
         return selected_columns(config.join.select)
-    names = [f"L_{c}" for c in spec.left.fields]
-    names += [f"R_{c}" for c in spec.right.fields] if spec.projects_right else []
+    names = [side_column(0, c) for c in spec.left.fields]
+    names += [side_column(1, c) for c in spec.right.fields] if spec.projects_right else []
     return {name: name for name in names}
 
 
@@ -99,7 +100,7 @@ def upsert_materialized(config: Config) -> bool:
     left_whole = spec.kind in ("inner", "left", "semi", "anti")
     right_whole = spec.kind in ("inner", "right")
     holds_join_key = all(
-        (left_whole and f"L_{a}" in held) or (right_whole and f"R_{b}" in held)
+        (left_whole and side_column(0, a) in held) or (right_whole and side_column(1, b) in held)
         for a, b in spec.equi_keys
     )
     return not (holds_join_key or _keyed_by_a_fixed_row(config, spec, held))
@@ -114,7 +115,7 @@ def _keyed_by_a_fixed_row(config: Config, spec: JoinSpec, held: set[str | None])
     left = (
         config.left.format in INSERT_ONLY_FORMATS
         and bool(config.left.primary_key)
-        and all(f"L_{c}" in held for c in config.left.primary_key)
+        and all(side_column(0, c) in held for c in config.left.primary_key)
         and (
             semi or (bool(config.right.primary_key) and set(config.right.primary_key) <= right_keys)
         )
@@ -123,7 +124,7 @@ def _keyed_by_a_fixed_row(config: Config, spec: JoinSpec, held: set[str | None])
         not semi
         and config.right.format in INSERT_ONLY_FORMATS
         and bool(config.right.primary_key)
-        and all(f"R_{c}" in held for c in config.right.primary_key)
+        and all(side_column(1, c) in held for c in config.right.primary_key)
         and bool(config.left.primary_key)
         and set(config.left.primary_key) <= left_keys
     )

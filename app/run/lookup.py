@@ -52,6 +52,7 @@ from state.joins.lookup import (
     PartialCache,
     Row,
 )
+from state.spark.columns import side_column
 
 
 def with_table(config: Config) -> Config:
@@ -134,8 +135,8 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     right_type = StructType([StructField(c.name, c.spark_type) for c in config.right.schema or ()])
     out_type = StructType(
         [StructField("op", StringType(), False)]
-        + [StructField(f"L_{f.name}", f.dataType) for f in left_type]
-        + [StructField(f"R_{f.name}", f.dataType) for f in right_type]
+        + [StructField(side_column(0, f.name), f.dataType) for f in left_type]
+        + [StructField(side_column(1, f.name), f.dataType) for f in right_type]
     )
     arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
                        for f in out_type])  # fmt: skip

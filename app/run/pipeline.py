@@ -40,6 +40,7 @@ from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema,
 from serdes.records.encode import KEY_COLUMN, as_json, encode
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.changes import RowKind
+from state.spark.columns import side_column
 from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
@@ -196,7 +197,9 @@ def join_input(changes: DataFrame, source: InputConfig, left: StructType, right:
 def _join_key(spec: JoinSpec) -> Column:
     """The output record key: the join key, so all changes of one key share a partition."""
     parts = [
-        F.coalesce(F.col(f"L_{a}"), F.col(f"R_{b}")) if spec.projects_right else F.col(f"L_{a}")
+        F.coalesce(F.col(side_column(0, a)), F.col(side_column(1, b)))
+        if spec.projects_right
+        else F.col(side_column(0, a))
         for a, b in spec.equi_keys
     ]
     return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
