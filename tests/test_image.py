@@ -81,6 +81,8 @@ def test_the_image_joins_two_topics_as_a_non_root_user_under_tini(
         "LEFT_SCHEMA": "order_id STRING, product_id STRING",
         "RIGHT_SCHEMA": "product_id STRING, name STRING",
         "JOIN_ON": "L.product_id = R.product_id", "JOIN_SELECT": "L.order_id, R.name",
+        # spelled as a variable name: read through Spark's key list, which the image must ship
+        "SPARK_CONF_SPARK_SQL_SHUFFLE_PARTITIONS": "2",
     }  # fmt: skip
     flags = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     started = subprocess.run(
