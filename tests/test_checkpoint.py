@@ -147,6 +147,22 @@ def test_a_new_checkpoint_takes_eight_buckets_per_partition_an_old_one_keeps_its
     assert state_buckets(spark, checkpoint) == 128
 
 
+def test_a_record_a_crash_cut_short_before_the_first_batch_is_written_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A service killed while writing the record left it empty, and every later start failed
+    on it; a record is now written whole, and an empty one (no batch yet) is written again."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "streamjoin-state.json").write_text("")
+    assert state_buckets(spark, str(checkpoint)) == 8 * 2
+    check_state_record(spark, str(checkpoint), {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 16})
+    assert state_buckets(spark, str(checkpoint)) == 16
+    assert sorted(p.name for p in checkpoint.iterdir() if not p.name.endswith(".crc")) == [
+        "streamjoin-state.json"
+    ]
+
+
 def test_a_new_checkpoint_is_read_by_a_task_per_state_partition_an_old_one_per_kafka_partition(
     spark: SparkSession, tmp_path: Path
 ) -> None:

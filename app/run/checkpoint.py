@@ -65,9 +65,30 @@ def _record(spark: SparkSession, location: str) -> dict[str, Any] | None:
         return None
     stream = fs.open(path)
     try:
-        return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
+    # Empty: a crash cut its writing short (before records were written whole, by rename), which
+    # only happens before a first batch: a start then writes it again.
+    return json.loads(text) if text.strip() else None
+
+
+def _write_record(spark: SparkSession, location: str, record: dict[str, Any]) -> None:
+    """Write the record whole or not at all: to a file of its own, then renamed over the old
+    one, so a crash leaves the old record, or none, never a part of one (which made every
+    later start fail)."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
+    written = jvm.org.apache.hadoop.fs.Path(location, f"{STATE_RECORD}.tmp")
+    fs = _filesystem(spark, path)
+    stream = fs.create(written, True)
+    try:
+        stream.write(bytearray(json.dumps(record, sort_keys=True).encode()))
+    finally:
+        stream.close()
+    fs.delete(path, False)  # Hadoop's rename does not replace a file
+    if not fs.rename(written, path):
+        raise OSError(f"could not rename {written} to {path}")
 
 
 # Key buckets per state partition, for a new checkpoint when JOIN_STATE_BUCKETS is unset. Spark
@@ -98,16 +119,10 @@ def check_state_record(
     is read. A checkpoint with batches but no record was written before the format was recorded
     (format 1, pickled objects).
     """
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
     wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings}
     if _latest_offsets_entry(spark, location) is None:
-        path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
-        stream = _filesystem(spark, path).create(path, True)
-        try:
-            stream.write(bytearray(json.dumps(wanted, sort_keys=True).encode()))
-        finally:
-            stream.close()
+        _write_record(spark, location, wanted)
         return
     recorded = _record(spark, location)
     if recorded is None:
