@@ -30,7 +30,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
-from app.config.env import InputConfig
+from app.config.env import InputConfig, JoinConfig
 from app.run.joins import bucketed_join
 from app.run.pipeline import decode_input, join_input, row_type, timed_changes
 from app.run.projection import project
@@ -263,8 +263,10 @@ def _marks(raw: DataFrame, source: InputConfig) -> DataFrame:
     )  # fmt: skip
 
 
-def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], tally: Any) -> DataFrame:
-    """Both inputs decoded, under their watermarks and normalized, as `streamjoin run` does."""
+def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], join: JoinConfig,
+             tally: Any) -> DataFrame:  # fmt: skip
+    """Both inputs decoded, under their watermarks and normalized where `join` needs it, as
+    `streamjoin run` does with a new checkpoint."""
     types = [row_type(s) for s in sources]
     sides = []
     for index, source in enumerate(sources):
@@ -275,7 +277,7 @@ def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], tally: An
         timed = timed_changes(decoded, source).where(
             (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
         )
-        sides.append(join_input(timed, source, *types, STATE_BUCKETS))
+        sides.append(join_input(timed, source, *types, join, STATE_BUCKETS))
     return sides[0].unionByName(sides[1])
 
 
@@ -345,7 +347,9 @@ def run_case(
     _staged(spark, fed[0], work, 0)
     raw = spark.readStream.schema(RECORDS_SCHEMA).option("maxFilesPerTrigger", 1)
     dead = spark.sparkContext.accumulator({}, CountsByLabel())
-    changes = _changes(raw.parquet(str(work / "input")), sources, dead)
+    join_config = JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
+                             join.get("on"), join.get("select"), 0)  # fmt: skip
+    changes = _changes(raw.parquet(str(work / "input")), sources, join_config, dead)
     output = _join_output(case, changes, *(row_type(s) for s in sources))
     collected: list = []
     query = (

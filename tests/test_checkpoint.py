@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config.env import load_config
+from app.run import checkpoint as checkpoints
 from app.run.checkpoint import (
     SHUFFLE_PARTITIONS,
     STATE_RECORD,
@@ -126,6 +127,27 @@ def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
     # an upsert materializer's state, keyed by the output key, would be new to this checkpoint
     with pytest.raises(StartupError, match=r"^OUTPUT_KEY: id, .*OUTPUT_KEY=\(none\): set it"):
         check_state_record(spark, checkpoint, {**layout, "OUTPUT_KEY": "id"})
+
+
+def test_a_temporal_join_made_behind_a_versioned_table_normalizer_keeps_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A versioned table's changes reach a new temporal join as they come; a checkpoint made
+    while a normalizer stood in front of it holds that normalizer's state, and the join's
+    deletes rely on it: it keeps the plan it was made with."""
+    layout = {"JOIN_TYPE": "temporal", "JOIN_STATE_BUCKETS": 16}
+    new = str(tmp_path / "new" / "checkpoint")
+    assert not checkpoints.normalizes_versions(spark, new)
+    check_state_record(spark, new, layout | checkpoints.VERSIONS_AS_IS)
+    checkpoint_of_a_stateful_query(spark, tmp_path / "new", partitions=2)
+    assert not checkpoints.normalizes_versions(spark, new)
+    check_state_record(spark, new, layout | checkpoints.VERSIONS_AS_IS)  # a restart
+
+    old = str(tmp_path / "old" / "checkpoint")
+    check_state_record(spark, old, layout)  # recorded by an earlier version
+    checkpoint_of_a_stateful_query(spark, tmp_path / "old", partitions=2)
+    assert checkpoints.normalizes_versions(spark, old)
+    check_state_record(spark, old, layout)  # a restart with the normalizer
 
 
 def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(

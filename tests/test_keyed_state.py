@@ -28,6 +28,7 @@ class CountingStore:
     def __init__(self) -> None:
         self.entries: dict[bytes, bytes] = {}
         self.gets = self.puts = self.removes = self.scans = 0
+        self.round_trips = 0  # calls of many entries at once
 
     def get(self, key: bytes) -> bytes | None:
         self.gets += 1
@@ -37,9 +38,20 @@ class CountingStore:
         self.scans += 1
         yield from list(self.entries.items())
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self.round_trips += 1
+        return [self.get(key) for key in keys]
+
     def put(self, key: bytes, value: bytes) -> None:
         self.puts += 1
         self.entries[key] = value
+
+    def write_many(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
+        self.round_trips += 1
+        for key, value in puts:
+            self.put(key, value)
+        for key in removes:
+            self.remove(key)
 
     def remove(self, key: bytes) -> None:
         self.removes += 1
@@ -84,11 +96,15 @@ def test_a_batch_touching_many_of_a_buckets_keys_reads_them_in_one_pass() -> Non
     assert [dense.get(k) for k in [("p1",), ("p3",), ("x",)]] == [1, 3, None]
     assert (store.scans, store.gets) == (1, 0)
 
-    store.scans = 0
+    store.scans = store.round_trips = 0
     sparse = StoredKeys(store, {}, as_is, as_is, never, loading.ledger)
-    sparse.prefetch([(f"p{i}",) for i in range(60)])  # 60 keys of 100: one by one, when used
-    assert sparse.get(("p2",)) == 2
-    assert (store.scans, store.gets) == (0, 1)
+    sparse.prefetch([(f"p{i}",) for i in range(60)])  # 60 keys of 100: read at once
+    assert (store.scans, store.gets, store.round_trips) == (0, 60, 1)
+    assert [sparse.get(("p2",)), sparse.get(("p59",))] == [2, 59]
+    sparse[("p2",)] = 20
+    sparse.pop(("p3",))
+    sparse.flush()  # one write for the batch
+    assert (store.gets, store.puts, store.removes, store.round_trips) == (60, 101, 1, 2)
 
 
 def test_under_a_ttl_what_the_store_holds_is_counted_until_spark_drops_it_unseen() -> None:

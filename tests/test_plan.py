@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.config.env import ConfigError, load_config
-from app.plan.planner import check_plan, upsert_materialized
+from app.plan.planner import check_plan, normalized, upsert_materialized
 
 JOIN = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker:9092",
@@ -207,3 +209,17 @@ def test_an_output_key_naming_no_output_column_is_refused() -> None:
     assert message.startswith("OUTPUT_KEY: expected columns of the output (L_order_id, ")
     message = refusal(JOIN_SELECT="L.order_id AS id", OUTPUT_KEY="L_order_id")
     assert message.startswith("OUTPUT_KEY: expected columns of the output (id);")
+
+
+def test_a_versioned_table_needs_no_normalizer_but_a_changelog_probe_does() -> None:
+    """Flink's temporal join drops update-befores and a delete needs only its key: the versioned
+    table's records reach the join as they come; a probe input's changes still retract."""
+    config = load_config({**TEMPORAL, "LEFT_FORMAT": "upsert", "LEFT_PRIMARY_KEY": "order_id"})
+    assert [normalized(s, config.join) for s in (config.left, config.right)] == [True, False]
+    # a checkpoint made behind a normalizer keeps it
+    kept = replace(config.join, versions_normalized=True)
+    assert normalized(config.right, kept)
+    # the regular join rebuilds both
+    regular = load_config({**TEMPORAL, "JOIN_TYPE": "regular", "JOIN_KIND": "inner",
+                           "OUTPUT_ENCODING": "retract", "LEFT_TIME": None})  # fmt: skip
+    assert normalized(regular.right, regular.join)

@@ -249,7 +249,7 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
         .collect()
     )
     held = {load(e.user_map_key.key): load(e.user_map_value.bucket)[1] for e in entries}
-    assert {key: len(versions) for key, (versions, _timer) in held.items()} == {
+    assert {key: len(versions) for key, (versions, _timer, _last) in held.items()} == {
         (f"p{k}",): 1 for k in range(5)
     }
 

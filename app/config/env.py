@@ -93,6 +93,9 @@ class JoinConfig:
     # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
     # `app.run.checkpoint.state_buckets` gives a new one
     state_buckets: int | None = None
+    # a temporal join's versioned table through a changelog normalizer: only in checkpoints
+    # made before the join needed none (`app.run.checkpoint.normalizes_versions`)
+    versions_normalized: bool = False
 
 
 @dataclass(frozen=True)

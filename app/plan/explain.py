@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from app.config.env import Config, InputConfig, with_sql
+from app.config.env import Config, InputConfig, JoinConfig, with_sql
 from app.config.redaction import shown_variables, without_user_info
 from app.config.registry import FORWARD, VARIABLES
 from app.plan.planner import join_spec, normalized, produces_updates, upsert_materialized
@@ -28,9 +28,9 @@ ENCODED = {
 }
 
 
-def _input(source: InputConfig) -> str:
+def _input(source: InputConfig, join: JoinConfig) -> str:
     how = f"{source.topic} ({source.format}"
-    if normalized(source):
+    if normalized(source, join):
         how += f", normalized by {','.join(source.primary_key)}"
     time = "processing time" if source.time == "proctime" else f"event time {source.time}"
     return how + f"), {time}, watermark delay {source.watermark_delay_ms} ms"
@@ -112,11 +112,11 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
     right = (
-        _input(config.right)
+        _input(config.right, join)
         if config.lookup is None
         else f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
     )
-    lines = [f"left:  {_input(config.left)}", f"right: {right}"]
+    lines = [f"left:  {_input(config.left, join)}", f"right: {right}"]
     if config.lookup is not None:
         lines += _lookup(config)
     elif join.type == FORWARD:

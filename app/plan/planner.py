@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.config.env import Config, ConfigError, InputConfig, raise_all, traced
+from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
     AVRO_FORMATS,
     CHANGELOG_FORMATS,
@@ -49,18 +49,24 @@ def join_spec(config: Config) -> JoinSpec:
     if config.join.type in TEMPORAL_TYPES:
         probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
         return TemporalJoinSpec(config.join.kind, config.join.on or "", left, right, probe_time,
-                                config.join.state_buckets)  # fmt: skip
+                                config.join.state_buckets,
+                                config.join.versions_normalized)  # fmt: skip
     return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
                            config.join.state_ttl_ms, config.join.state_buckets)  # fmt: skip
 
 
-def normalized(source: InputConfig) -> bool:
+def normalized(source: InputConfig, join: JoinConfig) -> bool:
     """Whether an input's changelog is rebuilt per primary key (`state.spark.normalizer`): upsert
-    inputs always, Debezium inputs when they declare a key. Without one, Flink takes a Debezium
-    input's changes as they come (the joins then keep its rows as a multiset), and so do we."""
-    return source.format == "upsert" or (
-        source.format in CHANGELOG_FORMATS and bool(source.primary_key)
-    )
+    inputs, and Debezium inputs that declare a key (without one, Flink takes a Debezium input's
+    changes as they come, the joins then keep its rows as a multiset, and so do we); but not
+    the versioned table of a temporal join, whose changes are versions as they come
+    (`state.joins.temporal_join`), unless a state TTL expires what a normalizer holds."""
+    if source.format != "upsert" and not (
+        source.format in CHANGELOG_FORMATS and source.primary_key
+    ):
+        return False
+    versioned = join.type in ("temporal", "temporal-proctime") and source.side == "right"
+    return not versioned or join.versions_normalized or join.state_ttl_ms > 0
 
 
 def produces_updates(config: Config) -> bool:

@@ -107,6 +107,20 @@ def state_buckets(spark: SparkSession, location: str) -> int:
     return BUCKETS_PER_PARTITION * shuffle_partitions(spark, location)
 
 
+# Recorded by checkpoints whose temporal join takes its versioned table's changes as they come;
+# one made before keeps the changelog normalizer it was made with (`JoinConfig`).
+VERSIONS_AS_IS = {"VERSIONED_TABLE": "as-is"}
+
+
+def normalizes_versions(spark: SparkSession, location: str) -> bool:
+    """Whether the checkpoint at `location` was made with a normalizer in front of a temporal
+    join's versioned table: one with batches that does not record `VERSIONS_AS_IS`."""
+    if _latest_offsets_entry(spark, location) is None:
+        return False
+    record = _record(spark, location) or {}
+    return all(record.get(k) != v for k, v in VERSIONS_AS_IS.items())
+
+
 def check_state_record(
     spark: SparkSession, location: str, settings: dict[str, Any], inputs: int = 1
 ) -> None:

@@ -22,10 +22,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructField, StructType
 
-from app.config.env import Config, InputConfig
+from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS, FORWARD, LOOKUP
 from app.plan.planner import JoinSpec, join_spec, normalized, upsert_materialized
-from app.run.checkpoint import check_state_record, read_tasks, shuffle_partitions, state_buckets
+from app.run.checkpoint import (
+    VERSIONS_AS_IS,
+    check_state_record,
+    normalizes_versions,
+    read_tasks,
+    shuffle_partitions,
+    state_buckets,
+)
 from app.run.joins import bucketed_join, materialized_upserts
 from app.run.projection import project
 from app.run.stateful import run_stateful, side_struct
@@ -175,13 +182,13 @@ def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False
 
 
 def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
-               buckets: int, held_rows: Accumulator[dict] | None = None,
-               ttl_ms: int = 0) -> DataFrame:  # fmt: skip
-    """One input's changes, normalized if its format needs it (its keys in `buckets`, under the
-    job's state retention `ttl_ms`), as one side of the unified changelog the joins take
-    (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
-    if normalized(source):
-        changes = normalize_changes(changes, source, buckets, held_rows, ttl_ms)
+               join: JoinConfig, buckets: int,
+               held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if `join` needs it (its keys in `buckets`, under the
+    join's state retention), as one side of the unified changelog the joins take (`side`,
+    `op`, `seq`, `ts`, `left`, `right`)."""
+    if normalized(source, join):
+        changes = normalize_changes(changes, source, buckets, held_rows, join.state_ttl_ms)
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
@@ -236,8 +243,8 @@ def joined_output(
                            metrics.dead_letters.accumulator)  # fmt: skip
     else:
         left_changes, right_changes = (
-            join_input(changes, source, left_type, right_type, config.join.state_buckets,
-                       metrics.held_rows.accumulator, config.join.state_ttl_ms)
+            join_input(changes, source, left_type, right_type, config.join,
+                       config.join.state_buckets, metrics.held_rows.accumulator)
             for changes, source in zip(sides, (config.left, config.right), strict=True)
         )  # fmt: skip
         changes = left_changes.unionByName(right_changes)
@@ -309,8 +316,9 @@ def state_settings(config: Config) -> dict[str, object]:
         return {}
     # the upsert materializer's state is keyed by the output key
     materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
-    return {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
-            "OUTPUT_KEY": materializer_key}  # fmt: skip
+    settings = {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
+                "OUTPUT_KEY": materializer_key}  # fmt: skip
+    return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
 
 def _exactly_once(config: Config) -> ExactlyOnce | None:
@@ -329,6 +337,8 @@ def start(
     if config.join.state_buckets is None:
         buckets = state_buckets(spark, config.checkpoint_location)
         config = replace(config, join=replace(config.join, state_buckets=buckets))
+    if normalizes_versions(spark, config.checkpoint_location):
+        config = replace(config, join=replace(config.join, versions_normalized=True))
     check_state_record(spark, config.checkpoint_location, state_settings(config),
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read

@@ -148,7 +148,9 @@ class IntervalJoinSpec(JoinSpec):
 class TemporalJoinSpec(JoinSpec):
     """`L [LEFT] JOIN R FOR SYSTEM_TIME AS OF L.<left_time> ON ...`.
 
-    `left_time` is `proctime` for the processing-time join (the latest version).
+    `left_time` is `proctime` for the processing-time join (the latest version);
+    `versions_normalized`: the versioned table comes through a changelog normalizer, as it did
+    in checkpoints made before the join kept what a delete needs (`temporal_join`).
     """
 
     kind: str
@@ -157,6 +159,7 @@ class TemporalJoinSpec(JoinSpec):
     right: SideSpec
     left_time: str
     buckets: int = STATE_BUCKETS
+    versions_normalized: bool = False
 
     @property
     def clock(self) -> Clock:
@@ -178,4 +181,4 @@ class TemporalJoinSpec(JoinSpec):
     def operator(self) -> EventTimeTemporalJoin | ProcessingTimeTemporalJoin:
         if self.clock == "processing":
             return ProcessingTimeTemporalJoin(self.kind, self.matcher())
-        return EventTimeTemporalJoin(self.kind, self.matcher())
+        return EventTimeTemporalJoin(self.kind, self.matcher(), self.versions_normalized)

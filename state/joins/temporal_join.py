@@ -20,6 +20,15 @@ Processing time (`TemporalProcessTimeJoinOperator`): the build side is a map key
 |                          | time when the time is a column: it would delete the old version |
 |                          | from its own start)                                             |
 | -D at t                  | from t on the key has no version                                |
+| -D without a time        | the same at the time of the key's last row (an upsert tombstone |
+|                          | has only the key), nothing if the key has none                  |
+
+The versioned table needs no changelog normalizer in front of it (Flink's `ChangelogNormalize`):
+an upsert or a Debezium record is itself the next version, and a delete needs only the key and
+the time of the key's last row, which the key's state keeps (`last`). What the normalizer
+would change does not change a version: it drops an update equal to the last row (the same
+version again), turns an upsert into -U/+U (the -U is dropped here) and passes a delete on
+only for a key it holds, at that row's time unless the delete has its own.
 
 | probe change (any kind)  | output                                                          |
 |--------------------------|-----------------------------------------------------------------|
@@ -48,16 +57,18 @@ class VersionedKey:
 
     versions: dict[int, tuple[str, Row]] = field(default_factory=dict)
     timer: int | None = None
+    last: int | None = None  # the time of the key's last row in arrival order; None: deleted
 
 
 def key_to_plain(state: VersionedKey) -> tuple:
     """A key's state as plain data (`state.store.encoding`)."""
-    return state.versions, state.timer
+    return state.versions, state.timer, state.last
 
 
 def key_from_plain(plain: tuple) -> VersionedKey:
-    versions, timer = plain
-    return VersionedKey(versions, timer)
+    """A key's state from plain data; a key stored before `last` was kept behind a normalizer,
+    which tells every delete its time."""
+    return VersionedKey(*plain)
 
 
 def key_timer(state: VersionedKey) -> int | None:
@@ -89,11 +100,15 @@ class VersionedBucket:
 
 
 class EventTimeTemporalJoin:
-    """`L JOIN R FOR SYSTEM_TIME AS OF L.t`, INNER or LEFT."""
+    """`L JOIN R FOR SYSTEM_TIME AS OF L.t`, INNER or LEFT; `normalized`: the versioned table
+    comes through a changelog normalizer (a checkpoint made before it needed none)."""
 
-    def __init__(self, kind: str, matches: Callable[[Row, Row], bool]) -> None:
+    def __init__(
+        self, kind: str, matches: Callable[[Row, Row], bool], normalized: bool = False
+    ) -> None:
         self.left_outer = kind == "left"
         self.matches = matches
+        self.normalized = normalized
 
     def _state(self, bucket: VersionedBucket, key: Any) -> VersionedKey:
         state = bucket.keys.get(key)
@@ -113,10 +128,22 @@ class EventTimeTemporalJoin:
         """A probe row waits, without reading its key's versions, until the watermark passes."""
         bucket.waiting.setdefault(key, []).append((seq, time, row, op))
 
-    def version(self, bucket: VersionedBucket, key: Any, op: str, time: int, row: Row) -> None:
+    def version(
+        self, bucket: VersionedBucket, key: Any, op: str, time: int | None, row: Row
+    ) -> None:
         if op == RowKind.UPDATE_BEFORE:
             return
-        state = self._state(bucket, key)
+        state = bucket.keys.get(key)
+        if op in RowKind.ACCUMULATE:
+            state = self._state(bucket, key)
+            state.last = time
+        elif self.normalized:
+            state = self._state(bucket, key)  # a normalizer tells every delete its time
+        elif state is None or state.last is None:
+            return  # a delete of a key without a row: nothing to delete
+        else:
+            time, state.last = (state.last if time is None else time), None
+        assert time is not None
         state.versions[time] = (op, row)
         if len(state.versions) > 1:
             # Time passing trims versions, and with one version there is nothing to trim: a

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pyspark.sql.streaming.stateful_processor import MapState, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from state.spark.pipelined import wire
 from state.store.encoding import dump, load
 from state.store.keyed_state import KeyedBucket, StoredKeys
 
@@ -68,10 +69,13 @@ class WholeBuckets:
 
 
 class MapEntries:
-    """A bucket's `MapState` as the `EntryStore` of `state.store.keyed_state`."""
+    """A bucket's `MapState` as the `EntryStore` of `state.store.keyed_state`: many entries
+    read or written in one round trip where pyspark's client allows (`state.spark.pipelined`),
+    one call each otherwise."""
 
     def __init__(self, state: MapState) -> None:
         self.state = state
+        self.wire = wire(state)
 
     def get(self, key: bytes) -> bytes | None:
         found = self.state.getValue((key,))
@@ -86,6 +90,20 @@ class MapEntries:
 
     def remove(self, key: bytes) -> None:
         self.state.removeKey((key,))
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if self.wire is None:
+            return [self.get(key) for key in keys]
+        return self.wire.get_values(keys)
+
+    def write_many(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
+        if self.wire is None:
+            for key, value in puts:
+                self.put(key, value)
+            for key in removes:
+                self.remove(key)
+        else:
+            self.wire.write_values(puts, removes)
 
 
 class KeyedEntries:

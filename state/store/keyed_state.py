@@ -66,9 +66,15 @@ DENSE = 1.5
 
 
 class EntryStore(Protocol):
-    """Where a bucket's entries live: a `MapState` of bytes -> bytes in Spark."""
+    """Where a bucket's entries live: a `MapState` of bytes -> bytes in Spark. `get_many` and
+    `write_many` cost one round trip for many entries, where `get`, `put` and `remove` cost
+    one each."""
 
     def get(self, key: bytes) -> bytes | None: ...
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+    def write_many(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None: ...
 
     def items(self) -> Iterator[tuple[bytes, bytes]]: ...
 
@@ -162,10 +168,15 @@ class StoredKeys:
             self._found(key, name, self.store.get(name))
 
     def prefetch(self, keys: Iterable[Any]) -> None:
-        """Read the keys a batch is about to use in one pass over the store's entries, if they
-        are many for what it holds (`DENSE`); else each is read when first used."""
+        """Read the keys a batch is about to use: in one pass over the store's entries if they
+        are many for what it holds (`DENSE`), else all at once (`get_many`)."""
         wanted = {dump_key(key): key for key in set(keys) if key not in self.read}
-        if not wanted or self.stored > DENSE * len(wanted):
+        if not wanted:
+            return
+        if self.stored > DENSE * len(wanted):
+            names = list(wanted)
+            for name, blob in zip(names, self.store.get_many(names), strict=True):
+                self._found(wanted[name], name, blob)
             return
         for name, blob in self.store.items():
             key = wanted.pop(name, None)
@@ -194,6 +205,8 @@ class StoredKeys:
         """Write back the keys whose state changed, remove the emptied ones, update `timers` and
         the ledger."""
         expires = None if self.ttl_ms is None else ledger_slot(self.now + self.ttl_ms, self.ttl_ms)
+        puts: list[tuple[bytes, bytes]] = []
+        removes: list[bytes] = []
         for key, (name, before, was_expiring, was) in self.read.items():
             state = self.live.get(key)
             timer = None if state is None else self.timer_of(state)
@@ -203,7 +216,7 @@ class StoredKeys:
                 self.timers[key] = timer
             if state is None:
                 if before is not None:
-                    self.store.remove(name)
+                    removes.append(name)
                     self._count(was_expiring, was, -1)
                 continue
             plain = self.to_plain(state)
@@ -212,10 +225,12 @@ class StoredKeys:
                 continue
             if was_expiring != expires:
                 blob = dump((expires, plain))
-            self.store.put(name, blob)
+            puts.append((name, blob))
             if before is not None:
                 self._count(was_expiring, was, -1)
             self._count(expires, self.size_of(state), 1)
+        if puts or removes:
+            self.store.write_many(puts, removes)
         self.read.clear()
         self.live.clear()
 
