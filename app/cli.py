@@ -90,6 +90,7 @@ def run(env: Mapping[str, str]) -> int:
         return _refused(err)
     # Spark is imported only now: a configuration error costs no JVM start.
     from app.run import pipeline
+    from app.run.checkpoint import HeldRowsRecord
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
     from app.run.session import SparkStartError, build_session, quiet_shutdown
     from ops.metrics import ServiceMetrics
@@ -108,10 +109,18 @@ def run(env: Mapping[str, str]) -> int:
         try:
             metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000)
             metrics.serve(config.metrics_port)
-            query = pipeline.start(spark, config, metrics, drain_marker)
+            held = HeldRowsRecord(spark, config.checkpoint_location)
+            query = pipeline.start(spark, config, metrics, drain_marker, held)
+
+            def poll() -> None:
+                metrics.watch(query)
+                held.save((query.lastProgress or {}).get("batchId"),
+                          dict(metrics.held_rows.accumulator.value))  # fmt: skip
+
             metrics.readiness.started()
-            exit_code = supervise(query, stop, drain_marker, on_poll=lambda: metrics.watch(query),
+            exit_code = supervise(query, stop, drain_marker, on_poll=poll,
                                   on_stop=lambda: quiet_shutdown(spark))  # fmt: skip
+            poll()  # what the last batch left
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:

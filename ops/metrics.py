@@ -62,9 +62,9 @@ class LatestReports(AccumulatorParam):
 class HeldRowsGauge:
     """`streamjoin_state_rows{operator,side}`: what the joins' and normalizers' state holds, the
     sum of each bucket's latest report (`state.spark.frame.HeldRows`). Buckets report
-    when visited: after a restart, one not visited yet is missing from the sum until it is.
-    Each report counts rows by when a state TTL drops them, so rows Spark has dropped since
-    their bucket's last visit are no longer counted."""
+    when visited; the service keeps the reports in the checkpoint and starts from them
+    (`app.run.checkpoint.HeldRowsRecord`). Each report counts rows by when a state TTL drops
+    them, so rows Spark has dropped since their bucket's last visit are no longer counted."""
 
     def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
         self.gauge = Gauge(

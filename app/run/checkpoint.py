@@ -18,6 +18,7 @@ from state.store.encoding import FORMAT
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
+HELD_ROWS = "streamjoin-held-rows.json"  # see `HeldRowsRecord`
 READ_TASKS = "read_tasks"  # in the state record, see `read_tasks`
 
 
@@ -56,10 +57,10 @@ def shuffle_partitions(spark: SparkSession, location: str) -> int:
     return int(recorded.get(SHUFFLE_PARTITIONS) or spark.conf.get(SHUFFLE_PARTITIONS) or 0)
 
 
-def _record(spark: SparkSession, location: str) -> dict[str, Any] | None:
-    """The checkpoint's state record, None if it has none."""
+def _record(spark: SparkSession, location: str, name: str = STATE_RECORD) -> Any:
+    """The checkpoint's state record (or its file `name`), None if it has none."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
+    path = jvm.org.apache.hadoop.fs.Path(location, name)
     fs = _filesystem(spark, path)
     if not fs.exists(path):
         return None
@@ -73,13 +74,15 @@ def _record(spark: SparkSession, location: str) -> dict[str, Any] | None:
     return json.loads(text) if text.strip() else None
 
 
-def _write_record(spark: SparkSession, location: str, record: dict[str, Any]) -> None:
-    """Write the record whole or not at all: to a file of its own, then renamed over the old
-    one, so a crash leaves the old record, or none, never a part of one (which made every
-    later start fail)."""
+def _write_record(
+    spark: SparkSession, location: str, record: Any, name: str = STATE_RECORD
+) -> None:
+    """Write the record (or the file `name`) whole or not at all: to a file of its own, then
+    renamed over the old one, so a crash leaves the old record, or none, never a part of one
+    (which made every later start fail)."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    path = jvm.org.apache.hadoop.fs.Path(location, STATE_RECORD)
-    written = jvm.org.apache.hadoop.fs.Path(location, f"{STATE_RECORD}.tmp")
+    path = jvm.org.apache.hadoop.fs.Path(location, name)
+    written = jvm.org.apache.hadoop.fs.Path(location, f"{name}.tmp")
     fs = _filesystem(spark, path)
     stream = fs.create(written, True)
     try:
@@ -173,3 +176,39 @@ def _refuse_format(found: Any) -> NoReturn:
         "STARTING_OFFSETS=earliest the join state is rebuilt from the topics), or run the "
         "version that wrote it"
     )
+
+
+Reports = dict[tuple[str, str, int], tuple[float, tuple]]  # `state.spark.frame.HeldRows`
+
+
+class HeldRowsRecord:
+    """What each bucket's state held at its last visit (`streamjoin_state_rows`), kept in the
+    checkpoint after every micro-batch, so that a restart reports every bucket at once, not
+    only those its batches have visited since. A report saved after the last committed batch
+    (a crash between the two) is replaced when the batch runs again and its buckets report."""
+
+    def __init__(self, spark: SparkSession, location: str) -> None:
+        self.spark, self.location = spark, location
+        self.saved: Reports = {}
+        self.batch: int | None = None
+
+    def restored(self) -> Reports:
+        """The reports the last run saved (none for a new checkpoint)."""
+        saved = _record(self.spark, self.location, HELD_ROWS) or []
+        self.saved = {
+            (operator, side, bucket): (when, tuple((expires, n) for expires, n in counts))
+            for operator, side, bucket, when, counts in saved
+        }
+        return dict(self.saved)
+
+    def save(self, batch: int | None, reports: Reports) -> None:
+        """Keep `reports` if a batch has run since the last save and they changed."""
+        if batch == self.batch:
+            return
+        self.batch = batch
+        if reports == self.saved:
+            return
+        rows = [[*key, when, [list(c) for c in counts]]
+                for key, (when, counts) in sorted(reports.items())]  # fmt: skip
+        _write_record(self.spark, self.location, rows, HELD_ROWS)
+        self.saved = dict(reports)

@@ -27,6 +27,7 @@ from app.config.registry import AVRO_FORMATS, FORWARD, LOOKUP
 from app.plan.planner import JoinSpec, join_spec, normalized, upsert_materialized
 from app.run.checkpoint import (
     VERSIONS_AS_IS,
+    HeldRowsRecord,
     check_state_record,
     normalizes_versions,
     read_tasks,
@@ -332,8 +333,10 @@ def start(
     config: Config,
     metrics: ServiceMetrics,
     drain_marker: Path | None = None,
+    held: HeldRowsRecord | None = None,
 ) -> StreamingQuery:
-    """Start the query; once `drain_marker` exists, the sources offer no more records."""
+    """Start the query; once `drain_marker` exists, the sources offer no more records; `held`
+    gives what the state held when the last run stopped (`streamjoin_state_rows`)."""
     if config.join.state_buckets is None:
         buckets = state_buckets(spark, config.checkpoint_location)
         config = replace(config, join=replace(config.join, state_buckets=buckets))
@@ -342,6 +345,8 @@ def start(
     check_state_record(spark, config.checkpoint_location, state_settings(config),
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
+    if held is not None:
+        metrics.held_rows.accumulator.add(held.restored())
     if config.join.type != FORWARD:
         output = joined_output(spark, config, metrics, tasks, drain_marker)
     else:
