@@ -54,6 +54,17 @@ def test_regular_joins_end_in_flinks_final_tables(spark, tmp_path: Path) -> None
         assert final == flink[case_id], case_id
 
 
+def test_a_hot_key_whose_rows_fill_pages_ends_in_flinks_final_table(spark, tmp_path) -> None:
+    """Thousands of orders of one product (the join keeps a key's rows in pages past 512),
+    its price changing twice, most orders deleted or updated, the product deleted and back:
+    a side with a primary key and a side without (a multiset)."""
+    cases = load_cases(FIXTURES / "hot_key.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    ours = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert ours == flink_finals("hot_key.jsonl")
+
+
 def test_a_case_that_cannot_run_gets_an_error_line_and_a_failing_exit(spark, tmp_path) -> None:
     """A query streamjoin refuses (an aggregate over the join) and a case with no query at all
     each get one error line naming why; nothing runs."""
