@@ -65,7 +65,7 @@ def normalized(source: InputConfig, join: JoinConfig) -> bool:
         source.format in CHANGELOG_FORMATS and source.primary_key
     ):
         return False
-    versioned = join.type in ("temporal", "temporal-proctime") and source.side == "right"
+    versioned = join.type in TEMPORAL_TYPES and source.side == "right"
     return not versioned or join.versions_normalized or join.state_ttl_ms > 0
 
 

@@ -133,18 +133,15 @@ class EventTimeTemporalJoin:
     ) -> None:
         if op == RowKind.UPDATE_BEFORE:
             return
-        state = bucket.keys.get(key)
-        if op in RowKind.ACCUMULATE:
+        if op in RowKind.ACCUMULATE or self.normalized:  # a normalizer times every delete
             state = self._state(bucket, key)
-            state.last = time
-        elif self.normalized:
-            state = self._state(bucket, key)  # a normalizer tells every delete its time
-        elif state is None or state.last is None:
-            return  # a delete of a key without a row: nothing to delete
+            state.last = time if op in RowKind.ACCUMULATE else None
         else:
+            state = bucket.keys.get(key)
+            if state is None or state.last is None:
+                return  # a delete of a key without a row: nothing to delete
             time, state.last = (state.last if time is None else time), None
-        assert time is not None
-        state.versions[time] = (op, row)
+        state.versions[time] = (op, row)  # type: ignore[index]
         if len(state.versions) > 1:
             # Time passing trims versions, and with one version there is nothing to trim: a
             # table loaded ahead of the watermark leaves no key waiting for time.
