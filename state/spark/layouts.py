@@ -18,6 +18,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from state.spark.pipelined import wire
 from state.store.encoding import dump, load
+from state.store.key_filter import KeyFilter
 from state.store.keyed_state import KeyedBucket, StoredKeys
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
@@ -109,8 +110,13 @@ class MapEntries:
 class KeyedEntries:
     """Each key of a bucket its own `MapState` entry (`state.store.keyed_state`): a batch reads and
     writes the keys it touches. The bucket's own value holds its engine timer, the keys that
-    wait for time, the rows that wait in it and the ledger of its entries, and is written only
-    when those change."""
+    wait for time, the rows that wait in it, the ledger of its entries and the filter of the
+    names they were written under (`state.store.key_filter`), and is written only when those
+    change.
+
+    The filter starts with an empty bucket, and only without a TTL: an entry Spark drops unseen
+    would stay in it as a name that finds nothing, and a bucket whose keys come and go under a
+    TTL would fill it with such names. A bucket written before filters existed keeps none."""
 
     def __init__(
         self,
@@ -132,12 +138,18 @@ class KeyedEntries:
     def read(self, now: int = 0) -> tuple[KeyedBucket, bytes | None]:
         """The bucket as of `now`, the processing time that ages its entries under a TTL."""
         stored = self.own.get()
-        spark_timer, timers, waiting, ledger = (
-            (None, [], {}, []) if stored is None else load(stored[0])
+        # a bucket's value from before filters (4 fields) has no filter, and may hold entries
+        spark_timer, timers, waiting, ledger, *filtered = (
+            (None, [], {}, [], None) if stored is None else load(stored[0])
         )
+        known = None
+        if filtered and filtered[0] is not None:
+            known = KeyFilter.from_plain(filtered[0])
+        elif self.ttl_ms is None and not any(counts[0] for _expiry, counts in ledger):
+            known = KeyFilter()  # no entries: every one from now on is in the filter
         keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
                           self.timer_of, {e: list(c) for e, c in ledger}, self.size_of,
-                          self.ttl_ms, now)  # fmt: skip
+                          self.ttl_ms, now, known)  # fmt: skip
         return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -154,7 +166,8 @@ class KeyedEntries:
             if before is not None:
                 self.own.clear()
             return
+        known = None if keys.known is None else keys.known.to_plain()
         blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting,
-                     list(keys.ledger.items())))  # fmt: skip
+                     list(keys.ledger.items()), known))  # fmt: skip
         if blob != before:
             self.own.update((blob,))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from state.store.encoding import dump, dump_key, load
+from state.store.key_filter import KeyFilter
 
 
 def as_is(value: Any) -> Any:
@@ -110,6 +111,10 @@ class StoredKeys:
     entries, and what they hold per side as `size_of` counts a state (rows, versions), by that
     time. What the store holds at any moment is then the ledger's counts still ahead of it
     (`stored`, `held`), with no scan of the entries.
+
+    `known`, when given, holds every name the store was written under since it was empty
+    (`state.store.key_filter`): a key it says was never written is absent without a call, and
+    `flush` adds the names it writes; it is dropped (None) once full.
     """
 
     def __init__(
@@ -123,8 +128,10 @@ class StoredKeys:
         size_of: Callable[[Any], tuple[int, int]] = unsized,
         ttl_ms: int | None = None,
         now: int = 0,
+        known: KeyFilter | None = None,
     ) -> None:
         self.store = store
+        self.known = known
         self.timers = timers
         self.ttl_ms, self.now = ttl_ms, now
         self.ledger = {e: c for e, c in (ledger or {}).items() if e is None or e > now}
@@ -162,15 +169,22 @@ class StoredKeys:
                 return
         self.read[key] = (name, None, None, (0, 0))
 
+    def _absent(self, name: bytes) -> bool:
+        """The store certainly has no entry `name` (`known` says it was never written)."""
+        return self.known is not None and not self.known.might_hold(name)
+
     def _fetch(self, key: Any) -> None:
         if key not in self.read:
             name = dump_key(key)
-            self._found(key, name, self.store.get(name))
+            self._found(key, name, None if self._absent(name) else self.store.get(name))
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         """Read the keys a batch is about to use: in one pass over the store's entries if they
         are many for what it holds (`DENSE`), else all at once (`get_many`)."""
         wanted = {dump_key(key): key for key in set(keys) if key not in self.read}
+        if self.known is not None:
+            for name in [name for name in wanted if self._absent(name)]:
+                self._found(wanted.pop(name), name, None)
         if not wanted:
             return
         if self.stored > DENSE * len(wanted):
@@ -228,6 +242,8 @@ class StoredKeys:
             puts.append((name, blob))
             if before is not None:
                 self._count(was_expiring, was, -1)
+            elif self.known is not None and not self.known.add(name):
+                self.known = None
             self._count(expires, self.size_of(state), 1)
         if puts or removes:
             self.store.write_many(puts, removes)
