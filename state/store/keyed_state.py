@@ -182,9 +182,8 @@ class StoredKeys:
         """Read the keys a batch is about to use: in one pass over the store's entries if they
         are many for what it holds (`DENSE`), else all at once (`get_many`)."""
         wanted = {dump_key(key): key for key in set(keys) if key not in self.read}
-        if self.known is not None:
-            for name in [name for name in wanted if self._absent(name)]:
-                self._found(wanted.pop(name), name, None)
+        for name in [name for name in wanted if self._absent(name)]:
+            self._found(wanted.pop(name), name, None)
         if not wanted:
             return
         if self.stored > DENSE * len(wanted):
