@@ -27,6 +27,27 @@ from pyspark.sql.streaming.stateful_processor import MapState
 
 CHUNK_BYTES = 32 * 1024
 
+# The tags (field number << 3 | 2, a length-delimited field) of the `StateMessage.proto` fields
+# a request is made of; `tests/test_pipelined_state.py` holds them to pyspark's own messages.
+_STATE_VARIABLE_REQUEST = b"\x1a"  # StateRequest.stateVariableRequest = 3
+_MAP_STATE_CALL = b"\x1a"  # StateVariableRequest.mapStateCall = 3
+_STATE_NAME = b"\x0a"  # MapStateCall.stateName = 1
+_GET_VALUE = b"\x1a"  # MapStateCall.getValue = 3
+_UPDATE_VALUE = b"\x2a"  # MapStateCall.updateValue = 5
+_REMOVE_KEY = b"\x4a"  # MapStateCall.removeKey = 9
+_USER_KEY = b"\x0a"  # GetValue / UpdateValue / RemoveKey.userKey = 1
+_VALUE = b"\x12"  # UpdateValue.value = 2
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited protobuf field: its tag, the payload's length as a varint, the payload."""
+    size, varint = len(payload), bytearray()
+    while size > 0x7F:
+        varint.append(size & 0x7F | 0x80)
+        size >>= 7
+    varint.append(size)
+    return tag + varint + payload
+
 
 class StateWire:
     """The socket and serializers of the API client behind a `MapState` of bytes -> bytes."""
@@ -40,13 +61,15 @@ class StateWire:
         self.file = client.sockfile
         self.dumps: Callable[[Any], bytes] = client.pickleSer.dumps
         self.loads: Callable[[bytes], Any] = client.pickleSer.loads
+        self.state_name = _field(_STATE_NAME, self.name.encode())
 
-    def request(self, **call: Any) -> bytes:
-        m = self.messages
-        map_call = m.MapStateCall(stateName=self.name, **call)
-        return m.StateRequest(
-            stateVariableRequest=m.StateVariableRequest(mapStateCall=map_call)
-        ).SerializeToString()
+    def request(self, call: bytes, *fields: bytes) -> bytes:
+        """A `StateRequest` for one call (`_GET_VALUE`, ...) of this map state with the call's
+        encoded `fields`: what `StateRequest(stateVariableRequest=StateVariableRequest(
+        mapStateCall=MapStateCall(stateName=..., call=...))).SerializeToString()` gives, written
+        directly (the message objects cost more than the state server's answer here)."""
+        map_call = self.state_name + _field(call, b"".join(fields))
+        return _field(_STATE_VARIABLE_REQUEST, _field(_MAP_STATE_CALL, map_call))
 
     def answers(self, count: int) -> list[bytes]:
         """The values of the next `count` answers, in order."""
@@ -63,18 +86,20 @@ class StateWire:
 
     def get_values(self, keys: list[bytes]) -> list[bytes | None]:
         """The values at `keys` (None: absent)."""
-        get, dumps, loads = self.messages.GetValue, self.dumps, self.loads
-        answers = self.exchange(self.request(getValue=get(userKey=dumps((k,)))) for k in keys)
+        dumps, loads = self.dumps, self.loads
+        answers = self.exchange(
+            self.request(_GET_VALUE, _field(_USER_KEY, dumps((k,)))) for k in keys
+        )
         return [loads(value)[0] if value else None for value in answers]
 
     def write_values(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
         """Put `puts`, then remove `removes`."""
-        m, dumps = self.messages, self.dumps
+        dumps, request = self.dumps, self.request
         requests = [
-            self.request(updateValue=m.UpdateValue(userKey=dumps((k,)), value=dumps((v,))))
+            request(_UPDATE_VALUE, _field(_USER_KEY, dumps((k,))), _field(_VALUE, dumps((v,))))
             for k, v in puts
         ]
-        requests += [self.request(removeKey=m.RemoveKey(userKey=dumps((k,)))) for k in removes]
+        requests += [request(_REMOVE_KEY, _field(_USER_KEY, dumps((k,)))) for k in removes]
         self.exchange(requests)
 
     def exchange(self, requests: Iterable[bytes]) -> list[bytes]:

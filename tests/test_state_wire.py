@@ -1,0 +1,74 @@
+"""The requests `StateWire` writes for the JVM's state server are, byte for byte, what pyspark's
+own protobuf messages serialize to, for every length a varint of one to three bytes holds."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pyspark.sql.streaming.proto.StateMessage_pb2 as m
+import pytest
+from pyspark.serializers import PickleSerializer, write_int
+
+from state.spark.pipelined import StateWire
+
+SIZES = (1, 100, 126, 127, 128, 16_370, 16_384, 200_000)
+
+
+class Socket(io.BytesIO):
+    """What the wire writes, and a success answer to every request it reads for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        ok = m.StateResponse(statusCode=0).SerializeToString()
+        answers = io.BytesIO()
+        for _ in range(64):
+            write_int(len(ok), answers)
+            answers.write(ok)
+        self.answers = io.BytesIO(answers.getvalue())
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.written += data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+        return self.answers.read(size)
+
+    def requests(self) -> list[bytes]:
+        stream, out = io.BytesIO(bytes(self.written)), []
+        while header := stream.read(8):
+            out.append(stream.read(int.from_bytes(header[4:], "big")))
+        return out
+
+
+def wire(name: str) -> tuple[StateWire, Socket]:
+    socket = Socket()
+    client = SimpleNamespace(sockfile=socket, pickleSer=PickleSerializer())
+    state = SimpleNamespace(
+        _mapStateClient=SimpleNamespace(_stateful_processor_api_client=client), _stateName=name
+    )
+    return StateWire(state), socket  # type: ignore[arg-type]
+
+
+def expected(name: str, **call: object) -> bytes:
+    """pyspark's own serialization of one map state call."""
+    request = m.MapStateCall(stateName=name, **call)
+    return m.StateRequest(
+        stateVariableRequest=m.StateVariableRequest(mapStateCall=request)
+    ).SerializeToString()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_puts_removes_and_gets_are_pyspark_s_own_requests(size: int) -> None:
+    name = "keys" * (size // 1000 + 1)
+    key, value = b"k" * (size // 2), b"v" * size
+    state, socket = wire(name)
+    state.write_values([(key, value)], [key])
+    state.get_values([key])
+    pickled_key, pickled_value = (PickleSerializer().dumps((v,)) for v in (key, value))
+    assert socket.requests() == [
+        expected(name, updateValue=m.UpdateValue(userKey=pickled_key, value=pickled_value)),
+        expected(name, removeKey=m.RemoveKey(userKey=pickled_key)),
+        expected(name, getValue=m.GetValue(userKey=pickled_key)),
+    ]
