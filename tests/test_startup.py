@@ -130,6 +130,9 @@ def busy_port() -> socket.socket:
          "unsupported type ROW<x INT>)"),
         ({"CHECKPOINT_LOCATION": "/etc/hostname/checkpoint"},
          "CHECKPOINT_LOCATION: /etc/hostname is a file, not a directory"),
+        # root may write anywhere by its permission bits, yet not into /proc
+        ({"CHECKPOINT_LOCATION": "/proc/streamjoin-x"},
+         "CHECKPOINT_LOCATION: cannot write to /proc/streamjoin-x (No such file or directory)"),
         ({"CHECKPOINT_LOCATION": "s3a://bucket/checkpoint"},
          "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
          "executors run elsewhere) or an hdfs:// URI; got s3a://…, whose Hadoop filesystem is "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -151,8 +152,11 @@ SHIPPED_FILESYSTEMS = ("hdfs", "viewfs", "webhdfs", "swebhdfs")
 
 
 def _checkpoint_problem(location: str) -> str | None:
-    """A local checkpoint directory must be writable, or creatable where it would be made (a
-    check that writes nothing); a remote one is Hadoop's to check, if its filesystem ships."""
+    """A local checkpoint directory must be proven writable by writing: a probe directory made
+    and removed in it, or where its first missing folder would be made, so that a refused start
+    leaves nothing. Permission bits prove nothing for root (`os.access` passes on /proc, and
+    Spark then failed with a stack trace). A remote one is Hadoop's to check, if its filesystem
+    ships."""
     scheme = urlparse(location).scheme
     if scheme in SHIPPED_FILESYSTEMS:
         return None
@@ -166,8 +170,10 @@ def _checkpoint_problem(location: str) -> str | None:
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         return f"CHECKPOINT_LOCATION: {existing} is a file, not a directory"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"CHECKPOINT_LOCATION: cannot write to {location} ({existing} is not writable)"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamjoin-probe-", dir=existing))
+    except OSError as err:
+        return f"CHECKPOINT_LOCATION: cannot write to {location} ({err.strerror})"
     return None
 
 
