@@ -15,7 +15,7 @@ from app.config.env import Config, ConfigError, load_config
 from app.config.registry import VARIABLES
 from app.plan.planner import check_plan
 from app.run.preflight import StartupError, check_environment, check_kafka
-from ops.logging import setup_logging
+from ops.logging import QUERY, setup_logging
 
 VARIABLES_HELP = "\n".join([
     "variables (docs/configuration.md):",
@@ -111,16 +111,16 @@ def run(env: Mapping[str, str]) -> int:
             metrics.serve(config.metrics_port)
             held = HeldRowsRecord(spark, config.checkpoint_location)
             query = pipeline.start(spark, config, metrics, drain_marker, held)
+            QUERY.query_id = str(query.id)
 
             def poll() -> None:
                 metrics.watch(query)
-                held.save((query.lastProgress or {}).get("batchId"),
-                          dict(metrics.held_rows.accumulator.value))  # fmt: skip
+                QUERY.batch_id = (query.lastProgress or {}).get("batchId")
+                held.save(QUERY.batch_id, dict(metrics.held_rows.accumulator.value))
 
             metrics.readiness.started()
             exit_code = supervise(query, stop, drain_marker, on_poll=poll,
                                   on_stop=lambda: quiet_shutdown(spark))  # fmt: skip
-            poll()  # what the last batch left
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:

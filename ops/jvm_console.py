@@ -23,8 +23,9 @@ NOISE = (  # parts of the lines dropped
     b'Setting default log level to "',
     b"To adjust logging level use sc.setLogLevel",
     b"WARNING: Using incubator modules",
-    b"WARN NativeCodeLoader: Unable to load native-hadoop library",
-    b"WARN MicroBatchExecution: Disabling AQE since AQE is not supported in stateful workloads",
+    # Spark's own lines by their message alone: the same text in either log layout
+    b"Unable to load native-hadoop library for your platform",
+    b"Disabling AQE since AQE is not supported in stateful workloads",
 )
 
 

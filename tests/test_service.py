@@ -41,7 +41,7 @@ def wait_for(condition, timeout_s: float, what: str, service: Service) -> None:
         time.sleep(0.2)
 
 
-def test_run_delivers_every_input_record_once_tagged_with_its_side(
+def test_run_delivers_every_input_record_once_tagged_with_its_side_and_logs_json(
     kafka: str, tmp_path: Path
 ) -> None:
     left, right, out = three_topics(kafka)
@@ -49,7 +49,7 @@ def test_run_delivers_every_input_record_once_tagged_with_its_side(
     env = service_env(
         KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
         CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), TRIGGER_INTERVAL="200ms",
-        JOIN_TYPE="forward",
+        JOIN_TYPE="forward", LOG_FORMAT="json",
     )  # fmt: skip
     service = Service(env, tmp_path / "service.log")
     try:
@@ -57,7 +57,12 @@ def test_run_delivers_every_input_record_once_tagged_with_its_side(
     finally:
         exit_code = service.terminate()
     assert exit_code == 0, service.log()[-4000:]
-    assert " WARN " not in service.log(), service.log()[-4000:]  # a graceful stop is quiet
+    # every line one JSON object, for a log shipper; those of the running query name it
+    lines = [json.loads(line) for line in service.log().splitlines()]
+    assert all({"ts", "level", "logger", "msg"} <= line.keys() for line in lines), lines
+    assert not [line for line in lines if line["level"] != "INFO"]  # a graceful stop is quiet
+    stopped = next(line for line in lines if line["msg"] == "query stopped")
+    assert re.fullmatch(r"[0-9a-f-]{36}", stopped["query_id"]) and stopped["batch_id"] >= 0
     assert len(records) == 2 * PER_SIDE
     assert {r.value for r in records} == set(produced)
     for record in records:

@@ -333,6 +333,7 @@ def _unknown_variables(read: _Reader) -> None:
     level = read.raw("LOG_LEVEL", "INFO") or "INFO"
     if level.upper() not in LOG_LEVELS:
         read.fail(ConfigError("LOG_LEVEL", "one of " + "|".join(LOG_LEVELS), level))
+    read.get("LOG_FORMAT")
 
 
 def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> None:

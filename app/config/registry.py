@@ -56,6 +56,7 @@ OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
 OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
 SIDES = ("LEFT", "RIGHT")
 
 
@@ -182,6 +183,7 @@ _ALL = [
     Variable("SCHEMA_REGISTRY_URL", "an http(s):// URL", parsers.http_url,
              flink="'avro-confluent.url'"),
     _choice("LOG_LEVEL", LOG_LEVELS, "INFO"),
+    _choice("LOG_FORMAT", LOG_FORMATS, "text"),
     Variable("STREAMJOIN_SQL", "Flink SQL: CREATE TABLEs and one INSERT INTO … SELECT"),
     Variable("STREAMJOIN_SQL_FILE", "the path of a file of Flink SQL"),
     *_LOOKUP,

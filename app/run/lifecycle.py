@@ -70,14 +70,15 @@ def supervise(
     grace_s: float = 300.0,
     on_stop: Callable[[], None] = lambda: None,
 ) -> int:
-    """Wait for the query to end or for `stop`, calling `on_poll` as it runs and `on_stop`
-    before stopping it; return the exit code."""
+    """Wait for the query to end or for `stop`, calling `on_poll` as it runs, `on_stop` before
+    stopping it, and `on_poll` once more for what the last batch left; return the exit code."""
     while query.isActive and not stop.is_set():
         query.awaitTermination(POLL_S)
         on_poll()
     if stop.is_set() and query.isActive:
         on_stop()
         stop_draining(query, drain_marker, grace_s)
+    on_poll()
     failure = query.exception()
     if failure is not None:
         log.error("query failed: %s", str(failure).splitlines()[0])

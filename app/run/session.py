@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from app.config.redaction import SECRET_NAMES
 from app.run.checkpoint import SHUFFLE_PARTITIONS
 from ops.jvm_console import filtered_stderr
+from ops.logging import jvm_options
 from serdes.kafka.datasource import KafkaDataSource
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -148,7 +149,7 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
     local = checkpoint_conf(checkpoint) if checkpoint else {}
-    for key, value in {**DEFAULT_CONF, **local, **(conf or {})}.items():
+    for key, value in jvm_options({**DEFAULT_CONF, **local, **(conf or {})}).items():
         builder = builder.config(key, value)
     try:
         with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it
