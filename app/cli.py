@@ -107,7 +107,8 @@ def run(env: Mapping[str, str]) -> int:
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
         drain_marker = Path(runtime) / "draining"
         try:
-            metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000)
+            metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000,
+                                     config.join.state_ttl_ms / 1000)  # fmt: skip
             metrics.serve(config.metrics_port)
             held = HeldRowsRecord(spark, config.checkpoint_location)
             query = pipeline.start(spark, config, metrics, drain_marker, held)

@@ -133,8 +133,16 @@ class LookupMetrics:
 class ServiceMetrics:
     """Everything `/metrics` shows, and the readiness `/readyz` reports."""
 
-    def __init__(self, context: SparkContext, stall_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, context: SparkContext, stall_timeout_s: float = 600.0, state_ttl_s: float = 0.0
+    ) -> None:
         self.registry = CollectorRegistry()
+        # what tells state that grows for ever from state a TTL bounds (the alerts' rule)
+        Gauge(
+            "streamjoin_state_ttl_seconds",
+            "STATE_TTL in seconds; 0: no TTL, rows are held until a change removes them",
+            registry=self.registry,
+        ).set(state_ttl_s)
         self.progress = ProgressMetrics(self.registry)
         self.readiness = Readiness(stall_timeout_s)
         self.dead_letters = LabelledAccumulatedCounter(

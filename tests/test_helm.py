@@ -27,15 +27,23 @@ def rendered(values: dict | None) -> dict[str, dict]:
     return manifests
 
 
+MONITORED = {
+    "alerts": {"enabled": True},
+    "metrics": {"port": 9464, "serviceMonitor": {"enabled": True}},
+}
+
+
 @pytest.mark.parametrize(
-    "values", [None, SCALE_OUT, {"sql": SCRIPT}], ids=["default", "scale-out", "sql"]
+    "values",
+    [None, SCALE_OUT, {"sql": SCRIPT}, MONITORED],
+    ids=["default", "scale-out", "sql", "monitored"],
 )
 def test_the_chart_lints_and_every_manifest_validates(values: dict | None) -> None:
     report = helm.lint(CHART, values, strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
     for name, manifest in rendered(values).items():
-        if manifest["kind"] == "ServiceMonitor":  # a CRD: not in Kubernetes' own schemas
+        if manifest["kind"] in ("ServiceMonitor", "PrometheusRule"):  # CRDs: not Kubernetes'
             assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
             continue
         kubernetes_validate.validate(manifest, KUBERNETES, strict=True)
