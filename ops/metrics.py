@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 from prometheus_client.core import HistogramMetricFamily
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.sql.streaming import StreamingQuery
@@ -137,6 +137,8 @@ class ServiceMetrics:
         self, context: SparkContext, stall_timeout_s: float = 600.0, state_ttl_s: float = 0.0
     ) -> None:
         self.registry = CollectorRegistry()
+        # process_start_time_seconds and the like: restarts, for the dashboard
+        ProcessCollector(registry=self.registry)
         # what tells state that grows for ever from state a TTL bounds (the alerts' rule)
         Gauge(
             "streamjoin_state_ttl_seconds",

@@ -65,6 +65,13 @@ class ProgressMetrics:
             ["topic", "partition"],
             registry=registry,
         )
+        self.kafka_offset = Gauge(
+            "streamjoin_kafka_offset",
+            "Next offset of a topic-partition to process (the end of the last batch); its rate "
+            "is the records read from it per second",
+            ["topic", "partition"],
+            registry=registry,
+        )
         self.state_entries = Gauge(
             "streamjoin_state_entries",
             "Entries in a stateful operator's state store (keys, pages or buckets, and timers)",
@@ -167,6 +174,7 @@ class ProgressMetrics:
                 for partition, end in partitions.items():
                     processed = done.get(topic, {}).get(partition, 0)
                     self.kafka_lag.labels(topic, partition).set(max(0, end - processed))
+                    self.kafka_offset.labels(topic, partition).set(processed)
         self.input_rows.inc(int(progress.get("numInputRows") or 0))
         self.input_rate.set(float(progress.get("inputRowsPerSecond") or 0.0))
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")

@@ -1,5 +1,5 @@
-"""The chart's alert rules as the tests see them: rendered with default values, and the series
-their expressions read."""
+"""The chart's alert rules and dashboard as the tests see them (rendered as release `sj`), and a
+check that the series their expressions read are the ones the service serves."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import yaml
 CHART = Path(__file__).parent.parent / "helm" / "streamjoin"
 # labels Prometheus gives every series of a scrape target, not the service
 TARGET_LABELS = {"job", "instance", "namespace"}
+# what the service itself exports (`up` is Prometheus' own)
+SERVICE_SERIES = r"streamjoin_\w+|process_start_time_seconds"
 
 
 def alert_rules() -> list[dict]:
@@ -24,22 +26,29 @@ def alert_rules() -> list[dict]:
     raise AssertionError("no PrometheusRule rendered")
 
 
-def assert_alerts_read_what_is_served(page: str) -> None:
-    """Every series an alert reads is on the `/metrics` `page` (counters as their family), and
-    every label it matches or groups by is one of those series' labels, where `page` has samples
-    of them all."""
+def expressions() -> list[tuple[str, str]]:
+    """Every alert's and dashboard panel's name and PromQL expression."""
+    from ops.dashboard import queries
+
+    rules = [(rule["alert"], rule["expr"]) for group in alert_rules() for rule in group["rules"]]
+    return rules + queries()
+
+
+def assert_monitoring_reads_what_is_served(page: str) -> None:
+    """Every series an alert or a dashboard panel reads is on the `/metrics` `page` (counters
+    without samples yet by their TYPE line), and every label it matches or groups by is one of
+    those series' labels, where `page` has samples of them all."""
     served: dict[str, set[str]] = {}
-    for name, labels in re.findall(r"^(streamjoin_\w+)(?:\{(.*)\})? ", page, re.M):
+    for name, labels in re.findall(rf"^({SERVICE_SERIES})(?:\{{(.*)\}})? ", page, re.M):
         served.setdefault(name, set()).update(re.findall(r'(\w+)="', labels))
-    for rule in (rule for group in alert_rules() for rule in group["rules"]):
-        expr = rule["expr"]
-        names = set(re.findall(r"\b(streamjoin_\w+)", expr))
+    for what, expr in expressions():
+        names = set(re.findall(rf"\b({SERVICE_SERIES})", expr))
         for name in names:  # a counter without samples yet: its TYPE line
             typed = {f"# TYPE {name} ", f"# TYPE {name.removesuffix('_total')} "}
-            assert name in served or any(t in page for t in typed), (rule["alert"], name)
+            assert name in served or any(t in page for t in typed), (what, name)
         labels = set(re.findall(r'(\w+)\s*=~?\s*"', expr))
         for grouped in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
             labels.update(label.strip() for label in grouped.split(","))
         if names <= served.keys():
             have = set().union(*(served[name] for name in names))
-            assert labels - TARGET_LABELS <= have, (rule["alert"], labels - have)
+            assert labels - TARGET_LABELS <= have, (what, labels - have)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.alerting import assert_alerts_read_what_is_served
+from tests.alerting import assert_monitoring_reads_what_is_served
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, service_env
 from tests.test_join_service import scrape
@@ -85,7 +85,7 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         lag = rf'streamjoin_kafka_lag_records{{partition="0",topic="{orders}"}}'
         assert metric(service, lag) == 0  # everything produced was processed
         assert re.search(r'^streamjoin_state_entries\{operator="\d+-\w+"\} \d', page, re.M)
-        assert_alerts_read_what_is_served(page)
+        assert_monitoring_reads_what_is_served(page)
         if shutil.which("promtool"):
             checked = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
                                      capture_output=True)  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from app.config.redaction import MASK
 from serdes.postgres.lookup import LookupFailed, PostgresTable, TableLookup
-from tests.alerting import assert_alerts_read_what_is_served
+from tests.alerting import assert_monitoring_reads_what_is_served
 from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
 from tests.service import Service, run_to_exit, service_env, streamjoin_command
@@ -109,7 +109,7 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     assert rows(kafka, out) == expected
     assert metric_in(page, 'streamjoin_lookup_events_total{event="key"}') >= 4
     assert metric_in(page, 'streamjoin_lookup_events_total{event="miss"}') >= 4
-    assert_alerts_read_what_is_served(page)
+    assert_monitoring_reads_what_is_served(page)
     sent = [line for line in postgres.log.read_text().splitlines() if f'"{table}"' in line]
     assert any(f'FROM "{table}" AS t WHERE t."product_id" = ANY($1::text[]) AND "category" <> $2'
                in line for line in sent), sent  # fmt: skip
