@@ -11,8 +11,8 @@ import yaml
 
 from app.config.env import load_config
 from app.demo import SCRIPT
+from tests.alerting import CHART
 
-CHART = Path(__file__).parent.parent / "helm" / "streamjoin"
 SCALE_OUT = yaml.safe_load((CHART / "values-scale-out.yaml").read_text())
 KUBERNETES = "1.30"
 

@@ -28,7 +28,7 @@ from pyspark.sql.streaming.stateful_processor import MapState
 CHUNK_BYTES = 32 * 1024
 
 # The tags (field number << 3 | 2, a length-delimited field) of the `StateMessage.proto` fields
-# a request is made of; `tests/test_pipelined_state.py` holds them to pyspark's own messages.
+# a request is made of; `tests/test_state_wire.py` holds them to pyspark's own messages.
 _STATE_VARIABLE_REQUEST = b"\x1a"  # StateRequest.stateVariableRequest = 3
 _MAP_STATE_CALL = b"\x1a"  # StateVariableRequest.mapStateCall = 3
 _STATE_NAME = b"\x0a"  # MapStateCall.stateName = 1
@@ -67,7 +67,8 @@ class StateWire:
         """A `StateRequest` for one call (`_GET_VALUE`, ...) of this map state with the call's
         encoded `fields`: what `StateRequest(stateVariableRequest=StateVariableRequest(
         mapStateCall=MapStateCall(stateName=..., call=...))).SerializeToString()` gives, written
-        directly (the message objects cost more than the state server's answer here)."""
+        directly: building the message objects is a worker's cost per entry
+        (`docs/performance.md`)."""
         map_call = self.state_name + _field(call, b"".join(fields))
         return _field(_STATE_VARIABLE_REQUEST, _field(_MAP_STATE_CALL, map_call))
 
