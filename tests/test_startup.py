@@ -98,6 +98,7 @@ def assert_one_line(lines: list[str], start: str) -> None:
         ({"LEFT_WATERMARK_DELAYS": "5s"}, "LEFT_WATERMARK_DELAYS: expected a variable streamjoin "
          "reads (did you mean LEFT_WATERMARK_DELAY?)"),
         ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL: expected one of DEBUG|INFO|WARNING|ERROR|CRITICAL"),
+        ({"LOG_FORMAT": "xml"}, "LOG_FORMAT: expected one of text|json"),
     ],
 )  # fmt: skip
 def test_what_was_silently_wrong_is_refused(
