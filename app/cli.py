@@ -139,6 +139,40 @@ def executor(env: Mapping[str, str]) -> int:
         return _refused(err)
 
 
+def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None, top: int,
+          as_json: bool) -> int:  # fmt: skip
+    """`streamjoin state`: what the join's checkpoint holds, read as the job's own variables
+    plan it; a stopped job's checkpoint, or a copy of a running one's (`checkpoint`)."""
+    try:
+        config = planned(env)
+    except (ConfigError, StartupError) as err:
+        return _refused(err)
+    import json
+
+    from pyspark.sql import SparkSession
+
+    from app.run.lifecycle import stop_session
+    from app.run.pipeline import stateful_operators
+    from app.run.session import SparkStartError, build_session
+    from ops.state_report import READ_ONLY_STATE, NoStateError, report, table
+
+    location = checkpoint or config.checkpoint_location
+    ours = SparkSession.getActiveSession() is None  # else its owner stops it (a test's)
+    try:
+        spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
+    except SparkStartError as err:
+        return _refused(StartupError(f"Spark did not start: {err}"))
+    try:
+        result = report(spark, location, stateful_operators(config), key, top)
+    except NoStateError as err:
+        return _refused(err)
+    finally:
+        if ours:
+            stop_session(spark, 0)
+    print(json.dumps(result, indent=2) if as_json else "\n".join(table(result)))
+    return 0
+
+
 def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:
     from app.replay import replay
     from app.run.session import build_session
@@ -169,6 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("explain", help="print the plan the variables or the SQL compile to")
     commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
     commands.add_parser("executor", help="a Spark executor (what Spark on Kubernetes runs)")
+    inspect = commands.add_parser(
+        "state", help="what a stopped job's checkpoint holds: rows per side, largest keys"
+    )
+    inspect.add_argument("--checkpoint", help="a checkpoint (default: CHECKPOINT_LOCATION)")
+    inspect.add_argument("--key", action="append", metavar="VALUE",
+                         help="one key's rows (once per key column, in order)")  # fmt: skip
+    inspect.add_argument("--top", type=int, default=5, help="largest keys shown per side")
+    inspect.add_argument("--json", action="store_true", help="one JSON object")
     replay = commands.add_parser("replay", help="run oracle case files through the pipeline")
     replay.add_argument("cases", nargs="+", type=Path, help="case files (oracle format)")
     replay.add_argument("-o", "--output", type=Path, help="JSON-lines output (default: stdout)")
@@ -187,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return explain(os.environ)
     if args.command == "executor":
         return executor(os.environ)
+    if args.command == "state":
+        return state(os.environ, args.checkpoint, args.key, args.top, args.json)
     return run(os.environ)
 
 

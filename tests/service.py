@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,12 @@ class Service:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def endpoint(self) -> str | None:
+        """Where its metrics and health are served (METRICS_PORT=0 picks a free port, which
+        its log tells), None before they are."""
+        found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", self.log())
+        return None if found is None else f"http://127.0.0.1:{found.group(1)}"
 
     def terminate(self, timeout_s: float = 120) -> int:
         self.process.send_signal(signal.SIGTERM)

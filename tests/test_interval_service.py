@@ -111,6 +111,5 @@ def metric(service: Service, name: str) -> float | None:
 
 
 def endpoint(service: Service, path: str) -> str:
-    port = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", service.log()).group(1)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+    with urllib.request.urlopen(f"{service.endpoint()}{path}", timeout=5) as answer:
         return answer.read().decode()

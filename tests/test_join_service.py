@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import urllib.request
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from confluent_kafka import Producer
+from pyspark.sql import SparkSession
 
+from app.cli import main
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, run_to_exit, service_env
 from tests.test_service import wait_for
@@ -221,10 +225,10 @@ def run_until_materialized(kafka: str, out: str, env: dict, log: Path, expected:
 
 def scrape(service: Service) -> str:
     """The service's /metrics page (its port is in its log: METRICS_PORT=0 picks a free one)."""
-    found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/metrics", service.log())
-    if not found:
+    served = service.endpoint()
+    if not served:
         return ""
-    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=5) as page:
+    with urllib.request.urlopen(f"{served}/metrics", timeout=5) as page:
         return page.read().decode()
 
 
@@ -260,8 +264,17 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
     assert json.loads(padded.value)["op"] == "+I"
 
 
+def state_report(env: dict[str, str], capsys: pytest.CaptureFixture, spark: SparkSession,
+                 *args: str) -> dict:  # fmt: skip
+    """`streamjoin state --json` of a stopped job, in this test session's Spark."""
+    capsys.readouterr()
+    with patch.dict(os.environ, env, clear=True):
+        assert main(["state", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move_products(
-    kafka: str, tmp_path: Path
+    kafka: str, tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture
 ) -> None:
     """Orders created, each moved to another product, some deleted, all in one micro-batch:
     a move's retraction and its new row come from the tasks of two products, in any order. The
@@ -293,3 +306,22 @@ def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move
     expected = {oid: {"id": oid, "qty": 2, "name": f"n{row['product_id'][1:]}"}
                 for oid, row in live.items()}  # fmt: skip
     assert compacted == expected | dict.fromkeys(deleted)
+    # what the stopped job holds: each stateful operator's state read back by `streamjoin state`
+    held = state_report(env, capsys, spark)
+    by_operator = {(o["operator"], o["side"]): (o["rows"], o["keys"]) for o in held["operators"]}
+    assert by_operator == {
+        ("upsert", "output"): (270, 270), ("join", "left"): (270, 16),
+        ("join", "right"): (16, 16), ("normalizer", "left"): (270, 270),
+        ("normalizer", "right"): (16, 16),
+    }  # fmt: skip
+    assert held["left"]["rows"] == 270 and held["right"]["rows"] == 16
+    per_product = Counter(row["product_id"] for row in live.values())
+    assert held["left"]["largest_keys"][0]["rows"] == max(per_product.values())
+    # one key: why an order of product p3 joined what it did, and that p99 holds nothing
+    p3 = state_report(env, capsys, spark, "--key", "p3")
+    assert sorted(row["order_id"] for row in p3["left"]["held"]) == sorted(
+        oid for oid, row in live.items() if row["product_id"] == "p3"
+    )
+    assert p3["right"]["held"] == [{"product_id": "p3", "name": "n3", "price": "1.50"}]
+    none = state_report(env, capsys, spark, "--key", "p99")
+    assert (none["left"]["held"], none["right"]["held"]) == ([], [])

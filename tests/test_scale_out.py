@@ -7,7 +7,6 @@ or a topic the service writes."""
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -50,10 +49,10 @@ def scale_out_env(cluster: StandaloneCluster, **variables: str) -> dict[str, str
 
 
 def page(service: Service, path: str) -> str:
-    found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/metrics", service.log())
-    assert found, service.log()[-3000:]
+    served = service.endpoint()
+    assert served, service.log()[-3000:]
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"{served}{path}", timeout=5) as r:
             return r.read().decode()
     except urllib.error.HTTPError as answer:  # /readyz may answer 503 between batches
         return answer.read().decode()

@@ -151,11 +151,11 @@ def test_start_up_errors_are_one_line_naming_the_problem(
 
 def health(service: Service) -> tuple[int, str]:
     """`/healthz` of the running service: status and body (None before it serves)."""
-    found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", service.log())
-    if found is None:
+    served = service.endpoint()
+    if served is None:
         return 0, ""
     try:
-        url = f"http://127.0.0.1:{found.group(1)}/healthz"
+        url = f"{served}/healthz"
         with urllib.request.urlopen(url, timeout=5) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as err:

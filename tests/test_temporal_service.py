@@ -9,10 +9,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from app.replay import load_cases, stream_input, stream_records
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, service_env
+from tests.test_join_service import state_report
 from tests.test_replay import FIXTURES, flink_changes
 from tests.test_service import wait_for
 
@@ -29,7 +31,7 @@ def as_ms(text: str | None) -> int | None:
 
 
 def test_orders_from_cdc_join_the_rate_valid_at_their_time_as_flink_does(
-    kafka: str, tmp_path: Path
+    kafka: str, tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture
 ) -> None:
     """The rates table's time is a column, so an update's `-U` carries the old row's time:
     the old rate must stay valid until the new one (order 1 joins Euro 114, not NULL). The
@@ -74,3 +76,13 @@ def test_orders_from_cdc_join_the_rate_valid_at_their_time_as_flink_does(
         wait_for(lambda: output() == expected, 300, "the output never became Flink's", service)
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
+    # the stopped job's state: the watermark passed every row, so no order waits, and each rate
+    # keeps its last version (RMB's: its delete); the orders' normalizer keeps each live order
+    held = state_report(env, capsys, spark)
+    by_operator = {(o["operator"], o["side"]): (o["rows"], o["keys"]) for o in held["operators"]}
+    assert by_operator == {("join", "right"): (5, 5), ("normalizer", "left"): (6, 6)}
+    assert held["left"]["rows"] == 0
+    assert held["right"]["oldest_event_time"] == 1597449603000  # Yen's only version
+    euro = state_report(env, capsys, spark, "--key", "Euro")
+    assert euro["right"]["held"] == [{"currency": "Euro", "currency_no": "no1", "rate": 118,
+                                      "currency_time": "2020-08-16T00:01:00+00:00"}]  # fmt: skip

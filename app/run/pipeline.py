@@ -34,7 +34,7 @@ from app.run.checkpoint import (
     shuffle_partitions,
     state_buckets,
 )
-from app.run.joins import bucketed_join, materialized_upserts
+from app.run.joins import bucketed_join, join_operator, materialized_upserts
 from app.run.projection import project
 from app.run.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
@@ -49,7 +49,9 @@ from serdes.records.encode import KEY_COLUMN, as_json, encode
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.changes import RowKind
 from state.spark.columns import side_column
+from state.spark.frame import StatefulOperator
 from state.spark.normalizer import NormalizeOperator
+from state.spark.upsert import UpsertMaterializeOperator
 
 SIDE_HEADER = "streamjoin.side"
 TOPICS_TIMEOUT_S = 30.0
@@ -275,6 +277,39 @@ def joined_output(
     else:
         records = as_json(records)
     return records
+
+
+@dataclass(frozen=True)
+class PlannedOperator:
+    """A stateful operator of the query, as `streamjoin state` reads its state: what it is
+    (`label`), the operator itself (which decodes its entries), and the input schema of each
+    side it holds rows of."""
+
+    label: str
+    operator: StatefulOperator
+    sides: dict[str, StructType]
+
+
+def stateful_operators(config: Config) -> list[PlannedOperator]:
+    """The stateful operators `joined_output` builds, in the order Spark numbers them (its
+    `operatorId`, from the sink down: the upsert materializer, the join, then each input's
+    changelog normalizer, left first)."""
+    if config.join.type == FORWARD:
+        return []
+    types = {"left": row_type(config.left), "right": row_type(config.right)}
+    planned = []
+    if upsert_materialized(config):
+        planned.append(PlannedOperator("upsert", UpsertMaterializeOperator(
+            config.join.state_ttl_ms), {"output": StructType()}))  # fmt: skip
+    if config.lookup is not None:
+        return planned
+    planned.append(PlannedOperator("join", join_operator(join_spec(config)), types))
+    for source in (config.left, config.right):
+        if normalized(source, config.join):
+            operator = NormalizeOperator(source.side, config.join.state_ttl_ms)
+            planned.append(PlannedOperator("normalizer", operator,
+                                           {source.side: types[source.side]}))  # fmt: skip
+    return planned
 
 
 @dataclass(frozen=True)

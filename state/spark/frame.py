@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,6 +52,20 @@ TIME_MODES: dict[Clock, str] = {"event": "EventTime", "processing": "ProcessingT
 # What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
 # None: never), as `state.store.keyed_state.held_by_expiry` gives them.
 Held = int | tuple[tuple[int | None, int], ...]
+
+
+@dataclass
+class KeyHeld:
+    """What one stored entry holds of one side for one key, as `streamjoin state` reports it:
+    how many rows, the earliest event time among them (ms; None where the operator keeps none),
+    and the rows themselves where the entry has them (a paged side's count is in its key's entry,
+    its rows in its pages: `count` 0 there)."""
+
+    side: str
+    key: tuple
+    count: int
+    oldest: int | None = None
+    rows: list[Row] = field(default_factory=list)
 
 
 class LateRows(Protocol):
@@ -141,6 +155,18 @@ class StatefulOperator(Protocol):
 
     def held(self, bucket: Any) -> dict[str, Held]:
         """What the bucket holds, by the input (or output) it holds it for."""
+        ...
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The state variables `store` declares, in the order Spark records them."""
+        ...
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """What one stored entry of `variable` holds (`name`: a map entry's, None for a value
+        state's), read from a checkpoint by `streamjoin state`, as of processing time `now`:
+        what has expired by then is not held."""
         ...
 
 

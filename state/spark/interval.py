@@ -8,13 +8,16 @@ inputs'; late rows reach the join, which decides what they still meet, as Flink'
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.changes import Change, RowKind
 from state.joins.interval_join import Bucket, bucket_from_plain, bucket_to_plain, cached_rows
 from state.joins.specs import Clock, IntervalJoinSpec
-from state.spark.frame import Held, InputRows
+from state.spark.frame import Held, InputRows, KeyHeld
 from state.spark.layouts import WholeBuckets
+from state.store.encoding import load
 
 
 class IntervalJoinOperator:
@@ -36,6 +39,17 @@ class IntervalJoinOperator:
     def held(self, bucket: Bucket) -> dict[str, Held]:
         """The rows each side's caches hold."""
         return {"left": cached_rows(bucket, left=True), "right": cached_rows(bucket, left=False)}
+
+    variables = ("bucket",)
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A bucket's value: each key's cached rows of each side, by their times."""
+        for key, state in bucket_from_plain(load(value)).keys.items():
+            for side, cache in (("left", state.left), ("right", state.right)):
+                rows = [entry[0] for entries in cache.values() for entry in entries]
+                if rows:
+                    yield KeyHeld(side, key, len(rows), min(cache), rows)
 
     def fire_due(self, bucket: Bucket, now: int) -> list[Change]:
         return self.join.fire_due(bucket, now)

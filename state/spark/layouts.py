@@ -19,10 +19,22 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from state.spark.pipelined import wire
 from state.store.encoding import dump, load
 from state.store.key_filter import KeyFilter
-from state.store.keyed_state import KeyedBucket, StoredKeys
+from state.store.keyed_state import KeyedBucket, StoredKeys, Waiting
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 ENTRY_KEY = StructType([StructField("key", BinaryType())])
+
+
+def entry_state(value: bytes, now: int) -> Any | None:
+    """A `KeyedEntries` entry's plain state, None once its time has come (Spark may not have
+    dropped it yet; the next visit would not see it)."""
+    expires, plain = load(value)
+    return plain if expires is None or expires > now else None
+
+
+def waiting_rows(value: bytes) -> Waiting:
+    """The rows that wait for time in a `KeyedEntries` bucket's own value."""
+    return load(value)[2]
 
 
 class BucketLayout(Protocol):

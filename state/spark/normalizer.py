@@ -8,6 +8,7 @@ last write.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
@@ -15,8 +16,9 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from state.changes import Change, Row
 from state.joins.normalize import Last, normalize
 from state.joins.specs import Clock
-from state.spark.frame import Held, InputRows
-from state.spark.layouts import KeyedEntries
+from state.spark.frame import Held, InputRows, KeyHeld
+from state.spark.layouts import KeyedEntries, entry_state
+from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, as_is, held_by_expiry, never
 from state.store.retention import Retention
 
@@ -47,6 +49,17 @@ class NormalizeOperator:
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         return {self.side: held_by_expiry(bucket.keys.ledger, 0)}
+
+    variables = ("bucket", "keys")
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A key's entry: its last row, at its event time."""
+        self.retention.at(now)
+        stored = entry_state(value, now) if variable == "keys" else None
+        if name is not None and self._last(stored) is not None:
+            row, time, _written = stored
+            yield KeyHeld(self.side, load(name), 1, time, [row])
 
     def _last(self, stored: Stored | None) -> Last | None:
         """A key's last row, unless it expired."""

@@ -15,6 +15,7 @@ touches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
@@ -30,8 +31,9 @@ from state.joins.views import (
     views_size,
     views_to_plain,
 )
-from state.spark.frame import Held, InputRows
-from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries
+from state.spark.frame import SIDES, Held, InputRows, KeyHeld
+from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries, entry_state
+from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, held_by_expiry, never
 from state.store.retention import Retention
 
@@ -64,6 +66,33 @@ class RegularJoinOperator:
         drops them: the counts kept in the bucket's own value."""
         ledger = bucket.keys.ledger
         return {"left": held_by_expiry(ledger, 0), "right": held_by_expiry(ledger, 1)}
+
+    variables = ("bucket", "keys", "pages")
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A key's entry: each side's rows (a paged side's count alone); a page: its rows."""
+        self.retention.at(now)
+        if variable == "keys" and name is not None:
+            plain = entry_state(value, now)
+            if plain is None:
+                return
+            key = load(name)
+            for side, view in zip(SIDES, self._views_from_plain(plain), strict=True):
+                if isinstance(getattr(view, "rows", None), PagedRows):
+                    yield KeyHeld(side, key, len(view))
+                    continue
+                rows = [row for row, _associations in view.records()]
+                if rows:
+                    yield KeyHeld(side, key, len(rows), rows=rows)
+        elif variable == "pages" and name is not None:
+            key, side, _page = load(name)
+            view = self.spec.new_views(self.retention)[side]
+            alive = self.retention.alive
+            entries = [(identity, e) for identity, e in load(value) if alive(e[2])]
+            rows = ([e[0] for _identity, e in entries] if isinstance(view, UniqueKeyView)
+                    else [identity for identity, e in entries for _ in range(e[0])])  # fmt: skip
+            yield KeyHeld(SIDES[side], key, 0, rows=rows)
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""

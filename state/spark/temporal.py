@@ -10,6 +10,7 @@ append-only history whose declared primary key makes each row a new version of i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
@@ -24,8 +25,9 @@ from state.joins.temporal_join import (
     key_timer,
     key_to_plain,
 )
-from state.spark.frame import Held, InputRows
-from state.spark.layouts import KeyedEntries
+from state.spark.frame import Held, InputRows, KeyHeld
+from state.spark.layouts import KeyedEntries, entry_state, waiting_rows
+from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, as_is, never
 
 PROBE, BUILD = 0, 1  # the sides: the probe input, the versioned table
@@ -47,6 +49,23 @@ class EventTimeTemporalJoinOperator:
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Probe rows waiting for the watermark; the table's versions."""
         return {"left": sum(map(len, bucket.waiting.values())), "right": bucket.keys.held[1]}
+
+    variables = ("bucket", "keys")
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A key's entry: the table's versions (right); the bucket's own value: the probe rows
+        waiting for the watermark (left)."""
+        if variable == "keys" and name is not None:
+            plain = entry_state(value, now)
+            if plain is not None and plain[0]:
+                versions = key_from_plain(plain).versions
+                yield KeyHeld("right", load(name), len(versions), min(versions),
+                              [row for _op, row in versions.values()])  # fmt: skip
+        elif variable == "bucket":
+            for key, rows in waiting_rows(value).items():
+                yield KeyHeld("left", key, len(rows), min(r[1] for r in rows),
+                              [r[2] for r in rows])  # fmt: skip
 
     def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
         bucket.keys.prefetch(bucket.due(now))
@@ -80,6 +99,15 @@ class ProcessingTimeTemporalJoinOperator:
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """The table's latest rows."""
         return {"left": 0, "right": bucket.keys.held[1]}
+
+    variables = ("bucket", "keys")
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A key's entry: the table's latest row (right)."""
+        row = entry_state(value, now) if variable == "keys" else None
+        if row is not None and name is not None:
+            yield KeyHeld("right", load(name), 1, rows=[row])
 
     def fire_due(self, bucket: Any, now: int) -> list[Change]:
         """Nothing waits for time."""

@@ -10,6 +10,7 @@ keeps its state.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
@@ -17,8 +18,9 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from state.changes import Change, Row
 from state.joins.materialize import materialize
 from state.joins.specs import Clock
-from state.spark.frame import Held, InputRows
-from state.spark.layouts import KeyedEntries
+from state.spark.frame import Held, InputRows, KeyHeld
+from state.spark.layouts import KeyedEntries, entry_state
+from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, as_is, held_by_expiry, never
 
 
@@ -43,6 +45,15 @@ class UpsertMaterializeOperator:
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         return {"output": held_by_expiry(bucket.keys.ledger, 0)}
+
+    variables = ("bucket", "keys")
+
+    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
+                ) -> Iterator[KeyHeld]:  # fmt: skip
+        """A record key's entry: the output rows it may still end on."""
+        rows = entry_state(value, now) if variable == "keys" else None
+        if rows and name is not None:
+            yield KeyHeld("output", (load(name),), len(rows), rows=list(rows))
 
     def fire_due(self, bucket: Any, now: int) -> list[Change]:
         """The materializer waits for no time."""
