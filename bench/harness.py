@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from app.broker import EmbeddedBroker
+from bench.plot import Timeline, from_progress
 from tests.kafka_io import create_topics, output_topics, unique
 
 
@@ -36,19 +37,21 @@ def numbers(*defaults: int) -> list[int]:
     return given + list(defaults[len(given) :])
 
 
-def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int]:
-    """Seconds for one availableNow run, and the number of output rows."""
-    counted: list[int] = []
-    start = time.monotonic()
+def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int, Timeline]:
+    """Seconds for one availableNow run, the number of output rows, and the run's timeline
+    (`bench.plot`)."""
+    counted: dict[int, int] = {}
+    start, wall = time.monotonic(), time.time()
     query = (
-        output.writeStream.foreachBatch(lambda df, _id: counted.append(df.count()))
+        output.writeStream.foreachBatch(lambda df, batch: counted.update({batch: df.count()}))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
     assert query.exception() is None, query.exception()
-    return time.monotonic() - start, sum(counted)
+    seconds = time.monotonic() - start
+    return seconds, sum(counted.values()), from_progress(query.recentProgress, counted, wall)
 
 
 def report(name: str, seconds: float, input_rows: int, base_rate: float, output_rows: int) -> None:

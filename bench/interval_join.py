@@ -26,6 +26,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from app.run.joins import bucketed_join
 from app.run.session import build_session
+from bench.plot import draw, plot_path
 from state.joins.specs import IntervalJoinSpec, SideSpec
 
 LEFT = StructType([StructField("order_id", StringType()), StructField("ot", TimestampType())])
@@ -90,14 +91,18 @@ def main() -> None:
         write_inputs(spark, work, rows, per_key, batches)
         print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side, "
               f"{batches} micro-batches)")  # fmt: skip
+        timelines = {}
         for kind in ("inner", "left", "full"):
             results = {}
             for name, plan in (("native", native), ("streamjoin", ours)):
                 timed(plan(spark, work, kind), work / f"warm-{name}-{kind}")
                 results[name] = timed(plan(spark, work, kind), work / f"ck-{name}-{kind}")
             base = 2 * rows / results["native"][0]
-            for name, (seconds, output_rows) in results.items():
+            for name, (seconds, output_rows, timeline) in results.items():
                 report(f"{kind} {name}", seconds, 2 * rows, base, output_rows)
+                timelines[f"{kind} {name}"] = timeline
+        title = f"interval join, {rows:,} rows per side, {batches} micro-batches"
+        print(f"plot: {draw(plot_path('interval_join'), title, timelines)}")
     spark.stop()
 
 

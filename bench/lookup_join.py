@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import numbers, service_topics
+from bench.plot import Timeline, draw, followed, plot_path
 from tests.kafka_io import create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
 from tests.service import Service, service_env
@@ -50,9 +51,9 @@ def orders(count: int, hits: float, first_product: int) -> list[bytes]:
 def run(
     bootstrap: str, work: Path, postgres: PostgresCluster, topics: tuple[str, str],
     count: int, hits: float, first_products: tuple[int, int], variables: dict[str, str],
-) -> tuple[float, float]:  # fmt: skip
+) -> tuple[float, float, Timeline]:  # fmt: skip
     """Orders/s of the first `count` orders after start-up, then of the next `count`, each
-    round asking for its own products (from `first_products[round]` on)."""
+    round asking for its own products (from `first_products[round]` on); the run's timeline."""
     left, out = topics
     env = service_env(**{
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": left, "OUTPUT_TOPIC": out,
@@ -69,17 +70,19 @@ def run(
         "isolation.level": "read_committed", "fetch.queue.backoff.ms": 1,
     })  # fmt: skip
     try:
-        partitions = reader.list_topics(out, timeout=10).topics[out].partitions
-        reader.assign([TopicPartition(out, p, 0) for p in partitions])
-        produce(bootstrap, left, [json.dumps({"order_id": "warm", "product_id": "p0"}).encode()])
-        committed = committed_until(reader, 1, time.monotonic() + 300)
-        rates = []
-        for first_product in first_products:
-            start = time.monotonic()
-            produce(bootstrap, left, orders(count, hits, first_product), 4)
-            committed = committed_until(reader, committed + count, start + 1800, committed)
-            rates.append(count / (time.monotonic() - start))
-        return rates[0], rates[1]
+        with followed(service.endpoint) as watched:
+            partitions = reader.list_topics(out, timeout=10).topics[out].partitions
+            reader.assign([TopicPartition(out, p, 0) for p in partitions])
+            warm = json.dumps({"order_id": "warm", "product_id": "p0"}).encode()
+            produce(bootstrap, left, [warm])
+            committed = committed_until(reader, 1, time.monotonic() + 300)
+            rates = []
+            for first_product in first_products:
+                start = time.monotonic()
+                produce(bootstrap, left, orders(count, hits, first_product), 4)
+                committed = committed_until(reader, committed + count, start + 1800, committed)
+                rates.append(count / (time.monotonic() - start))
+        return rates[0], rates[1], watched.timeline
     finally:
         reader.close()
         service.terminate()
@@ -104,13 +107,16 @@ def main() -> None:
         postgres.sql(f"INSERT INTO products SELECT 'p' || i, 'product ' || i, i % 1000 "
                      f"FROM generate_series(0, {products - 1}) AS i")  # fmt: skip
         results = []
+        timelines: dict[str, Timeline] = {}
         for n, (name, hits, variables) in enumerate(SCENARIOS):
             # each round asks for products no earlier round asked for: its caches start cold
             firsts = (1 + 2 * n * count, 1 + (2 * n + 1) * count)
             left, out = unique("orders"), unique("out")  # each run reads only its own orders
             create_topics(bootstrap, [left], 4)
             output_topics(bootstrap, out, 4)
-            rates = run(bootstrap, work, postgres, (left, out), count, hits, firsts, variables)
+            *rates, timelines[f"{name}, {hits:.0%} hits"] = run(
+                bootstrap, work, postgres, (left, out), count, hits, firsts, variables
+            )
             results.append((name, hits, rates))
             print(f"{name:22} {hits:>4.0%} hits: {rates[0]:>9,.0f} orders/s first, "
                   f"{rates[1]:>9,.0f} then", flush=True)  # fmt: skip
@@ -118,6 +124,8 @@ def main() -> None:
         cold = next(r for name, hits, r in results if hits == 0 and name.startswith("async"))
         print(f"async / sync at 0 % hits: {cold[0] / sync[0]:.1f}x first, "
               f"{cold[1] / sync[1]:.1f}x then")  # fmt: skip
+        title = f"lookup join, {count:,} orders a round, {products:,} products"
+        print(f"plot: {draw(plot_path('lookup_join'), title, timelines)}")
 
 
 if __name__ == "__main__":

@@ -27,10 +27,12 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import service_topics
+from bench.plot import draw, followed, plot_path
 from tests.kafka_io import produce, read_topic, unique
 from tests.service import Service, service_env
 
 PAYLOAD = b"x" * 100
+FORWARDED = "streamjoin_input_rows_total"  # no join: what is read is what is written
 
 
 def arrivals(bootstrap: str, topic: str, expected: int, timeout_s: float) -> list[float]:
@@ -74,25 +76,32 @@ def main() -> None:
                 produce(bootstrap, topic, [b"%09d" % i + PAYLOAD for i in range(per_side)], 4)
             service = Service(env, work / "service.log")
             stack.callback(service.terminate)
-            times = arrivals(bootstrap, out, total, timeout_s=1800)
+            with followed(service.endpoint, FORWARDED) as watched:
+                times = arrivals(bootstrap, out, total, timeout_s=1800)
             t5, t95 = times[int(0.05 * total)], times[int(0.95 * total) - 1]
             print(f"pass-through ({delivery}, backlog): {total} records of ~110 B, "
                   f"{0.9 * total / (t95 - t5):,.0f} records/s between 5 % and 95 % of the "
                   f"output ({t95 - t5:.1f}s)")  # fmt: skip
-            return
-        service = Service(env, work / "service.log")
-        stack.callback(service.terminate)
-        produce(bootstrap, left, [b"warm"])
-        read_topic(bootstrap, out, at_least=1, timeout_s=300)
-        start = time.monotonic()
-        for topic in (left, right):
-            produce(bootstrap, topic, [b"%09d" % i + PAYLOAD for i in range(per_side)], 4)
-        produced_s = time.monotonic() - start
-        read_topic(bootstrap, out, at_least=total + 1, timeout_s=1800)
-        elapsed = time.monotonic() - start
+        else:
+            service = Service(env, work / "service.log")
+            stack.callback(service.terminate)
+            with followed(service.endpoint, FORWARDED) as watched:
+                produce(bootstrap, left, [b"warm"])
+                read_topic(bootstrap, out, at_least=1, timeout_s=300)
+                start = time.monotonic()
+                for topic in (left, right):
+                    produce(bootstrap, topic, [b"%09d" % i + PAYLOAD for i in range(per_side)],
+                            4)  # fmt: skip
+                produced_s = time.monotonic() - start
+                read_topic(bootstrap, out, at_least=total + 1, timeout_s=1800)
+                elapsed = time.monotonic() - start
+            print(
+                f"pass-through ({delivery}): {total} records of ~110 B in {elapsed:.1f}s = "
+                f"{total / elapsed:,.0f} records/s (producing alone took {produced_s:.1f}s)"
+            )
+        title = f"pass-through ({delivery}, {mode}), {total:,} records"
         print(
-            f"pass-through ({delivery}): {total} records of ~110 B in {elapsed:.1f}s = "
-            f"{total / elapsed:,.0f} records/s (producing alone took {produced_s:.1f}s)"
+            f"plot: {draw(plot_path('passthrough'), title, {'streamjoin run': watched.timeline})}"
         )
 
 

@@ -24,6 +24,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from app.run.joins import bucketed_join, changelog_schema
 from app.run.session import build_session
+from bench.plot import draw, plot_path
 from state.joins.specs import RegularJoinSpec, SideSpec
 
 LEFT = StructType(
@@ -94,8 +95,11 @@ def main() -> None:
             results[name] = timed(plan(), work / f"ck-{name}")
         base = 2 * rows / results["native inner"][0]
         print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side)")
-        for name, (seconds, output_rows) in results.items():
+        for name, (seconds, output_rows, _timeline) in results.items():
             report(name, seconds, 2 * rows, base, output_rows)
+        title = f"regular join, {rows:,} rows per side, {per_key} per key"
+        written = draw(plot_path("regular_join"), title, {n: r[2] for n, r in results.items()})
+        print(f"plot: {written}")
     spark.stop()
 
 

@@ -26,6 +26,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from app.run.joins import bucketed_join
 from app.run.session import build_session
+from bench.plot import draw, plot_path
 from state.joins.specs import SideSpec, TemporalJoinSpec
 
 LEFT = StructType(
@@ -79,10 +80,12 @@ def main() -> None:
         work = Path(tmp)
         prices = write_inputs(spark, work, orders, products, batches)
         timed(ours(spark, work), work / "warm")
-        seconds, output_rows = timed(ours(spark, work), work / "timed")
+        seconds, output_rows, timeline = timed(ours(spark, work), work / "timed")
         rows = orders + prices
         print(f"{orders} orders, {prices} price rows ({products} products), {batches} batches:")
         print(f"  {seconds:.1f}s, {rows / seconds:,.0f} rows/s ({output_rows} output rows)")
+        title = f"temporal join, {orders:,} orders, {products:,} products, {batches} batches"
+        print(f"plot: {draw(plot_path('temporal_join'), title, {'streamjoin': timeline})}")
     spark.stop()
 
 

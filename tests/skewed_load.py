@@ -19,6 +19,7 @@ import random
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +114,11 @@ class LoadResult:
 
 
 def run_load(bootstrap: str, work: Path, orders: str, shipments: str, out: str,
-             per_side: int, per_trigger: int) -> LoadResult:  # fmt: skip
-    """Fill both topics, run the join over them to the end, and measure."""
+             per_side: int, per_trigger: int,
+             follow: Callable[[Service, threading.Event], None] | None = None,
+             ) -> LoadResult:  # fmt: skip
+    """Fill both topics, run the join over them to the end, and measure; `follow` watches the
+    running service (in a thread of its own) until it is done."""
     for topic, seed in ((orders, 1), (shipments, 2)):
         produce_side(bootstrap, topic, per_side, seed)
     schema = "id STRING, k STRING, ts TIMESTAMP(3)"
@@ -136,11 +140,16 @@ def run_load(bootstrap: str, work: Path, orders: str, shipments: str, out: str,
     watcher = threading.Thread(
         target=_watch_memory, args=(service.process.pid, peaks, done), daemon=True
     )
-    watcher.start()
+    watchers = [watcher]
+    if follow is not None:
+        watchers.append(threading.Thread(target=follow, args=(service, done), daemon=True))
+    for thread in watchers:
+        thread.start()
     code = service.process.wait()
     seconds = time.monotonic() - start
     done.set()
-    watcher.join()
+    for thread in watchers:
+        thread.join()
     output = read_topic(bootstrap, out, timeout_s=600) if code == 0 else []
     orders_out = {json.loads(r.value)["id"] for r in output}
     return LoadResult(seconds, len(orders_out), len(output), peaks, code, service.log())
