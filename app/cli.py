@@ -142,7 +142,10 @@ def executor(env: Mapping[str, str]) -> int:
 def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None, top: int,
           as_json: bool) -> int:  # fmt: skip
     """`streamjoin state`: what the join's checkpoint holds, read as the job's own variables
-    plan it; a stopped job's checkpoint, or a copy of a running one's (`checkpoint`)."""
+    plan it; a stopped job's checkpoint, or a copy of a running one's (`checkpoint`, which
+    stands for CHECKPOINT_LOCATION when that is not set)."""
+    if checkpoint is not None:
+        env = {"CHECKPOINT_LOCATION": checkpoint, **env}
     try:
         config = planned(env)
     except (ConfigError, StartupError) as err:

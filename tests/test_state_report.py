@@ -116,10 +116,9 @@ def test_a_checkpoint_without_state_is_refused_in_one_line(
            "RIGHT_TOPIC": "products", "OUTPUT_TOPIC": "out",
            "LEFT_SCHEMA": "order_id STRING, product_id STRING",
            "RIGHT_SCHEMA": "product_id STRING, name STRING",
-           "JOIN_ON": "L.product_id = R.product_id",
-           "CHECKPOINT_LOCATION": str(tmp_path / "ck")}  # fmt: skip
+           "JOIN_ON": "L.product_id = R.product_id"}  # fmt: skip
     (tmp_path / "ck").mkdir()
-    with patch.dict(os.environ, env, clear=True):
-        assert main(["state"]) == 2
+    with patch.dict(os.environ, env, clear=True):  # --checkpoint stands for CHECKPOINT_LOCATION
+        assert main(["state", "--checkpoint", str(tmp_path / "ck")]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"streamjoin: {tmp_path / 'ck'} holds no")
