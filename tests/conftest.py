@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.class_archive import record_once
 from tests.kafka_broker import broker_for_tests
 
 _broker_kind: list[str] = []
@@ -17,6 +18,18 @@ def kafka() -> Iterator[str]:
     with broker_for_tests() as (bootstrap, kind):
         _broker_kind.append(kind)
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def class_archive(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The services' JVM class archive (`tests/class_archive.py`), recorded once."""
+    record_once(tmp_path_factory.mktemp("classes"))
+
+
+@pytest.fixture(autouse=True)
+def _services_start_from_the_archive(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("spark"):
+        request.getfixturevalue("class_archive")
 
 
 @pytest.fixture(scope="session")

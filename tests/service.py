@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from app.run.session import worker_python
+from tests.class_archive import driver_options
 
 # Variables of the developer's own shell that must not leak into the service under test.
 _OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
@@ -18,6 +19,7 @@ _OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
 def service_env(**variables: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
     env.update(PYSPARK_PYTHON=worker_python(), SPARK_MASTER="local[2]", METRICS_PORT="0")
+    env.update(driver_options())
     env.update(variables)
     return env
 
