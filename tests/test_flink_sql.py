@@ -305,3 +305,36 @@ def test_a_join_the_plan_refuses_is_told_as_the_sqls_line() -> None:
     with pytest.raises(ConfigError) as refused:
         planned(env)
     assert str(refused.value).startswith("STREAMJOIN_SQL line 23 (JOIN_ON): expected a condition")
+
+
+def test_two_columns_run_together_are_told_at_their_line_as_a_missing_comma() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    script = re.search(r"```sql\n(.*?)```", readme, re.S)[1]
+    broken = script.replace("product_name STRING,\n", "product_name STRING\n", 1)
+    line = 1 + script[: script.index("product_name STRING,")].count("\n")
+    message = refusal(broken)
+    assert message == (
+        f"line {line}: CREATE TABLE product_changelog: column product_name: STRING price "
+        "DECIMAL(10, 2) is not a type streamjoin reads (a comma missing after product_name "
+        "STRING?)"
+    )
+    assert refusal(ORDERS.replace("ms BIGINT", "ms BIGNUM") + PRODUCTS + OUT) == (
+        "line 4: CREATE TABLE orders: column ms: BIGNUM is not a type streamjoin reads"
+    )
+
+
+def test_empty_sql_says_so_rather_than_falling_back_to_variables(tmp_path: Path) -> None:
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(env | {"STREAMJOIN_SQL": " \n"})
+    assert str(refused.value) == (
+        "STREAMJOIN_SQL: expected Flink SQL (or unset, to configure the job by variables); "
+        "it is empty"
+    )
+    (tmp_path / "job.sql").write_text("\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(env | {"STREAMJOIN_SQL_FILE": str(tmp_path / "job.sql")})
+    assert str(refused.value) == (
+        f"STREAMJOIN_SQL_FILE: expected a readable file of Flink SQL; "
+        f"'{tmp_path / 'job.sql'}' is empty"
+    )

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_io import join_topics, produce, read_topic
+from app.demo import SCRIPT
+from tests.kafka_io import create_topics, join_topics, output_topics, produce, read_topic, unique
 from tests.schema_registry import SchemaRegistry
 from tests.service import run_to_exit, service_env, streamjoin_command
 
@@ -105,6 +106,22 @@ def test_what_was_silently_wrong_is_refused(
     kafka: str, topics, tmp_path: Path, changes: dict, start: str
 ) -> None:
     assert_one_line(refused(kafka, topics, tmp_path, **changes), start)
+
+
+def test_a_topic_the_sql_names_that_does_not_exist_is_told_at_its_line(
+    kafka: str, tmp_path: Path
+) -> None:
+    suffix = unique("-")
+    create_topics(kafka, [f"orders{suffix}"])
+    output_topics(kafka, f"orders_enriched{suffix}")
+    script = SCRIPT.format(suffix=suffix)  # its product_changelog topic is not created
+    line = 1 + script[: script.index("CREATE TABLE product_changelog")].count("\n")
+    result = run_to_exit(service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, STREAMJOIN_SQL=script,
+                                     CHECKPOINT_LOCATION=str(tmp_path / "ck")))  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert_one_line(result.stderr.strip().splitlines(),
+                    f"STREAMJOIN_SQL line {line} (RIGHT_TOPIC): Kafka topic "
+                    f"'product_changelog{suffix}' does not exist")  # fmt: skip
 
 
 def busy_port() -> socket.socket:

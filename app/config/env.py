@@ -364,6 +364,10 @@ def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
 def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, str]]:
     """`with_sql`'s variables, and where in the SQL each that it set comes from."""
     given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
+    blank = [name for name in SQL_VARIABLES if name in env and name not in given]
+    if blank:  # set from a file that was not there, say: not the same as unset
+        raise ConfigError(blank[0], "Flink SQL (or unset, to configure the job by variables)",
+                          seen="it is empty")  # fmt: skip
     if not given:
         return env, {}
     if len(given) == 2:
@@ -379,6 +383,9 @@ def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, 
             raise ConfigError(variable, "a readable file of Flink SQL", env[variable],
                               seen=f"cannot read {env[variable].strip()!r} ({type(err).__name__})"
                               ) from None  # fmt: skip
+        if not text.strip():
+            raise ConfigError(variable, "a readable file of Flink SQL",
+                              seen=f"{env[variable].strip()!r} is empty")  # fmt: skip
     try:
         compiled = compile_script(text)
     except SqlError as err:

@@ -96,8 +96,9 @@ def check_kafka(config: Config) -> None:
              " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
              "cleanup.policy=compact)")
         )  # fmt: skip
-    missing = [
-        f"{variable}: Kafka topic {topic!r} does not exist at {config.bootstrap_servers}{why}"
+    missing = [  # a topic the SQL named is told at its line
+        f"{config.sql_origin.get(variable, variable)}: Kafka topic {topic!r} does not exist at "
+        f"{config.bootstrap_servers}{why}"
         for variable, topic, why in topics
         if metadata.topics.get(topic) is None or metadata.topics[topic].error is not None
     ]

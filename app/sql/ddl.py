@@ -17,6 +17,7 @@ from app.config.parsers import duration_ms
 from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.records.decode import METADATA_TYPES
+from serdes.records.schema import SchemaError, parse_schema
 from state.expr.interval_bounds import INTERVAL_UNIT_MS
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
@@ -203,8 +204,11 @@ def create_table(line: int, text: str) -> Table:
     closing = _closing(text, opening)
     if closing < 0:
         raise SqlError(line, f"CREATE TABLE {table.name}: its column list never closes")
+    cursor = opening + 1
     for item in _split_top_level(text[opening + 1 : closing]):
-        _column(table, " ".join(item.split()))
+        at = text.index(item, cursor)  # each column's own line, for what is told about it
+        cursor = at + len(item)
+        _column(table, " ".join(item.split()), line + text.count("\n", 0, at))
     rest = text[closing + 1 :].strip()
     options = re.match(r"^WITH\s*\((.*)\)$", rest, re.I | re.S)
     if options is None:
@@ -220,8 +224,27 @@ def create_table(line: int, text: str) -> Table:
     return table
 
 
-def _column(table: Table, item: str) -> None:
-    line, where = table.line, f"CREATE TABLE {table.name}"
+def _column_type(line: int, where: str, name: str, kind: str) -> None:
+    """A physical column's type, checked where it is written: two columns run together (a
+    missing comma) read as one column of a type that is none, and would otherwise be told as a
+    column missing far below, in the query."""
+    if _is_type(kind):
+        return
+    first, *rest = kind.split(maxsplit=1)
+    hint = f" (a comma missing after {name} {first}?)" if rest and _is_type(first) else ""
+    raise SqlError(line, f"{where}: column {name}: {kind} is not a type streamjoin reads{hint}")
+
+
+def _is_type(kind: str) -> bool:
+    try:
+        parse_schema(f"c {kind}")
+    except SchemaError:
+        return False
+    return True
+
+
+def _column(table: Table, item: str, line: int) -> None:
+    where = f"CREATE TABLE {table.name}"
     if match := _WATERMARK.match(item):
         delay = _DELAY.match(match[2].strip())
         if delay is None or unquote(delay[1]) != unquote(match[1]):
@@ -259,6 +282,7 @@ def _column(table: Table, item: str) -> None:
             table.converted[name] = (unquote(conversion[1]), kind or conversion[2].upper())
     elif match := _PHYSICAL.match(item):
         name = unquote(match[1])
+        _column_type(line, where, name, match[2])
         table.physical.append((name, match[2]))
         table.declared.append(name)
         if match[3]:
