@@ -170,6 +170,33 @@ def test_a_select_list_runs_only_the_function_library(select: str, named: str) -
 
 
 @pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"JOIN_SELECT": "L.order_id, UPPER(R.price) AS p"},
+         "JOIN_SELECT: expected a select list Flink accepts (UPPER(R.price) applies UPPER to "
+         "R.price (DECIMAL(10,2)): it takes a string)"),
+        ({"JOIN_SELECT": "L.order_id, ROUND(CHAR_LENGTH(L.order_id) || 'x', 2) AS n"},
+         "(LENGTH(L.order_id) || 'x' applies || to LENGTH(L.order_id) (a number): it takes a "
+         "string)"),
+        ({"JOIN_ON": "L.product_id = R.product_id AND ABS(L.order_id) > 1"},
+         "JOIN_ON: expected a condition Flink accepts (ABS(L.order_id) applies ABS to "
+         "L.order_id (STRING): it takes a number)"),
+    ],
+    ids=["select", "nested", "condition"],
+)  # fmt: skip
+def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
+    changes: dict, says: str
+) -> None:
+    """As Flink's planner refuses `UPPER(<INTEGER>)` (Flink 2.3 refuses each of these, and
+    every function of the library given another family than it takes, seen through PyFlink's
+    `explain_sql`); it failed inside a task before."""
+    message = refusal(**changes)
+    assert says in message, message
+    check_plan(load_config({**JOIN, "JOIN_SELECT": "UPPER(L.order_id) || 'x' AS o, "
+                            "ROUND(R.price * 2, 1) AS p"}))  # fmt: skip
+
+
+@pytest.mark.parametrize(
     ("changes", "materialized"),
     [
         # the output key holds the join key: each key's changes come from one task, in order

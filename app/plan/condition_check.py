@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from sqlglot import exp
 
 from serdes.records.schema import Column
+from state.expr.functions import FUNCTIONS
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
@@ -53,6 +54,25 @@ def _operand(node: exp.Expression, columns: Columns) -> tuple[str, str] | None:
         left, right = _operand(node.this, columns), _operand(node.expression, columns)
         if left and right and left[0] == right[0] == "number":
             return "number", node.sql()
+    function = FUNCTIONS.get(type(node))
+    if function is not None and function.gives is not None:
+        return function.gives, f"{node.sql()} (a {function.gives})"
+    return None
+
+
+def function_problem(tree: exp.Expression, columns: Columns) -> str | None:
+    """A function of the library applied to an argument of a type it does not take, as Flink's
+    planner refuses it (`UPPER(L.qty)` of an INT), or None."""
+    for node in sorted(tree.walk(), key=lambda n: -n.depth):  # the innermost mistake first
+        function = FUNCTIONS.get(type(node))
+        if function is None or function.takes is None:
+            continue
+        arguments = function.arguments(node)
+        for argument in arguments if function.all_args else arguments[:1]:
+            found = None if argument is None else _operand(argument, columns)
+            if found is not None and found[0] != function.takes:
+                return (f"{node.sql()} applies {function.name} to {found[1]}: it takes a "
+                        f"{function.takes}")  # fmt: skip
     return None
 
 
@@ -81,7 +101,7 @@ def _not_boolean(node: exp.Expression, columns: Columns) -> str | None:
 
 def condition_problem(tree: exp.Expression, columns: Columns) -> str | None:
     """Why the condition cannot be a join condition over these columns, or None."""
-    problem = _not_boolean(tree, columns)
+    problem = _not_boolean(tree, columns) or function_problem(tree, columns)
     if problem:
         return problem
     for node in tree.find_all(*_COMPARISONS, exp.In, exp.Between):

@@ -17,8 +17,8 @@ from app.config.registry import (
     INSERT_ONLY_FORMATS,
     LOOKUP,
 )
-from app.plan.condition_check import condition_problem
-from app.run.projection import select_expressions, selected_columns
+from app.plan.condition_check import Columns, condition_problem, function_problem
+from app.run.projection import parse_select, select_expressions, selected_columns
 from state.expr.condition import ConditionError, parse_condition
 from state.joins.lookup import LookupJoinSpec
 from state.joins.specs import (
@@ -213,6 +213,12 @@ def _lookup_errors(config: Config) -> Iterator[ConfigError]:
                           "of the table, like L.id = R.id", config.join.on)  # fmt: skip
 
 
+def _typed_columns(config: Config) -> Columns:
+    """Each input's columns with their types, by the alias conditions and select lists use."""
+    return {alias: {c.name: c for c in source.schema or ()}
+            for alias, source in (("L", config.left), ("R", config.right))}  # fmt: skip
+
+
 def _condition_errors(config: Config) -> Iterator[ConfigError]:
     """The condition over the inputs' columns: names, a boolean, like compared with like."""
     try:
@@ -222,9 +228,7 @@ def _condition_errors(config: Config) -> Iterator[ConfigError]:
         yield ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
                           config.join.on)  # fmt: skip
         return
-    columns = {alias: {c.name: c for c in source.schema or ()}
-               for alias, source in (("L", config.left), ("R", config.right))}  # fmt: skip
-    problem = condition_problem(parse_condition(config.join.on or ""), columns)
+    problem = condition_problem(parse_condition(config.join.on or ""), _typed_columns(config))
     if problem:
         yield ConfigError("JOIN_ON", f"a condition Flink accepts ({problem})", config.join.on)
 
@@ -237,6 +241,11 @@ def _output_errors(config: Config) -> Iterator[ConfigError]:
             select_expressions(config.join.select, visible)
         except ConditionError as err:
             yield ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
+                              config.join.select)  # fmt: skip
+            return
+        problem = function_problem(parse_select(config.join.select), _typed_columns(config))
+        if problem:
+            yield ConfigError("JOIN_SELECT", f"a select list Flink accepts ({problem})",
                               config.join.select)  # fmt: skip
             return
     columns = output_columns(config, spec)

@@ -32,14 +32,19 @@ def _unique(name: str, taken: set[str]) -> str:
     return next(f"{name}{i}" for i in range(len(taken) + 1) if f"{name}{i}" not in taken)
 
 
+def parse_select(select: str) -> exp.Expression:
+    """The select list as one SELECT's tree; ConditionError if it does not parse."""
+    try:
+        return sqlglot.parse_one(f"SELECT {select}", read=FLINK_LEXICON)
+    except ParseError as err:
+        raise ConditionError(f"select list: {err.errors[0]['description']}") from None
+
+
 def _select_items(
     select: str, columns: dict[str, tuple[str, ...]] | None
 ) -> list[tuple[str, exp.Expression]]:
     """Each item of the list: its output name and its expression over `L_`/`R_` columns."""
-    try:
-        tree = sqlglot.parse_one(f"SELECT {select}", read=FLINK_LEXICON)
-    except ParseError as err:
-        raise ConditionError(f"select list: {err.errors[0]['description']}") from None
+    tree = parse_select(select)
     items, taken = [], set()
     for position, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item

@@ -32,12 +32,19 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 @dataclass(frozen=True)
 class Function:
     """A Flink built-in: its name as users write it, its arguments in a sqlglot node, what it
-    computes on their values; `strict`: NULL if any argument is NULL, without calling it."""
+    computes on their values; `strict`: NULL if any argument is NULL, without calling it.
+
+    Its signature, as far as Flink's planner checks it: `takes`, the family ("string",
+    "number", "time") its first argument must be (all of them with `all_args`), None for any;
+    `gives`, the family of its result, None where it depends on the arguments."""
 
     name: str
     arguments: Callable[[exp.Expression], list[exp.Expression | None]]
     compute: Callable[..., Any]
     strict: bool = True
+    takes: str | None = None
+    gives: str | None = None
+    all_args: bool = False
 
 
 def _as_datetime(value: Any) -> datetime:
@@ -131,7 +138,7 @@ def extract(unit: str, value: Any) -> int:
 
 
 def _date_part(unit: str) -> Function:
-    return Function(unit, _one, lambda v: extract(unit, v))
+    return Function(unit, _one, lambda v: extract(unit, v), takes="time", gives="number")
 
 
 def _one(node: exp.Expression) -> list[exp.Expression | None]:
@@ -162,36 +169,53 @@ def _position(needle: str, text: str) -> int:
     return text.find(needle) + 1
 
 
+_TEXT_FUNCTION = {"takes": "string", "gives": "string"}
+_MATH = {"takes": "number", "gives": "number"}
 FUNCTIONS: dict[type[exp.Expression], Function] = {
-    exp.Upper: Function("UPPER", _one, str.upper),
-    exp.Lower: Function("LOWER", _one, str.lower),
-    exp.Initcap: Function("INITCAP", _one, str.title),
-    exp.Length: Function("CHAR_LENGTH", _one, len),
+    exp.Upper: Function("UPPER", _one, str.upper, **_TEXT_FUNCTION),
+    exp.Lower: Function("LOWER", _one, str.lower, **_TEXT_FUNCTION),
+    exp.Initcap: Function("INITCAP", _one, str.title, **_TEXT_FUNCTION),
+    exp.Length: Function("CHAR_LENGTH", _one, len, takes="string", gives="number"),
     exp.Substring: Function(
         "SUBSTR",
         lambda n: [n.this, n.args.get("start"), n.args.get("length")],
         lambda s, start, length=None: _substring(s, start, length),
+        **_TEXT_FUNCTION,
     ),
-    exp.Left: Function("LEFT", _two, lambda s, n: s[: max(n, 0)]),
-    exp.Right: Function("RIGHT", _two, lambda s, n: s[len(s) - n :] if n > 0 else ""),
+    exp.Left: Function("LEFT", _two, lambda s, n: s[: max(n, 0)], **_TEXT_FUNCTION),
+    exp.Right: Function(
+        "RIGHT", _two, lambda s, n: s[len(s) - n :] if n > 0 else "", **_TEXT_FUNCTION
+    ),
     exp.Replace: Function(
         "REPLACE",
         lambda n: [n.this, n.expression, n.args.get("replacement")],
         lambda s, old, new: s.replace(old, new),
+        **_TEXT_FUNCTION,
+        all_args=True,
     ),
-    exp.StrPosition: Function("POSITION", lambda n: [n.args.get("substr"), n.this], _position),
-    exp.DPipe: Function("||", _two, _concat),
-    exp.Concat: Function("CONCAT", _listed, _concat),
-    exp.Abs: Function("ABS", _one, abs),
-    exp.Sign: Function("SIGN", _one, _sign),
-    exp.Floor: Function("FLOOR", _one, math.floor),
+    exp.StrPosition: Function(
+        "POSITION",
+        lambda n: [n.args.get("substr"), n.this],
+        _position,
+        takes="string",
+        gives="number",
+        all_args=True,
+    ),
+    exp.DPipe: Function("||", _two, _concat, **_TEXT_FUNCTION, all_args=True),
+    exp.Concat: Function("CONCAT", _listed, _concat, **_TEXT_FUNCTION, all_args=True),
+    exp.Abs: Function("ABS", _one, abs, **_MATH),
+    exp.Sign: Function("SIGN", _one, _sign, **_MATH),
+    exp.Floor: Function("FLOOR", _one, math.floor),  # FLOOR(x TO unit) takes a time
     exp.Ceil: Function("CEIL", _one, math.ceil),
     exp.Round: Function(
-        "ROUND", lambda n: [n.this, n.args.get("decimals")], lambda v, p=0: _round(v, p)
+        "ROUND",
+        lambda n: [n.this, n.args.get("decimals")],
+        lambda v, p=0: _round(v, p),
+        **_MATH,
     ),
-    exp.Pow: Function("POWER", _two, lambda a, b: float(a) ** float(b)),
-    exp.Sqrt: Function("SQRT", _one, lambda v: math.sqrt(v)),
-    exp.TsOrDsToDate: Function("TO_DATE", _one, _to_date),  # also what YEAR(x) wraps x in
+    exp.Pow: Function("POWER", _two, lambda a, b: float(a) ** float(b), **_MATH, all_args=True),
+    exp.Sqrt: Function("SQRT", _one, lambda v: math.sqrt(v), **_MATH),
+    exp.TsOrDsToDate: Function("TO_DATE", _one, _to_date, gives="time"),  # YEAR(x) wraps x
     exp.Quarter: _date_part("QUARTER"),
     exp.Year: _date_part("YEAR"),
     exp.Month: _date_part("MONTH"),
