@@ -216,7 +216,7 @@ def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
             raise CaseError("an interval join needs a rowtime on both streams")
         spec = IntervalJoinSpec(kind, join["on"], *sides, *times)
         joined = bucketed_join(changes, spec, left, right)
-    elif join_type == "temporal":
+    elif join_type in ("temporal", "temporal-function"):  # a function's history: versions
         probe_time = streams[join["left"]].get("rowtime")
         if not probe_time or not streams[join["right"]].get("rowtime"):
             raise CaseError("an event-time temporal join needs a rowtime on both streams")

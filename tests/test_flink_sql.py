@@ -180,7 +180,9 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
          "o.product_id = p.product_id WHERE p.price > 1", 23,
          "a WHERE after a LEFT JOIN is not supported"),
         ("SELECT o.order_id, p.name, p.price FROM orders o, LATERAL TABLE (Rates(o.order_time)) "
-         "AS p WHERE o.product_id = p.product_id", 23, "is not supported"),
+         "AS p WHERE o.product_id = p.product_id", 23,
+         "LATERAL TABLE (Rates(…)): no table Rates: declare the history it is over as CREATE "
+         "TABLE Rates"),
     ],
     ids=["group-by", "window-tvf", "three-way", "function", "columns", "ambiguous", "where",
          "table-function"],
@@ -337,4 +339,39 @@ def test_empty_sql_says_so_rather_than_falling_back_to_variables(tmp_path: Path)
     assert str(refused.value) == (
         f"STREAMJOIN_SQL_FILE: expected a readable file of Flink SQL; "
         f"'{tmp_path / 'job.sql'}' is empty"
+    )
+
+
+def test_a_temporal_table_function_in_lateral_table_is_a_temporal_function_join() -> None:
+    """The seeds' `LATERAL TABLE (Rates(o.rowtime))`: Flink defines the function in the Table
+    API over a history table; here the function is named as that table, whose WATERMARK and
+    PRIMARY KEY are its time and key (`test_replay.py` runs it against Flink's output)."""
+    rates = ("CREATE TABLE Rates (currency STRING, rate BIGINT, rowtime TIMESTAMP(3),\n"
+             "  PRIMARY KEY (currency) NOT ENFORCED, WATERMARK FOR rowtime AS rowtime\n"
+             ") WITH ('connector' = 'kafka', 'topic' = 'rates', 'format' = 'json');\n")  # fmt: skip
+    orders = ("CREATE TABLE Orders (amount BIGINT, currency STRING, rowtime TIMESTAMP(3),\n"
+              "  p AS PROCTIME(), WATERMARK FOR rowtime AS rowtime\n"
+              ") WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json');\n"
+              "CREATE TABLE out (amount BIGINT) WITH ('connector' = 'kafka', 'topic' = 'out', "
+              "'format' = 'json');\n")  # fmt: skip
+    query = ("INSERT INTO out SELECT o.amount * r.rate AS amount FROM Orders AS o,\n"
+             "  LATERAL TABLE (Rates(o.rowtime)) AS r WHERE r.currency = o.currency;")  # fmt: skip
+    variables = compile_script(rates + orders + query).variables
+    assert (variables["JOIN_TYPE"], variables["JOIN_KIND"], variables["JOIN_ON"]) == (
+        "temporal-function",
+        "inner",
+        "R.currency = L.currency",
+    )
+    assert (variables["LEFT_TIME"], variables["RIGHT_TIME"]) == ("rowtime", "rowtime")
+    assert variables["RIGHT_PRIMARY_KEY"] == "currency"
+    proctime = compile_script(rates + orders + query.replace("Rates(o.rowtime)", "Rates(o.p)"))
+    assert proctime.variables["LEFT_TIME"] == "proctime"
+    left = query.replace(",\n  LATERAL", " LEFT JOIN LATERAL").replace(" WHERE ", " ON ")
+    assert refusal(rates + orders + left) == (
+        "line 8: a LEFT join of a temporal table function is not supported: join it INNER "
+        "(FROM o, LATERAL TABLE (…) WHERE …)"
+    )
+    keyless = rates.replace("  PRIMARY KEY (currency) NOT ENFORCED, ", "  ")
+    assert refusal(keyless + orders + query).endswith(
+        "Rates needs a PRIMARY KEY (… NOT ENFORCED): the temporal table function's key"
     )

@@ -64,6 +64,7 @@ class JoinQuery:
     right: str
     on: str
     select: str
+    left_time: str | None = None  # the left's time attribute, where the join names it
 
 
 class _Sides:
@@ -166,9 +167,6 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     if not isinstance(query, exp.Select):
         raise SqlError(line, f"{query.key.upper()} is not supported: one SELECT … JOIN")
     _refuse_clauses(line, query)
-    if query.args.get("laterals"):
-        raise SqlError(line, "LATERAL TABLE (a temporal table function) is not supported in "
-                       "SQL: set JOIN_TYPE=temporal-function")  # fmt: skip
     source = query.args.get("from_") or query.args.get("from")
     if source is None:
         raise SqlError(line, "a SELECT without FROM")
@@ -180,7 +178,11 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     if not joins:
         return _subquery_join(line, query, tables, left, left_alias, where, outputs)
     join = joins[0]
-    right, right_alias = _table_of(line, join.this, tables)
+    function_time = None
+    if isinstance(join.this, exp.Lateral):
+        right, right_alias, function_time = _temporal_function(line, join.this, tables)
+    else:
+        right, right_alias = _table_of(line, join.this, tables)
     sides = _Sides(line, left, right, {left_alias, left.name}, {right_alias, right.name})
     kind = (join.side or "inner").lower()
     if join.kind and join.kind.upper() in ("SEMI", "ANTI", "NATURAL"):
@@ -195,8 +197,11 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     if not on:
         raise SqlError(line, "a join without a condition (a cross join) is not supported")
     version = join.this.args.get("version")
-    join_type = "regular"
-    if version is not None:
+    join_type, left_time = "regular", None
+    if function_time is not None:
+        join_type, left_time = "temporal-function", _function_time(line, sides, function_time,
+                                                                   kind)  # fmt: skip
+    elif version is not None:
         join_type = _temporal_type(line, sides, version, right, kind)
     elif _bounds_time(sides, on, left, right):
         join_type = "interval"
@@ -204,7 +209,55 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     assert condition is not None
     select = _select_list(line, query, sides, outputs)
     return JoinQuery(join_type, kind, left.name, right.name, condition.sql(FLINK_LEXICON),
-                     select), left, right  # fmt: skip
+                     select, left_time), left, right  # fmt: skip
+
+
+def _temporal_function(line: int, lateral: exp.Lateral, tables: dict[str, Table]
+                       ) -> tuple[Table, str, exp.Expression]:  # fmt: skip
+    """`LATERAL TABLE (Rates(o.t))`: the table the temporal table function is over, its alias,
+    and the time it is called with. Flink defines the function in the Table API
+    (`createTemporalTableFunction(time, key)` over a history table); here its name is that
+    table's, whose WATERMARK and PRIMARY KEY are the function's time and key."""
+    call = lateral.this
+    inner = call.expressions[0] if isinstance(call, exp.Anonymous) and call.expressions else None
+    if (not isinstance(call, exp.Anonymous) or call.name.upper() != "TABLE"
+            or len(call.expressions) != 1 or not isinstance(inner, exp.Anonymous)):  # fmt: skip
+        raise SqlError(line, f"{lateral.sql(FLINK_LEXICON)} is not supported: LATERAL TABLE "
+                       "joins a temporal table function (Rates(o.rowtime))")  # fmt: skip
+    name = inner.name
+    table = tables.get(name) or next(
+        (t for n, t in tables.items() if n.lower() == name.lower()), None
+    )
+    if table is None:
+        raise SqlError(line, f"LATERAL TABLE ({name}(…)): no table {name}: declare the history "
+                       f"it is over as CREATE TABLE {name} (…, PRIMARY KEY (…) NOT ENFORCED, "
+                       "WATERMARK FOR …): the function is named as its table")  # fmt: skip
+    if not table.primary_key:
+        raise SqlError(line, f"LATERAL TABLE ({name}(…)): {table.name} needs a PRIMARY KEY "
+                       "(… NOT ENFORCED): the temporal table function's key")  # fmt: skip
+    if len(inner.expressions) != 1 or not isinstance(inner.expressions[0], exp.Column):
+        raise SqlError(line, f"LATERAL TABLE ({name}(…)) takes one time column of the left "
+                       "table")  # fmt: skip
+    alias = lateral.alias or name
+    return table, alias, inner.expressions[0]
+
+
+def _function_time(line: int, sides: _Sides, at: exp.Expression, kind: str) -> str:
+    """The left's time attribute a temporal table function is called with: its rowtime (the
+    WATERMARK column), or a PROCTIME() column."""
+    if kind != "inner":
+        raise SqlError(line, f"a {kind.upper()} join of a temporal table function is not "
+                       "supported: join it INNER (FROM o, LATERAL TABLE (…) WHERE …)")  # fmt: skip
+    assert isinstance(at, exp.Column)
+    left = sides.tables["L"]
+    if sides.side_of(at) != "L":
+        raise SqlError(line, f"LATERAL TABLE (…({at.sql()})): a time column of the left table")
+    if at.name == left.proctime:
+        return "proctime"
+    if left.watermark is None or left.watermark[0] != at.name:
+        raise SqlError(line, f"LATERAL TABLE (…({at.sql()})): the left's rowtime (its WATERMARK "
+                       "column) or a PROCTIME() column")  # fmt: skip
+    return left.stored(at.name)
 
 
 def _temporal_type(line: int, sides: _Sides, version: exp.Expression, right: Table,
@@ -392,7 +445,7 @@ def compile_script(text: str) -> Compiled:
     if output is None:
         raise SqlError(line, f"no table {tree.this.name} to insert into (CREATE TABLE it first)")
     query, left, right = compile_query(line, tree.expression, tables, output.columns())
-    input_table(left, "LEFT", out, _time_of(left, query.type, "LEFT"))
+    input_table(left, "LEFT", out, query.left_time or _time_of(left, query.type, "LEFT"))
     if query.type == "lookup":
         jdbc_table(right, out)
     elif right.options.get("connector") == "jdbc":
