@@ -152,6 +152,7 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
         return _refused(err)
     import json
 
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from app.run.lifecycle import stop_session
@@ -160,11 +161,16 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
     from ops.state_report import READ_ONLY_STATE, NoStateError, report, table
 
     location = checkpoint or config.checkpoint_location
-    ours = SparkSession.getActiveSession() is None  # else its owner stops it (a test's)
-    try:
-        spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
-    except SparkStartError as err:
-        return _refused(StartupError(f"Spark did not start: {err}"))
+    # A session this process has already (a test's) is its owner's: read in it, settings and
+    # all, and leave it running
+    ours = SparkContext._active_spark_context is None
+    if not ours:
+        spark = SparkSession.builder.getOrCreate()  # the owner's, with no setting of ours
+    else:
+        try:
+            spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
+        except SparkStartError as err:
+            return _refused(StartupError(f"Spark did not start: {err}"))
     try:
         result = report(spark, location, stateful_operators(config), key, top)
     except NoStateError as err:

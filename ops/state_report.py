@@ -48,8 +48,13 @@ HELD = StructType([
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The state stores a read opens report their snapshot uploads to the driver's coordinator from a
 # maintenance thread; a read uploads nothing, and at the stop that thread outlives the
-# coordinator and warns at every tick that it is gone.
-READ_ONLY_STATE = {"spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false"}
+# coordinator and warns at every tick that it is gone. Forcing uploads on a lag needs those
+# reports (a streaming query refuses the one without the other): off too. For a session of
+# `streamjoin state`'s own, never one that runs queries.
+READ_ONLY_STATE = {
+    "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
+    "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
+}
 
 
 class NoStateError(Exception):

@@ -268,8 +268,11 @@ def state_report(env: dict[str, str], capsys: pytest.CaptureFixture, spark: Spar
                  *args: str) -> dict:  # fmt: skip
     """`streamjoin state --json` of a stopped job, in this test session's Spark."""
     capsys.readouterr()
+    settings = spark.conf.getAll
     with patch.dict(os.environ, env, clear=True):
         assert main(["state", "--json", *args]) == 0
+    # a session the command did not start goes on as it was
+    assert spark.conf.getAll == settings and spark.range(3).count() == 3
     return json.loads(capsys.readouterr().out)
 
 
