@@ -155,6 +155,7 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    from app.config.redaction import without_user_info
     from app.run.lifecycle import stop_session
     from app.run.pipeline import stateful_operators
     from app.run.session import SparkStartError, build_session
@@ -171,13 +172,15 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
             spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
         except SparkStartError as err:
             return _refused(StartupError(f"Spark did not start: {err}"))
+    shown = without_user_info(location)  # an object store's URL may carry credentials
     try:
         result = report(spark, location, stateful_operators(config), key, top)
     except NoStateError as err:
-        return _refused(err)
+        return _refused(NoStateError(str(err).replace(location, shown)))
     finally:
         if ours:
             stop_session(spark, 0)
+    result["checkpoint"] = shown
     print(json.dumps(result, indent=2) if as_json else "\n".join(table(result)))
     return 0
 

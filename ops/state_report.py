@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -36,7 +36,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.run.pipeline import PlannedOperator
+from serdes.records.values import EPOCH
+from state.spark.frame import StatefulOperator
 
 HELD = StructType([
     StructField("side", StringType()),
@@ -45,7 +46,6 @@ HELD = StructType([
     StructField("oldest", LongType()),
     StructField("rows", StringType()),  # with a key asked for: its rows as a JSON list
 ])  # fmt: skip
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The state stores a read opens report their snapshot uploads to the driver's coordinator from a
 # maintenance thread; a read uploads nothing, and at the stop that thread outlives the
 # coordinator and warns at every tick that it is gone. Forcing uploads on a lag needs those
@@ -55,6 +55,17 @@ READ_ONLY_STATE = {
     "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
     "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
 }
+
+
+@dataclass(frozen=True)
+class PlannedOperator:
+    """A stateful operator of the query, as `streamjoin state` reads its state: what it is
+    (`label`), the operator itself (which decodes its entries), and the input schema of each
+    side it holds rows of."""
+
+    label: str
+    operator: StatefulOperator
+    sides: dict[str, StructType]
 
 
 class NoStateError(Exception):

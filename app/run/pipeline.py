@@ -39,6 +39,7 @@ from app.run.projection import project
 from app.run.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
 from ops.progress import CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
+from ops.state_report import PlannedOperator
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.transactions import ExactlyOnce
@@ -49,7 +50,6 @@ from serdes.records.encode import KEY_COLUMN, as_json, encode
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.changes import RowKind
 from state.spark.columns import side_column
-from state.spark.frame import StatefulOperator
 from state.spark.normalizer import NormalizeOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
@@ -277,17 +277,6 @@ def joined_output(
     else:
         records = as_json(records)
     return records
-
-
-@dataclass(frozen=True)
-class PlannedOperator:
-    """A stateful operator of the query, as `streamjoin state` reads its state: what it is
-    (`label`), the operator itself (which decodes its entries), and the input schema of each
-    side it holds rows of."""
-
-    label: str
-    operator: StatefulOperator
-    sides: dict[str, StructType]
 
 
 def stateful_operators(config: Config) -> list[PlannedOperator]:
