@@ -97,9 +97,8 @@ def run(env: Mapping[str, str]) -> int:
 
     stop = install_stop_signals()
     try:
-        spark = build_session(
-            config.spark_master, config.spark_conf, checkpoint=config.checkpoint_location
-        )
+        spark = build_session(config.spark_master, config.session_conf(),
+                              checkpoint=config.checkpoint_location)  # fmt: skip
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
@@ -121,7 +120,9 @@ def run(env: Mapping[str, str]) -> int:
 
             metrics.readiness.started()
             exit_code = supervise(query, stop, drain_marker, on_poll=poll,
-                                  on_stop=lambda: quiet_shutdown(spark))  # fmt: skip
+                                  on_stop=lambda: quiet_shutdown(spark),
+                                  until_dry=config.trigger_interval_ms is None
+                                  and pipeline.on_wall_clock(config))  # fmt: skip
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:

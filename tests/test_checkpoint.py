@@ -23,18 +23,22 @@ from app.run.checkpoint import (
 )
 from app.run.pipeline import writers
 from app.run.preflight import StartupError
+from app.run.rescale import rescale
 from app.run.session import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
 from serdes.kafka.transactions import ExactlyOnce
 from state.store.encoding import FORMAT
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
 
-def checkpoint_of_a_stateful_query(spark: SparkSession, tmp_path: Path, partitions: int) -> str:
-    """The checkpoint of a counting query run once with `partitions` shuffle partitions."""
+def checkpoint_of_a_stateful_query(
+    spark: SparkSession, tmp_path: Path, partitions: int, checkpoint: str | None = None
+) -> str:
+    """The checkpoint of a counting query run once with `partitions` shuffle partitions (at
+    `checkpoint`, if given, to run what it holds again)."""
     source = tmp_path / "in"
-    source.mkdir()
+    source.mkdir(exist_ok=True)
     (source / "words.txt").write_text("a\nb\na\n")
-    checkpoint = str(tmp_path / "checkpoint")
+    checkpoint = checkpoint or str(tmp_path / "checkpoint")
     session = spark.conf.get(SHUFFLE_PARTITIONS)
     spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
     try:
@@ -158,13 +162,13 @@ def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(
         check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular"})
 
 
-def test_a_new_checkpoint_takes_eight_buckets_per_partition_an_old_one_keeps_its_own(
+def test_a_new_checkpoint_takes_16_buckets_per_partition_an_old_one_keeps_its_own(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Unset, JOIN_STATE_BUCKETS is what the checkpoint was made with (128 before this
-    default), so that a checkpoint of an earlier version resumes as it is."""
+    """Unset, JOIN_STATE_BUCKETS is what the checkpoint was made with (128, or 8 per partition,
+    before this default), so that a checkpoint of an earlier version resumes as it is."""
     checkpoint = str(tmp_path / "checkpoint")
-    assert state_buckets(spark, checkpoint) == 8 * 2  # the session's 2 shuffle partitions
+    assert state_buckets(spark, checkpoint) == 16 * 2  # the session's 2 shuffle partitions
     check_state_record(spark, checkpoint, {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 128})
     assert state_buckets(spark, checkpoint) == 128
 
@@ -177,7 +181,7 @@ def test_a_record_a_crash_cut_short_before_the_first_batch_is_written_again(
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     (checkpoint / "streamjoin-state.json").write_text("")
-    assert state_buckets(spark, str(checkpoint)) == 8 * 2
+    assert state_buckets(spark, str(checkpoint)) == 16 * 2
     check_state_record(spark, str(checkpoint), {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 16})
     assert state_buckets(spark, str(checkpoint)) == 16
     assert sorted(p.name for p in checkpoint.iterdir() if not p.name.endswith(".crc")) == [
@@ -210,3 +214,22 @@ def test_a_local_checkpoint_renames_its_files_itself_and_others_keep_sparks_mana
     assert checkpoint_conf("/var/lib/streamjoin/checkpoint") == local
     assert checkpoint_conf("file:///var/lib/streamjoin/checkpoint") == local
     assert checkpoint_conf("hdfs://namenode:8020/streamjoin") == {}
+
+
+def test_a_rescale_finishes_a_pending_batch_first_and_stops_at_the_key_buckets(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """STATE_PARTITIONS past the buckets is refused; within them, a batch the last run left
+    pending runs first, then Spark moves the state, and the tasks that read each input follow."""
+    checkpoint = checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
+    checkpoints._write_record(spark, checkpoint, {"JOIN_STATE_BUCKETS": 4, "read_tasks": 1})
+    with pytest.raises(StartupError, match=r"^STATE_PARTITIONS: 8, but .* into 4 key buckets"):
+        rescale(spark, checkpoint, 8, 2, finish=lambda: pytest.fail("nothing to finish"))
+    last = checkpoints.last_batch(spark, checkpoint)
+    (Path(checkpoint) / "commits" / str(last)).unlink()  # as a run that died in it leaves it
+    finished = []
+    assert rescale(spark, checkpoint, 4, 2, finish=lambda: finished.append(
+        checkpoint_of_a_stateful_query(spark, tmp_path, 2, checkpoint)))  # fmt: skip
+    assert finished and shuffle_partitions(spark, checkpoint) == 4
+    assert checkpoints.read_tasks(spark, checkpoint) == 2  # 4 partitions, 2 inputs
+    assert not rescale(spark, checkpoint, 4, 2, finish=lambda: pytest.fail("nothing pending"))

@@ -146,6 +146,20 @@ def test_spark_conf_variables_become_spark_properties() -> None:
     }
 
 
+def test_state_partitions_are_the_sessions_shuffle_partitions_and_agree_with_spark_conf() -> None:
+    config = load_config({**BASE, "STATE_PARTITIONS": "8", "SPARK_CONF_SPARK_EXECUTOR_CORES": "2"})
+    assert config.session_conf() == {"spark.executor.cores": "2",
+                                     "spark.sql.shuffle.partitions": "8"}  # fmt: skip
+    assert load_config(BASE).session_conf() == {}  # the checkpoint's, or the task slots
+    assert config_error(STATE_PARTITIONS="8", SPARK_CONF_spark_sql_shuffle_partitions="4") == (
+        "STATE_PARTITIONS: expected the number SPARK_CONF_spark.sql.shuffle.partitions gives "
+        "(4), or one of the two alone; got '8'"
+    )
+    assert config_error(STATE_PARTITIONS="0").startswith(
+        "STATE_PARTITIONS: expected a positive whole number"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "ms"),
     [("250ms", 250), ("5s", 5000), ("2 minutes", 120_000), ("1h", 3_600_000),

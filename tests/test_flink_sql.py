@@ -260,6 +260,19 @@ def test_the_readmes_example_plans_and_its_ttl_is_a_regular_joins_only() -> None
     assert (config.join.type, config.join.state_ttl_ms) == ("regular", 86_400_000)
 
 
+def test_flinks_parallelism_settings_are_the_state_partitions_and_buckets() -> None:
+    script = SCRIPT.format(suffix="")
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
+    sets = "SET 'parallelism.default' = '4';\nSET 'pipeline.max-parallelism' = '64';\n"
+    config = load_config(env | {"STREAMJOIN_SQL": sets + script})
+    assert (config.state_partitions, config.join.state_buckets) == (4, 64)
+    with pytest.raises(ConfigError) as refused:
+        load_config(env | {"STREAMJOIN_SQL": "SET 'parallelism.default' = 'many';\n" + script})
+    assert str(refused.value).startswith(
+        "STREAMJOIN_SQL line 1 (STATE_PARTITIONS): expected a positive whole number"
+    )
+
+
 def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
     script = ORDERS + PRODUCTS + OUT + "\nINSERT INTO out\nSELECT product_id, COUNT(*), 1 FROM "
     env = service_env(STREAMJOIN_SQL=script + "orders GROUP BY product_id;",

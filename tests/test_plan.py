@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from app.config.env import ConfigError, load_config
+from app.plan.explain import describe
 from app.plan.planner import check_plan, normalized, upsert_materialized
 
 JOIN = {
@@ -250,3 +251,14 @@ def test_a_versioned_table_needs_no_normalizer_but_a_changelog_probe_does() -> N
     regular = load_config({**TEMPORAL, "JOIN_TYPE": "regular", "JOIN_KIND": "inner",
                            "OUTPUT_ENCODING": "retract", "LEFT_TIME": None})  # fmt: skip
     assert normalized(regular.right, regular.join)
+
+
+def test_the_plan_says_a_join_without_an_equality_runs_in_one_task() -> None:
+    spread = describe(load_config(JOIN), JOIN)
+    alone = {**JOIN, "JOIN_ON": "L.product_id < R.product_id"}
+    lines = describe(load_config(alone), alone)
+    assert "  join key: L.product_id = R.product_id" in spread
+    assert [line for line in lines if "join key:" in line] == [
+        "  join key: none: every row shares one key, so the join runs in one task whatever "
+        "STATE_PARTITIONS says (an equality between an L and an R column spreads it)"
+    ]

@@ -18,6 +18,7 @@ import pytest
 from tests.kafka_io import committed_output, join_topics, produce, read_topic
 from tests.service import Service, service_env
 from tests.spark_cluster import StandaloneCluster
+from tests.test_join_service import produce_events
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -28,20 +29,20 @@ SECRET = "spark-rpc-0d1c8e"
 SASL_PASSWORD = "kafka-sasl-7f3a2b"  # set, never used against this plaintext broker
 AUTH = {"spark.authenticate": "true", "spark.authenticate.secret": SECRET,
         "spark.network.crypto.enabled": "true"}  # fmt: skip
-ORDERS = 400
 
 
 @pytest.fixture
 def cluster(tmp_path: Path):
     daemon_opts = " ".join(f"-D{k}={v}" for k, v in AUTH.items())
-    with StandaloneCluster(tmp_path / "cluster", env={"SPARK_DAEMON_JAVA_OPTS": daemon_opts}) as c:
+    with StandaloneCluster(
+        tmp_path / "cluster", workers=4, env={"SPARK_DAEMON_JAVA_OPTS": daemon_opts}
+    ) as c:
         yield c
 
 
 def scale_out_env(cluster: StandaloneCluster, **variables: str) -> dict[str, str]:
     spark = {**AUTH, "spark.executor.cores": "1", "spark.executor.memory": "1g",
-             "spark.cores.max": "2", "spark.driver.host": "127.0.0.1",
-             "spark.sql.shuffle.partitions": "4"}  # fmt: skip
+             "spark.cores.max": "2", "spark.driver.host": "127.0.0.1"}  # fmt: skip
     return service_env(**{
         "SPARK_MASTER": cluster.url, "TRIGGER_INTERVAL": "500ms", "OUTPUT_ENCODING": "retract",
         **{f"SPARK_CONF_{k}": v for k, v in spark.items()}, **variables,
@@ -75,97 +76,199 @@ def assert_no_secret_in(*texts: str) -> None:
             assert secret not in text, text[max(0, text.find(secret) - 300) :][:600]
 
 
-def run_through_a_lost_executor(
-    cluster: StandaloneCluster, env: dict[str, str], log: Path,
-    first_half: Callable[[], None], second_half: Callable[[], None],
-    output: Callable[[], Counter], expected: Counter,
-) -> None:  # fmt: skip
-    """Run the service over the first half, SIGKILL an executor once some of it is out, then
-    the second half: the committed output must be exactly `expected`."""
-    first_half()
-    service = Service(env, log)
-    try:
-        wait_for(lambda: sum(output().values()) > 0, 300, "no output", service)
-        killed = cluster.kill_executor()
-        second_half()
-        wait_for(lambda: sum(output().values()) >= sum(expected.values()), 300,
-                 "the output never completed", service)  # fmt: skip
-        assert output() == expected, service.log()[-3000:]
-        pages = [page(service, path) for path in ("/metrics", "/readyz", "/healthz")]
-    finally:
-        exit_code = service.terminate()
-    assert exit_code == 0, service.log()[-3000:]
-    assert_no_secret_in(service.log(), *pages, *everything_written(env, cluster))
-    ran = cluster.executors_that_ran_tasks()
-    assert len({r.split("/")[0] for r in ran}) == 2, ran  # tasks ran on both workers
-    assert killed not in cluster.executor_pids()
+def committed(kafka: str, out: str, *columns: str) -> Counter:
+    """The output's committed changes as (op, *columns)."""
+    records = committed_output(kafka, out, f"{out}.markers")
+    return Counter((v.get("op", "+I"), *(v[c] for c in columns))  # append: no op
+                   for v in (json.loads(r.value) for r in records))  # fmt: skip
 
 
-def test_a_regular_join_survives_an_executor_killed_mid_run(
+def offsets_conf(checkpoint: Path) -> dict[str, str]:
+    """The Spark settings the checkpoint's newest batch was planned with."""
+    batches = [int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    entry = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+    return json.loads(entry[1])["conf"]
+
+
+def left_pending(checkpoint: Path) -> None:
+    """The checkpoint as a run that died after its last batch wrote its output, before Spark
+    recorded the batch finished, leaves it."""
+    batch = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
+def left_repartitioning(partitions: int) -> Callable[[Path], None]:
+    """The checkpoint as a run that died while repartitioning to `partitions` leaves it: a
+    batch planned with the last one's offsets on those partitions, and not finished."""
+
+    def interrupt(checkpoint: Path) -> None:
+        batch = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        metadata = json.loads(lines[1])
+        metadata["conf"]["spark.sql.shuffle.partitions"] = str(partitions)
+        text = "\n".join([lines[0], json.dumps(metadata, separators=(",", ":")), *lines[2:]])
+        (checkpoint / "offsets" / str(batch + 1)).write_text(text)
+
+    return interrupt
+
+
+def grow_and_shrink(
+    cluster: StandaloneCluster, env: dict[str, str], tmp_path: Path,
+    phases: list[Callable[[], None]], output: Callable[[], Counter], expected: list[Counter],
+    interrupt: Callable[[Path], None],
+) -> str:  # fmt: skip
+    """Run a job over three phases of its input: on 2 state partitions and 2 executors (an
+    available-now trigger: the run ends by itself), then grown to 4 (an executor SIGKILLed
+    mid-run, then a graceful stop), then, after `interrupt` has left the checkpoint as a crash
+    would, shrunk to 3. After each phase the committed output is `expected[n]`, change for
+    change. Returns the logs of the three runs."""
+    logs = ""
+    for n, (phase, partitions) in enumerate(zip(phases, (2, 4, 3), strict=True)):
+        run_env = {**env, "STATE_PARTITIONS": str(partitions),
+                   "SPARK_CONF_spark.cores.max": str(partitions)}  # fmt: skip
+        if n == 0:
+            phase()  # there before it starts
+            run_env["TRIGGER_INTERVAL"] = "available-now"
+        service = Service(run_env, tmp_path / f"service-{partitions}.log")
+        try:
+            if n == 0:
+                service.process.wait(300)
+            else:
+                phase()
+            if n == 1:
+                wait_for(lambda: output() != expected[0], 300, "no output", service)
+                cluster.kill_executor()
+            wait_for(lambda: sum(output().values()) >= sum(expected[n].values()), 300,  # noqa: B023
+                     "the output never completed", service)  # fmt: skip
+        finally:
+            exit_code = service.terminate()
+        assert exit_code == 0, service.log()[-3000:]
+        assert output() == expected[n], service.log()[-3000:]
+        assert offsets_conf(Path(env["CHECKPOINT_LOCATION"]))["spark.sql.shuffle.partitions"] \
+            == str(partitions)  # fmt: skip
+        logs += service.log()
+        if n == 1:
+            interrupt(Path(env["CHECKPOINT_LOCATION"]))
+    for before, after in ((2, 4), (4, 3)):
+        assert f"state repartitioned from {before} to {after} partitions" in logs, logs[-3000:]
+    return logs
+
+
+def test_a_regular_join_grows_to_4_partitions_and_shrinks_to_3_through_a_lost_executor(
     kafka: str, tmp_path: Path, cluster: StandaloneCluster
 ) -> None:
+    """A join of orders with a Debezium products table, its state kept by a TTL: the orders,
+    the products and the normalizer's keys move with every rescale, and the product changes
+    of later phases retract exactly what the earlier ones joined."""
     orders, products, out = join_topics(kafka, partitions=4)
     env = scale_out_env(
         cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
         OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
         LEFT_SCHEMA="order_id STRING, product_id STRING",
-        RIGHT_SCHEMA="product_id STRING, name STRING",
+        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id",
+        RIGHT_SCHEMA="product_id STRING, name STRING", STATE_TTL="1h",
         JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
         KAFKA_SASL_PASSWORD=SASL_PASSWORD,
     )  # fmt: skip
+    product = {i: f"p{i % 20}" for i in range(300)}  # order i's product
 
-    def orders_from(first: int, last: int) -> Callable[[], None]:
-        rows = [{"order_id": f"o{i}", "product_id": f"p{i % 20}"} for i in range(first, last)]
-        return lambda: produce(kafka, orders, [json.dumps(r).encode() for r in rows], 4)
+    def send_orders(ids: range) -> None:
+        produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "product_id": product[i]})
+                                .encode() for i in ids], 4)  # fmt: skip
 
-    def output() -> Counter:
-        records = committed_output(kafka, out, f"{out}.markers")
-        return Counter((v["op"], v["order_id"], v["name"])
-                       for v in (json.loads(r.value) for r in records))  # fmt: skip
+    def send_products(ids: range, op: str, version: int) -> None:
+        rows = [{"product_id": f"p{i}", "name": f"p{i}@{version}"} for i in ids]
+        produce_events(kafka, products, [{"before": r if op == "d" else None,
+                                          "after": None if op == "d" else r, "op": op}
+                                         for r in rows], "product_id")  # fmt: skip
 
-    produce(kafka, products, [json.dumps({"product_id": f"p{i}", "name": f"n{i}"}).encode()
-                              for i in range(20)], 4)  # fmt: skip
-    expected = Counter(("+I", f"o{i}", f"n{i % 20}") for i in range(ORDERS))
-    run_through_a_lost_executor(
-        cluster, env, tmp_path / "service.log", orders_from(0, ORDERS // 2),
-        orders_from(ORDERS // 2, ORDERS), output, expected,
+    # 1: products p0-p19 at version 1, orders o0-o99; 2: p0-p9 updated to version 2, then
+    # orders o100-o199 of p10-p19; 3: p10-p19 deleted, orders o200-o299 of p0-p9 (each phase's
+    # changes touch keys the same phase's other changes do not, so their order cannot matter)
+    phases = [
+        lambda: (send_products(range(20), "c", 1), send_orders(range(100))),
+        lambda: (send_products(range(10), "u", 2), send_orders(range(100, 200))),
+        lambda: (send_products(range(10, 20), "d", 1), send_orders(range(200, 300))),
+    ]
+    for i in range(100, 300):
+        product[i] = f"p{10 + i % 10}" if i < 200 else f"p{i % 10}"
+    name = {i: f"{product[i]}@1" for i in range(300)}
+    first = Counter(("+I", f"o{i}", name[i]) for i in range(100))
+    updated = [i for i in range(100) if int(product[i][1:]) < 10]
+    second = first + Counter(("+I", f"o{i}", name[i]) for i in range(100, 200))
+    second += Counter(("-U", f"o{i}", name[i]) for i in updated)
+    second += Counter(("+U", f"o{i}", f"{product[i]}@2") for i in updated)
+    deleted = [i for i in range(200) if int(product[i][1:]) >= 10]
+    third = second + Counter(("-D", f"o{i}", name[i]) for i in deleted)
+    third += Counter(("+I", f"o{i}", f"{product[i]}@2") for i in range(200, 300))
+    logs = grow_and_shrink(
+        cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
+        [first, second, third], left_pending,
     )  # fmt: skip
+    assert "which the last run planned and did not finish, on its 4 partitions" in logs, logs[
+        -3000:
+    ]
+    assert_no_secret_in(logs, *everything_written(env, cluster))
+    ran = cluster.executors_that_ran_tasks()
+    assert len({r.split("/")[0] for r in ran}) == 4, ran  # tasks ran on every worker
 
 
-def test_an_interval_join_survives_an_executor_killed_mid_run(
+def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
     kafka: str, tmp_path: Path, cluster: StandaloneCluster
 ) -> None:
-    orders, shipments, out = join_topics(kafka, partitions=4)
+    """An event-time temporal join holds the orders newer than the table's watermark, each
+    with a timer: those waiting at a stop join the versions that come after the rescale."""
+    orders, products, out = join_topics(kafka, partitions=4)
     env = scale_out_env(
-        cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
-        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)", RIGHT_TIME="st",
-        JOIN_TYPE="interval", OUTPUT_ENCODING="append",
-        JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '1' HOUR AND R.st",
-        JOIN_SELECT="L.order_id, R.ship_id",
+        cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
+        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), OUTPUT_ENCODING="append",
+        JOIN_TYPE="temporal", JOIN_KIND="left",
+        LEFT_SCHEMA="order_id STRING, product_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
+        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id", RIGHT_TIME="vt",
+        RIGHT_SCHEMA="product_id STRING, name STRING, vt TIMESTAMP(3)",
+        JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
     )  # fmt: skip
 
-    def minute(i: int) -> str:
-        return f"2026-11-22 {i // 60:02d}:{i % 60:02d}:00.000"
+    def at(minute: int) -> str:
+        return f"2026-11-26 {minute // 60:02d}:{minute % 60:02d}:00.000"
 
-    def both_sides(first: int, last: int) -> Callable[[], None]:
-        def send() -> None:
-            produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "ot": minute(i)}).encode()
-                                    for i in range(first, last)], 4)  # fmt: skip
-            produce(kafka, shipments, [json.dumps(
-                {"ship_id": f"s{i}", "order_id": f"o{i}", "st": minute(i + 30)}).encode()
-                for i in range(first, last)], 4)  # fmt: skip
+    def send_orders(minutes: dict[int, int]) -> None:  # order id -> minute
+        produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "product_id": f"p{i % 10}",
+                                            "ot": at(m)}).encode()
+                                for i, m in minutes.items()], 4)  # fmt: skip
 
-        return send
+    def send_versions(ids: range, hour: int) -> None:
+        rows = [{"product_id": f"p{i}", "name": f"p{i}@{hour}", "vt": at(60 * hour)} for i in ids]
+        produce_events(kafka, products, [{"before": None, "after": r, "op": "c" if hour == 0
+                                          else "u"} for r in rows], "product_id")  # fmt: skip
 
-    def output() -> Counter:
-        records = committed_output(kafka, out, f"{out}.markers")
-        return Counter((v["order_id"], v["ship_id"])
-                       for v in (json.loads(r.value) for r in records))  # fmt: skip
+    minute = {i: i for i in range(50)}  # o0-o49 at 00:00-00:49
+    minute |= {i: 40 + i for i in range(50, 70)}  # o50-o69 at 01:30-01:49
+    minute |= {i: 80 + i for i in range(70, 90)}  # o70-o89 at 02:30-02:49
+    minute[99] = 300  # 05:00: waits past the end
+    # 1: versions at 00:00 and p0's at 01:00; o0-o59 (o50-o59 wait: the table's watermark is
+    # 01:00). 2: versions at 02:00 (o50-o59 join), o60-o79 (o70-o79 wait). 3: versions at
+    # 03:00 (o70-o79 join), o80-o89 and o99 (waits)
+    phases = [
+        lambda: (send_versions(range(10), 0), send_versions(range(1), 1),
+                 send_orders({i: minute[i] for i in range(60)})),
+        lambda: (send_versions(range(10), 2), send_orders({i: minute[i] for i in range(60, 80)})),
+        lambda: (send_versions(range(10), 3),
+                 send_orders({i: minute[i] for i in [*range(80, 90), 99]})),
+    ]  # fmt: skip
 
-    expected = Counter((f"o{i}", f"s{i}") for i in range(ORDERS))
-    run_through_a_lost_executor(
-        cluster, env, tmp_path / "service.log", both_sides(0, ORDERS // 2),
-        both_sides(ORDERS // 2, ORDERS), output, expected,
+    versions = {k: [0, 60 * (k == 0), 120, 180] for k in range(10)}  # p0's at 01:00 too
+
+    def version(i: int) -> int:  # the hour of order i's product's version at its time
+        return max(v for v in versions[i % 10] if v <= minute[i]) // 60
+
+    def joined(ids: range) -> Counter:
+        return Counter(("+I", f"o{i}", f"p{i % 10}@{version(i)}") for i in ids)
+
+    expected = [joined(range(50)), joined(range(70)), joined(range(90))]
+    logs = grow_and_shrink(
+        cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
+        expected, left_repartitioning(3),
     )  # fmt: skip
+    assert "finishing the state's repartitioning the last run began" in logs, logs[-3000:]

@@ -40,6 +40,10 @@ _KAFKA_OWN = {
 }
 
 
+# Spark's setting that partitions the join state (its key buckets: `app.run.checkpoint`)
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
 class ConfigError(ValueError):
     """A variable that is missing or wrong: names it, says what was expected and what was seen."""
 
@@ -128,11 +132,21 @@ class Config:
     readiness_timeout_ms: int
     kafka_properties: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # the state's partitions: None, the checkpoint's (the task slots for a new one); another
+    # number than the checkpoint's repartitions its state at start (`app.run.rescale`)
+    state_partitions: int | None = None
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
     # a variable STREAMJOIN_SQL set -> where: `STREAMJOIN_SQL line 3 (LEFT_TOPIC)`
     sql_origin: dict[str, str] = field(default_factory=dict)
+
+    def session_conf(self) -> dict[str, str]:
+        """The Spark properties the session is built with: SPARK_CONF_*, and STATE_PARTITIONS
+        as the shuffle partitions (the partitions a new checkpoint's state takes)."""
+        partitions = self.state_partitions
+        return {**self.spark_conf, **({} if partitions is None else
+                                      {SHUFFLE_PARTITIONS: str(partitions)})}  # fmt: skip
 
     def kafka_client_config(self) -> dict[str, str]:
         """librdkafka settings shared by every client the service creates."""
@@ -345,6 +359,20 @@ def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> No
                               + ", ".join(sorted(inputs)) + ")", offsets))  # fmt: skip
 
 
+def _one_partition_count(read: _Reader, spark_conf: dict[str, str]) -> None:
+    """STATE_PARTITIONS sets Spark's shuffle partitions: both set, they must agree."""
+    given, partitions = spark_conf.get(SHUFFLE_PARTITIONS), read.get("STATE_PARTITIONS")
+    if given is not None and partitions is not None and given != str(partitions):
+        read.fail(
+            ConfigError(
+                "STATE_PARTITIONS",
+                f"the number SPARK_CONF_{SHUFFLE_PARTITIONS} "
+                f"gives ({given}), or one of the two alone",
+                str(partitions),
+            )
+        )
+
+
 def _distinct_topics(read: _Reader, left: str, right: str, output: OutputConfig) -> None:
     """An output topic that is also an input feeds the service its own output: a loop."""
     for name, topic in (("OUTPUT_TOPIC", output.topic), ("DLQ_TOPIC", output.dlq_topic),
@@ -446,6 +474,8 @@ def load_config(env: Mapping[str, str]) -> Config:
     _starting_topics(read, starting_offsets, {left.topic, right.topic} - {""})
     lookup = read_lookup(read) if join_type == LOOKUP else None
     _unknown_variables(read)
+    spark_conf = _spark_conf(read)
+    _one_partition_count(read, spark_conf)
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",
         left=left,
@@ -471,7 +501,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         schema_registry_properties=_client_properties(
             read, "SCHEMA_REGISTRY_", {"SCHEMA_REGISTRY_URL"}
         ),
-        spark_conf=_spark_conf(read),
+        spark_conf=spark_conf,
+        state_partitions=read.get("STATE_PARTITIONS"),
         lookup=lookup,
         sql_origin=origin,
     )  # fmt: skip

@@ -19,7 +19,7 @@ from state.changes import RowKind
 from state.joins.lookup import LookupJoinSpec
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
 
-AUTO_BUCKETS = "the checkpoint's, or 8 per state partition for a new one"
+AUTO_BUCKETS = "the checkpoint's, or 16 per state partition for a new one"
 ENCODED = {
     "append": "inserts only",
     "retract": "every change, its kind in the value and the op header",
@@ -108,6 +108,14 @@ def _lookup(config: Config) -> list[str]:
     ]  # fmt: skip
 
 
+# A join with no equality between its inputs: Spark partitions state by key, and every row has
+# the same one (`app.run.joins`).
+ONE_TASK = (
+    "none: every row shares one key, so the join runs in one task whatever "
+    "STATE_PARTITIONS says (an equality between an L and an R column spreads it)"
+)
+
+
 def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
@@ -124,7 +132,7 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     else:
         spec = join_spec(config)
         condition = spec.join_condition
-        keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or "none (one task)"
+        keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or ONE_TASK
         residual = condition.residual.sql() if condition.residual is not None else "none"
         lines += [
             f"join: {join.type} {join.kind.upper()}",

@@ -13,10 +13,10 @@ from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
 
+from app.config.env import SHUFFLE_PARTITIONS
 from app.run.preflight import StartupError
 from state.store.encoding import FORMAT
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
 HELD_ROWS = "streamjoin-held-rows.json"  # see `HeldRowsRecord`
 READ_TASKS = "read_tasks"  # in the state record, see `read_tasks`
@@ -26,14 +26,14 @@ def _filesystem(spark: SparkSession, path: Any) -> Any:
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
 
 
-def _latest_offsets_entry(spark: SparkSession, location: str) -> str | None:
-    """The text of the offsets log's newest entry, None for a new checkpoint.
+def _last_entry(spark: SparkSession, location: str, name: str) -> tuple[int, Any] | None:
+    """The newest batch of the checkpoint's log `name` (offsets, commits) and its path.
 
     Read through Hadoop's FileSystem, so that any checkpoint URI Spark accepts (a local path,
     `s3a://`, `hdfs://`) is read the way Spark reads it.
     """
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    log = jvm.org.apache.hadoop.fs.Path(location, "offsets")
+    log = jvm.org.apache.hadoop.fs.Path(location, name)
     fs = _filesystem(spark, log)
     if not fs.exists(log):
         return None
@@ -41,17 +41,44 @@ def _latest_offsets_entry(spark: SparkSession, location: str) -> str | None:
     numbered = [int(name) for name in batches if name.isdigit()]
     if not numbered:
         return None
-    stream = fs.open(jvm.org.apache.hadoop.fs.Path(log, str(max(numbered))))
+    return max(numbered), jvm.org.apache.hadoop.fs.Path(log, str(max(numbered)))
+
+
+def last_batch(spark: SparkSession, location: str) -> int | None:
+    """The newest batch planned at `location` (None for a new checkpoint)."""
+    entry = _last_entry(spark, location, "offsets")
+    return None if entry is None else entry[0]
+
+
+def last_committed_batch(spark: SparkSession, location: str) -> int | None:
+    """The newest batch that finished at `location` (None if none did)."""
+    entry = _last_entry(spark, location, "commits")
+    return None if entry is None else entry[0]
+
+
+def _offsets_entry(spark: SparkSession, location: str, batch: int | None = None) -> str | None:
+    """The text of the offsets log's entry of `batch` (the newest if None), None if there is
+    none (a new checkpoint)."""
+    entry = _last_entry(spark, location, "offsets")
+    if entry is None:
+        return None
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    path = entry[1] if batch is None else jvm.org.apache.hadoop.fs.Path(entry[1].getParent(),
+                                                                         str(batch))  # fmt: skip
+    fs = _filesystem(spark, path)
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
     try:
         return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
 
 
-def shuffle_partitions(spark: SparkSession, location: str) -> int:
-    """The shuffle partitions the query at `location` runs with: the checkpoint's if it has
-    one, else the session's (a new checkpoint takes the session's)."""
-    entry = _latest_offsets_entry(spark, location)
+def shuffle_partitions(spark: SparkSession, location: str, batch: int | None = None) -> int:
+    """The shuffle partitions the query at `location` runs with (or its `batch` ran with): the
+    checkpoint's if it has one, else the session's (a new checkpoint takes the session's)."""
+    entry = _offsets_entry(spark, location, batch)
     # An entry is "v1", then the batch's metadata (watermark, timestamp, conf), then offsets.
     recorded = json.loads(entry.splitlines()[1])["conf"] if entry else {}
     return int(recorded.get(SHUFFLE_PARTITIONS) or spark.conf.get(SHUFFLE_PARTITIONS) or 0)
@@ -94,11 +121,12 @@ def _write_record(
         raise OSError(f"could not rename {written} to {path}")
 
 
-# Key buckets per state partition, for a new checkpoint when JOIN_STATE_BUCKETS is unset. Spark
-# charges every bucket of a micro-batch a group of its own (a pandas frame, a state handle, a
-# round trip per state call), so few large buckets cost less than many small ones as long as
-# each task has several to spread its keys (measured in `docs/performance.md`).
-BUCKETS_PER_PARTITION = 8
+# Key buckets per state partition, for a new checkpoint when JOIN_STATE_BUCKETS is unset. The
+# buckets are the most partitions a job can grow to (`app.run.rescale`): 16 let it grow 16-fold.
+# Spark charges every bucket of a micro-batch a group of its own (a pandas frame, a state
+# handle, a round trip per state call), so many small buckets cost more than few large ones;
+# 16 cost no more than 8 did (measured in `docs/performance.md`).
+BUCKETS_PER_PARTITION = 16
 
 
 def state_buckets(spark: SparkSession, location: str) -> int:
@@ -118,7 +146,7 @@ VERSIONS_AS_IS = {"VERSIONED_TABLE": "as-is"}
 def normalizes_versions(spark: SparkSession, location: str) -> bool:
     """Whether the checkpoint at `location` was made with a normalizer in front of a temporal
     join's versioned table: one with batches that does not record `VERSIONS_AS_IS`."""
-    if _latest_offsets_entry(spark, location) is None:
+    if last_batch(spark, location) is None:
         return False
     record = _record(spark, location) or {}
     return all(record.get(k) != v for k, v in VERSIONS_AS_IS.items())
@@ -138,7 +166,7 @@ def check_state_record(
     """
     tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
     wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings}
-    if _latest_offsets_entry(spark, location) is None:
+    if last_batch(spark, location) is None:
         _write_record(spark, location, wanted)
         return
     recorded = _record(spark, location)
@@ -163,6 +191,12 @@ def read_tasks(spark: SparkSession, location: str) -> int | None:
     recorded: a micro-batch re-run after a restart must be read by the same tasks as before,
     since its records are written exactly-once under its tasks' indices."""
     return (_record(spark, location) or {}).get(READ_TASKS)
+
+
+def set_read_tasks(spark: SparkSession, location: str, tasks: int) -> None:
+    """Record how many tasks read each input from now on: after a rescale, whose batch leaves
+    no batch pending that the old tasks would have to re-run (`read_tasks`)."""
+    _write_record(spark, location, {**(_record(spark, location) or {}), READ_TASKS: tasks})
 
 
 def _shown(value: Any) -> Any:

@@ -25,6 +25,10 @@ from pyspark.sql.streaming import StreamingQuery
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
+# How long a drained stop waits for the running batch to end (batches that read nothing run
+# in well under a second); a batch longer than that is left planned, and run again at the next
+# start
+BETWEEN_BATCHES_S = 5.0
 
 
 def install_stop_signals() -> threading.Event:
@@ -53,13 +57,30 @@ def _drained(query: StreamingQuery, since: datetime) -> bool:
 
 
 def stop_draining(query: StreamingQuery, drain_marker: Path, grace_s: float) -> None:
-    """Drain the sources, then stop `query`; after `grace_s` seconds, stop regardless."""
+    """Drain the sources, then stop `query` between two batches; after `grace_s` seconds, stop
+    regardless.
+
+    Between two batches: a batch the stop interrupts stays planned in the checkpoint, and is
+    run again at the next start. That costs nothing, unless the next start repartitions the
+    state, which must run it first (`app.run.rescale`); and under a processing-time TTL Spark
+    plans a batch at every trigger, so a stop as soon as drained often met one."""
     since = datetime.now(timezone.utc)
     drain_marker.touch()
     deadline = time.monotonic() + grace_s
     while query.isActive and not _drained(query, since) and time.monotonic() < deadline:
         time.sleep(0.05)
+    between = time.monotonic() + BETWEEN_BATCHES_S
+    while query.status["isTriggerActive"] and time.monotonic() < min(deadline, between):
+        time.sleep(0.01)
     query.stop()
+
+
+def ran_dry(query: StreamingQuery) -> bool:
+    """Whether the last batch was planned with no new offsets: its sources had nothing left."""
+    progress = query.lastProgress
+    return bool(progress) and all(
+        source["startOffset"] == source["endOffset"] for source in progress["sources"]
+    )
 
 
 def supervise(
@@ -69,12 +90,21 @@ def supervise(
     on_poll: Callable[[], None] = lambda: None,
     grace_s: float = 300.0,
     on_stop: Callable[[], None] = lambda: None,
+    until_dry: bool = False,
 ) -> int:
     """Wait for the query to end or for `stop`, calling `on_poll` as it runs, `on_stop` before
-    stopping it, and `on_poll` once more for what the last batch left; return the exit code."""
+    stopping it, and `on_poll` once more for what the last batch left; return the exit code.
+
+    `until_dry` (available-now on the wall clock, see `app.run.pipeline.start`): stop once a
+    batch had nothing new to read. Spark's available-now ends by itself only if no operator
+    runs on the wall clock: under a state TTL or a processing-time join it plans a batch at
+    every trigger, for ever (each reads nothing, planned to let timers fire), and the service
+    never stopped."""
     while query.isActive and not stop.is_set():
         query.awaitTermination(POLL_S)
         on_poll()
+        if until_dry and ran_dry(query):
+            stop.set()
     if stop.is_set() and query.isActive:
         on_stop()
         stop_draining(query, drain_marker, grace_s)

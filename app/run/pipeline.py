@@ -36,6 +36,8 @@ from app.run.checkpoint import (
 )
 from app.run.joins import bucketed_join, join_operator, materialized_upserts
 from app.run.projection import project
+from app.run.rescale import rescale
+from app.run.session import quieted
 from app.run.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
 from ops.progress import CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
@@ -81,6 +83,8 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
         reader = reader.option("readTasks", str(tasks))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
+    if config.trigger_interval_ms is None and on_wall_clock(config):
+        reader = reader.option("boundedAtStart", "true")  # available-now, see `start`
     return reader.load()
 
 
@@ -279,6 +283,12 @@ def joined_output(
     return records
 
 
+def on_wall_clock(config: Config) -> bool:
+    """Whether an operator of the job runs on the wall clock (a state TTL, a processing-time
+    join): Spark then plans a batch at every trigger, new input or not, so its timers fire."""
+    return any(p.operator.clock == "processing" for p in stateful_operators(config))
+
+
 def stateful_operators(config: Config) -> list[PlannedOperator]:
     """The stateful operators `joined_output` builds, in the order Spark numbers them (its
     `operatorId`, from the sink down: the upsert materializer, the join, then each input's
@@ -352,15 +362,37 @@ def _exactly_once(config: Config) -> ExactlyOnce | None:
     return ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
 
 
+# An available-now job on the wall clock: how often it plans a batch (`start`); longer than a
+# batch that reads nothing, so that the stop once dry finds a gap between two
+DRY_POLL_MS = 1000
+
+# Spark warns as it takes a restarted query's settings from its checkpoint over the session's
+# (the checkpoint's partitions over STATE_PARTITIONS, on purpose), and that a once trigger reads
+# what the batch was planned with, whatever the read limit
+RESTORED_CONF = "org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata"
+ONCE_TRIGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+
+
+def _finish_pending(spark: SparkSession, config: Config, metrics: ServiceMetrics) -> None:
+    """Run the batch the last run planned and did not finish, and nothing after it (Spark's
+    once trigger: its available-now would go on running a batch at every trigger for a
+    processing-time TTL), on the partitions it was planned with."""
+    pending = replace(config, state_partitions=None)
+    with quieted(spark, RESTORED_CONF), quieted(spark, ONCE_TRIGGER):
+        start(spark, pending, metrics, pending_only=True).awaitTermination()
+
+
 def start(
     spark: SparkSession,
     config: Config,
     metrics: ServiceMetrics,
     drain_marker: Path | None = None,
     held: HeldRowsRecord | None = None,
+    pending_only: bool = False,
 ) -> StreamingQuery:
     """Start the query; once `drain_marker` exists, the sources offer no more records; `held`
-    gives what the state held when the last run stopped (`streamjoin_state_rows`)."""
+    gives what the state held when the last run stopped (`streamjoin_state_rows`);
+    `pending_only`: run only the batch the last run left unfinished, then end."""
     if config.join.state_buckets is None:
         buckets = state_buckets(spark, config.checkpoint_location)
         config = replace(config, join=replace(config.join, state_buckets=buckets))
@@ -369,6 +401,14 @@ def start(
     check_state_record(spark, config.checkpoint_location, state_settings(config),
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
+    fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
+    if (
+        config.state_partitions is not None
+        and stateful_operators(config)
+        and rescale(spark, config.checkpoint_location, config.state_partitions,
+                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics))
+    ):  # fmt: skip
+        tasks = writers(spark, config)
     if held is not None:
         metrics.held_rows.accumulator.add(held.restored())
     if config.join.type != FORWARD:
@@ -389,11 +429,18 @@ def start(
     exactly_once = _exactly_once(config)
     if exactly_once is not None:
         # Abort what an earlier run left open, for every task that may write a micro-batch.
-        exactly_once.fence(config.kafka_client_config(), tasks.count)
+        exactly_once.fence(config.kafka_client_config(), max(tasks.count, fenced))
         writer = writer.option("transactionalId", exactly_once.transactional_id).option(
             "markerTopic", exactly_once.marker_topic
         )
-    if config.trigger_interval_ms is None:
+    if pending_only:
+        writer = writer.trigger(once=True)
+    elif config.trigger_interval_ms is None and on_wall_clock(config):
+        # Spark's available-now would plan a batch after the last for ever, for the wall-clock
+        # timers: the sources stop at what they held at the start, and the service stops the
+        # query once a batch had nothing new (`app.run.lifecycle.supervise`), between batches
+        writer = writer.trigger(processingTime=f"{DRY_POLL_MS} milliseconds")
+    elif config.trigger_interval_ms is None:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")

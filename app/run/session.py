@@ -6,16 +6,18 @@ makes each micro-batch's commit write the changes instead of a full snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
+from app.config.env import SHUFFLE_PARTITIONS
 from app.config.redaction import SECRET_NAMES
-from app.run.checkpoint import SHUFFLE_PARTITIONS
 from ops.jvm_console import filtered_stderr
 from ops.logging import jvm_options
 from serdes.kafka.datasource import KafkaDataSource
@@ -87,11 +89,22 @@ def checkpoint_conf(location: str) -> dict[str, str]:
     )
 
 
-def _quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
+def quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
     """Raise one JVM logger to `level`."""
     jvm = spark.sparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(logger, getattr(log4j.Level, level))
+
+
+@contextlib.contextmanager
+def quieted(spark: SparkSession, logger: str) -> Iterator[None]:
+    """One JVM logger raised to ERROR for a while, then back to its level."""
+    was = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger(logger).getLevel()
+    quiet(spark, logger)
+    try:
+        yield
+    finally:
+        quiet(spark, logger, was.name())
 
 
 def quiet_shutdown(spark: SparkSession) -> None:
@@ -101,10 +114,14 @@ def quiet_shutdown(spark: SparkSession) -> None:
     that interrupts the stream thread as it starts a batch with no input (a stateful query
     under a processing-time TTL runs one every trigger, for Spark's TTL eviction) makes Hadoop
     warn with the interrupt's stack while writing the batch's offsets, and the broadcast of its
-    plan log an error: that batch had nothing to do, and is planned again after a restart."""
-    _quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
-    _quiet(spark, "org.apache.hadoop.util.Shell")
-    _quiet(spark, "org.apache.spark.broadcast.TorrentBroadcast", "OFF")
+    plan log an error, and the write it interrupted log two (aborting, aborted): that batch is
+    planned again after a restart, and its output was not committed. On a cluster, executors'
+    last status messages reach a driver already stopping, which warns of each."""
+    quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
+    quiet(spark, "org.apache.hadoop.util.Shell")
+    quiet(spark, "org.apache.spark.broadcast.TorrentBroadcast", "OFF")
+    quiet(spark, "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec", "OFF")
+    quiet(spark, "org.apache.spark.rpc.netty.Dispatcher")
 
 
 def task_slots(spark: SparkSession) -> int:
@@ -165,6 +182,6 @@ def build_session(
         spark.conf.set(SHUFFLE_PARTITIONS, str(task_slots(spark)))
     spark.sparkContext.setLogLevel("WARN")
     for logger in QUIET_LOGGERS:
-        _quiet(spark, logger)
+        quiet(spark, logger)
     spark.dataSource.register(KafkaDataSource)
     return spark

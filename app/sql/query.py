@@ -379,6 +379,10 @@ def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left:
 _SET = re.compile(r"^SET\s+('(?:[^']|'')*'|[\w.-]+)\s*=\s*('(?:[^']|'')*'|\S+)$", re.I | re.S)
 
 
+_PARALLELISM = {"parallelism.default": "STATE_PARTITIONS",
+                "pipeline.max-parallelism": "JOIN_STATE_BUCKETS"}  # fmt: skip
+
+
 def _set(line: int, statement: str, out: Compiled) -> None:
     match = _SET.match(statement)
     if match is None:
@@ -386,12 +390,14 @@ def _set(line: int, statement: str, out: Compiled) -> None:
     key, value = (sql_string(v) if v.startswith("'") else v for v in (match[1], match[2]))
     if key == "table.exec.state.ttl":
         out.set("STATE_TTL", duration(value), line)
+    elif key in _PARALLELISM:  # a key group is a bucket, a subtask a state partition
+        out.set(_PARALLELISM[key], value, line)
     elif key == "table.local-time-zone":
         if value.upper() not in ("UTC", "Z", "GMT", "+00:00"):
             raise SqlError(line, f"'table.local-time-zone' {value!r}: streamjoin's session is UTC")
     else:
         raise SqlError(line, f"SET '{key}' is not supported (table.exec.state.ttl, "
-                       "table.local-time-zone)")  # fmt: skip
+                       f"table.local-time-zone, {', '.join(_PARALLELISM)})")  # fmt: skip
 
 
 _WINDOW_TVF = re.compile(r"\bTABLE\s*\(\s*(TUMBLE|HOP|CUMULATE|SESSION)\s*\(", re.I)

@@ -9,6 +9,8 @@ and its output into rows again.
 Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or JSON);
 `maxrecordspertrigger`; `readtasks` (how many tasks read a micro-batch's partitions, one per
 partition if unset); `drainmarker` (a file whose existence means: offer no more records);
+`boundedatstart` (`true`: offer only what the topic held when the query started, as Spark's
+available-now trigger does, under any trigger);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka.transactions`); and `kafka.<property>` for every librdkafka client property.
 """
@@ -62,6 +64,7 @@ class KafkaDataSource(DataSource):
             starting=self.options.get("startingoffsets", "earliest"),
             max_records=int(limit) if limit else None,
             drain_marker=self.options.get("drainmarker"),
+            bounded=self.options.get("boundedatstart") == "true",
             transform=self.transform,
             tasks=int(tasks) if (tasks := self.options.get("readtasks")) else None,
         )

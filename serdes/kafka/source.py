@@ -109,7 +109,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, topic: str, client_config: dict[str, str], starting: str,
                  max_records: int | None, drain_marker: str | None = None,
                  transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-                 | None = None, tasks: int | None = None) -> None:  # fmt: skip
+                 | None = None, tasks: int | None = None,
+                 bounded: bool = False) -> None:  # fmt: skip
         self.topic = topic
         self.tasks = tasks  # reading tasks a micro-batch (see `task_ranges`)
         self.transform = transform  # what a task's batches go through (decoding), if anything
@@ -119,6 +120,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = max_records
         self._bounds: PartitionBounds | None = None
         self._available_now: dict[int, int] | None = None
+        self.bounded = bounded  # only what the topic held at the first plan, under any trigger
 
     @property
     def bounds(self) -> PartitionBounds:
@@ -151,6 +153,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         if self.drain_marker and os.path.exists(self.drain_marker):
             return start  # the service is stopping: no more records (see app.run.lifecycle)
+        if self.bounded and self._available_now is None:
+            self.prepareForTriggerAvailableNow()
         ends = self.bounds.ends()
         if self._available_now is not None:
             ends = {p: min(e, self._available_now.get(p, 0)) for p, e in ends.items()}
