@@ -1,8 +1,9 @@
-"""Scale-out on real separate executors: `streamjoin run` against a Spark standalone cluster
-(a master and two workers on loopback), with RPC authentication and encryption on, through
-Kafka, exactly once; one executor is SIGKILLed mid-run and nothing is lost or duplicated. No
-secret (Spark's RPC secret, a Kafka password) appears in a log, an endpoint, the checkpoint
-or a topic the service writes."""
+"""Scale-out and rescale on real separate executors: `streamjoin run` against a Spark
+standalone cluster (a master and four workers on loopback), with RPC authentication and
+encryption on, through Kafka, exactly once. A job grows from 2 state partitions to 4 (an
+executor SIGKILLed mid-run) and shrinks to 3, and nothing is lost or duplicated. No secret
+(Spark's RPC secret, a Kafka password) appears in a log, an endpoint, the checkpoint or a topic
+the service writes. A job whose state holds timers is refused a rescale (local mode)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_io import committed_output, join_topics, produce, read_topic
-from tests.service import Service, service_env
+from tests.service import Service, run_to_exit, service_env
 from tests.spark_cluster import StandaloneCluster
-from tests.test_join_service import produce_events
+from tests.test_join_service import metric, produce_events, scrape
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -90,14 +91,6 @@ def offsets_conf(checkpoint: Path) -> dict[str, str]:
     return json.loads(entry[1])["conf"]
 
 
-def left_pending(checkpoint: Path) -> None:
-    """The checkpoint as a run that died after its last batch wrote its output, before Spark
-    recorded the batch finished, leaves it."""
-    batch = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    for name in (str(batch), f".{batch}.crc"):
-        (checkpoint / "commits" / name).unlink(missing_ok=True)
-
-
 def left_repartitioning(partitions: int) -> Callable[[Path], None]:
     """The checkpoint as a run that died while repartitioning to `partitions` leaves it: a
     batch planned with the last one's offsets on those partitions, and not finished."""
@@ -122,7 +115,7 @@ def grow_and_shrink(
     available-now trigger: the run ends by itself), then grown to 4 (an executor SIGKILLed
     mid-run, then a graceful stop), then, after `interrupt` has left the checkpoint as a crash
     would, shrunk to 3. After each phase the committed output is `expected[n]`, change for
-    change. Returns the logs of the three runs."""
+    change. Returns the logs of the three runs and the pages the second served."""
     logs = ""
     for n, (phase, partitions) in enumerate(zip(phases, (2, 4, 3), strict=True)):
         run_env = {**env, "STATE_PARTITIONS": str(partitions),
@@ -141,6 +134,8 @@ def grow_and_shrink(
                 cluster.kill_executor()
             wait_for(lambda: sum(output().values()) >= sum(expected[n].values()), 300,  # noqa: B023
                      "the output never completed", service)  # fmt: skip
+            if n == 1:  # what it serves, for the secrets check
+                logs += "".join(page(service, path) for path in ("/metrics", "/readyz", "/healthz"))
         finally:
             exit_code = service.terminate()
         assert exit_code == 0, service.log()[-3000:]
@@ -158,16 +153,16 @@ def grow_and_shrink(
 def test_a_regular_join_grows_to_4_partitions_and_shrinks_to_3_through_a_lost_executor(
     kafka: str, tmp_path: Path, cluster: StandaloneCluster
 ) -> None:
-    """A join of orders with a Debezium products table, its state kept by a TTL: the orders,
-    the products and the normalizer's keys move with every rescale, and the product changes
-    of later phases retract exactly what the earlier ones joined."""
+    """A join of orders with a Debezium products table: the orders, the products and the
+    normalizer's keys move with every rescale, and the product changes of later phases retract
+    exactly what the earlier ones joined."""
     orders, products, out = join_topics(kafka, partitions=4)
     env = scale_out_env(
         cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
         OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
         LEFT_SCHEMA="order_id STRING, product_id STRING",
         RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id",
-        RIGHT_SCHEMA="product_id STRING, name STRING", STATE_TTL="1h",
+        RIGHT_SCHEMA="product_id STRING, name STRING",
         JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
         KAFKA_SASL_PASSWORD=SASL_PASSWORD,
     )  # fmt: skip
@@ -204,71 +199,49 @@ def test_a_regular_join_grows_to_4_partitions_and_shrinks_to_3_through_a_lost_ex
     third += Counter(("+I", f"o{i}", f"{product[i]}@2") for i in range(200, 300))
     logs = grow_and_shrink(
         cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
-        [first, second, third], left_pending,
+        [first, second, third], left_repartitioning(3),
     )  # fmt: skip
-    assert "which the last run planned and did not finish, on its 4 partitions" in logs, logs[
-        -3000:
-    ]
+    assert "finishing the state's repartitioning the last run began" in logs, logs[-3000:]
     assert_no_secret_in(logs, *everything_written(env, cluster))
     ran = cluster.executors_that_ran_tasks()
     assert len({r.split("/")[0] for r in ran}) == 4, ran  # tasks ran on every worker
 
 
-def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
-    kafka: str, tmp_path: Path, cluster: StandaloneCluster
-) -> None:
-    """An event-time temporal join holds the orders newer than the table's watermark, each
-    with a timer: those waiting at a stop join the versions that come after the rescale."""
-    orders, products, out = join_topics(kafka, partitions=4)
-    env = scale_out_env(
-        cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), OUTPUT_ENCODING="append",
-        JOIN_TYPE="temporal", JOIN_KIND="left",
-        LEFT_SCHEMA="order_id STRING, product_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
-        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id", RIGHT_TIME="vt",
-        RIGHT_SCHEMA="product_id STRING, name STRING, vt TIMESTAMP(3)",
-        JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
+def test_a_job_whose_state_holds_timers_is_refused_a_rescale(kafka: str, tmp_path: Path) -> None:
+    """A LEFT interval join on processing time pads an order by a timer on the wall clock.
+    Spark's offline repartitioning (4.3) lost such timers: rescaled from 2 partitions to 4, the
+    orders were never padded (the same restart on 2 padded them). So a job whose state holds
+    timers or a TTL is refused a rescale at start-up, in one line, its checkpoint untouched
+    (local mode)."""
+    orders, shipments, out = join_topics(kafka, partitions=2)
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
+        LEFT_SCHEMA="order_id STRING", RIGHT_SCHEMA="ship_id STRING, order_id STRING",
+        JOIN_TYPE="interval", JOIN_KIND="left", OUTPUT_ENCODING="append",
+        JOIN_ON="L.order_id = R.order_id AND "
+                "L.proctime BETWEEN R.proctime - INTERVAL '60' SECOND AND R.proctime",
+        JOIN_SELECT="L.order_id, R.ship_id", STATE_PARTITIONS="2",
     )  # fmt: skip
-
-    def at(minute: int) -> str:
-        return f"2026-11-26 {minute // 60:02d}:{minute % 60:02d}:00.000"
-
-    def send_orders(minutes: dict[int, int]) -> None:  # order id -> minute
-        produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "product_id": f"p{i % 10}",
-                                            "ot": at(m)}).encode()
-                                for i, m in minutes.items()], 4)  # fmt: skip
-
-    def send_versions(ids: range, hour: int) -> None:
-        rows = [{"product_id": f"p{i}", "name": f"p{i}@{hour}", "vt": at(60 * hour)} for i in ids]
-        produce_events(kafka, products, [{"before": None, "after": r, "op": "c" if hour == 0
-                                          else "u"} for r in rows], "product_id")  # fmt: skip
-
-    minute = {i: i for i in range(50)}  # o0-o49 at 00:00-00:49
-    minute |= {i: 40 + i for i in range(50, 70)}  # o50-o69 at 01:30-01:49
-    minute |= {i: 80 + i for i in range(70, 90)}  # o70-o89 at 02:30-02:49
-    minute[99] = 300  # 05:00: waits past the end
-    # 1: versions at 00:00 and p0's at 01:00; o0-o59 (o50-o59 wait: the table's watermark is
-    # 01:00). 2: versions at 02:00 (o50-o59 join), o60-o79 (o70-o79 wait). 3: versions at
-    # 03:00 (o70-o79 join), o80-o89 and o99 (waits)
-    phases = [
-        lambda: (send_versions(range(10), 0), send_versions(range(1), 1),
-                 send_orders({i: minute[i] for i in range(60)})),
-        lambda: (send_versions(range(10), 2), send_orders({i: minute[i] for i in range(60, 80)})),
-        lambda: (send_versions(range(10), 3),
-                 send_orders({i: minute[i] for i in [*range(80, 90), 99]})),
-    ]  # fmt: skip
-
-    versions = {k: [0, 60 * (k == 0), 120, 180] for k in range(10)}  # p0's at 01:00 too
-
-    def version(i: int) -> int:  # the hour of order i's product's version at its time
-        return max(v for v in versions[i % 10] if v <= minute[i]) // 60
-
-    def joined(ids: range) -> Counter:
-        return Counter(("+I", f"o{i}", f"p{i % 10}@{version(i)}") for i in ids)
-
-    expected = [joined(range(50)), joined(range(70)), joined(range(90))]
-    logs = grow_and_shrink(
-        cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
-        expected, left_repartitioning(3),
-    )  # fmt: skip
-    assert "finishing the state's repartitioning the last run began" in logs, logs[-3000:]
+    produce(kafka, orders, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(20)], 2)
+    service = Service(env, tmp_path / "service-2.log")
+    try:
+        wait_for(
+            lambda: (
+                metric(scrape(service), 'streamjoin_state_rows{operator="join",side="left"}') == 20
+            ),
+            60,
+            "the orders were not held",
+            service,
+        )
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    refused = run_to_exit({**env, "STATE_PARTITIONS": "4"})
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.splitlines()[-1:] == [  # after where its metrics are served
+        "streamjoin: STATE_PARTITIONS: 4, but the state at CHECKPOINT_LOCATION, in 2 partitions, "
+        "holds timers or a STATE_TTL (an interval or temporal join, a processing-time operator, "
+        "a TTL), which Spark's offline repartitioning does not move exactly: set it back to 2, "
+        "or start a new CHECKPOINT_LOCATION"
+    ]
+    assert offsets_conf(Path(env["CHECKPOINT_LOCATION"]))["spark.sql.shuffle.partitions"] == "2"

@@ -406,7 +406,8 @@ def start(
         config.state_partitions is not None
         and stateful_operators(config)
         and rescale(spark, config.checkpoint_location, config.state_partitions,
-                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics))
+                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics),
+                    timed=any(p.operator.clock != "none" for p in stateful_operators(config)))
     ):  # fmt: skip
         tasks = writers(spark, config)
     if held is not None:
