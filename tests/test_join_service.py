@@ -328,3 +328,23 @@ def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move
     assert p3["right"]["held"] == [{"product_id": "p3", "name": "n3", "price": "1.50"}]
     none = state_report(env, capsys, spark, "--key", "p99")
     assert (none["left"]["held"], none["right"]["held"]) == ([], [])
+
+
+def test_available_now_under_a_state_ttl_ends_once_what_was_there_is_joined(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Under a STATE_TTL an operator runs on the wall clock, and Spark's available-now then
+    plans a batch at every trigger for ever: the service never ended. It reads what the topics
+    held at its start, joins it, and ends."""
+    orders, products, out = join_topics(kafka)
+    product = {"product_id": "p1", "name": "n1", "price": "1.50"}
+    rows = {f"o{i}": {"order_id": f"o{i}", "product_id": "p1", "qty": i} for i in range(5)}
+    produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
+    produce_events(kafka, orders, [{"before": None, "after": row, "op": "c"}
+                                   for row in rows.values()], "order_id")  # fmt: skip
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
+        "TRIGGER_INTERVAL": "available-now", "STATE_TTL": "1h"}  # fmt: skip
+    done = run_to_exit(env, timeout_s=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "query stopped" in done.stderr
+    assert materialized(read_topic(kafka, out)) == expected_left_join(rows, {"p1": product})
