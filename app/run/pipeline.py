@@ -402,12 +402,13 @@ def start(
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
+    clocks = {p.operator.clock for p in stateful_operators(config)}
     if (
         config.state_partitions is not None
-        and stateful_operators(config)
+        and clocks
         and rescale(spark, config.checkpoint_location, config.state_partitions,
                     len(_inputs(config)), partial(_finish_pending, spark, config, metrics),
-                    timed=any(p.operator.clock != "none" for p in stateful_operators(config)))
+                    timed=clocks != {"none"})
     ):  # fmt: skip
         tasks = writers(spark, config)
     if held is not None:

@@ -11,10 +11,9 @@ partitions. Only a job whose state holds no timers and no TTL is rescaled (`TIME
 Spark repartitions only a checkpoint whose last batch finished. A run that died mid-batch
 left one pending, and so may a graceful stop: under a processing-time TTL Spark plans a batch at
 every trigger, and a stop as it begins leaves it planned. That batch is run first, on the
-partitions it was planned with (`finish`). A
-run that died mid-repartition left that batch unfinished: Spark takes it up only with the same
-partitions, so it is finished first too, then repartitioned again if STATE_PARTITIONS changed
-since.
+partitions it was planned with (`finish`). A run that died mid-repartition left that batch
+unfinished: Spark takes it up only with the same partitions, so it is finished first too, then
+repartitioned again if STATE_PARTITIONS changed since.
 
 Key buckets are the most partitions a job can use, as Flink's key groups are its max
 parallelism: every operator groups by a bucket of its keys (`state.spark.frame`), so partitions
