@@ -145,17 +145,16 @@ class ServiceMetrics:
             "STATE_TTL in seconds; 0: no TTL, rows are held until a change removes them",
             registry=self.registry,
         ).set(state_ttl_s)
-        self.progress = ProgressMetrics(self.registry)
-        self.readiness = Readiness(stall_timeout_s)
-        self.dead_letters = LabelledAccumulatedCounter(
-            Counter(
-                "streamjoin_dead_letters",
-                "Input records that could not be decoded, sent to the dead-letter topic",
-                ["input", "reason"],
-                registry=self.registry,
-            ),
-            context,
+        dead_letters = Counter(
+            "streamjoin_dead_letters",
+            "Records sent to the dead-letter topic: input records that could not be decoded "
+            "(input left/right), joined rows a CAST failed on (input output, reason cast)",
+            ["input", "reason"],
+            registry=self.registry,
         )
+        self.progress = ProgressMetrics(self.registry, dead_letters)
+        self.readiness = Readiness(stall_timeout_s)
+        self.dead_letters = LabelledAccumulatedCounter(dead_letters, context)
 
         self.held_rows = HeldRowsGauge(self.registry, context)
         self.late_rows = LabelledAccumulatedCounter(

@@ -21,6 +21,8 @@ BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 # The join's output counted by change kind, as the query observes it (`Dataset.observe`): one
 # column per kind, named by the kind.
 CHANGES_OBSERVATION = "changes"
+# The joined rows a select list's CAST failed on, sent to the dead-letter topic, per batch.
+CAST_FAILURES_OBSERVATION = "cast_failures"
 # Each input's largest event time in a batch (epoch ms), observed per side.
 EVENT_TIME_OBSERVATION = "{side}_event_time"
 SIDES = ("left", "right")
@@ -42,7 +44,9 @@ def _epoch_seconds(iso: str | None) -> float | None:
 class ProgressMetrics:
     """`streamjoin_*` metrics of the query's progress reports."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, dead_letters: Counter) -> None:
+        """`dead_letters`: where the rows a CAST failed on are counted (`input` "output")."""
+        self.dead_letters = dead_letters
         self.watermark = Gauge(
             "streamjoin_watermark_seconds",
             "Combined event-time watermark (the minimum of both inputs'), epoch seconds",
@@ -180,6 +184,9 @@ class ProgressMetrics:
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)
+        failed_casts = (observed.get(CAST_FAILURES_OBSERVATION) or {}).get("rows")
+        if failed_casts:
+            self.dead_letters.labels("output", "cast").inc(int(failed_casts))
         changes = observed.get(CHANGES_OBSERVATION) or {}
         for kind, count in changes.items():
             if count:

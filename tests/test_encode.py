@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from serdes.records.encode import KEY_COLUMN, as_json, encode
+from app.run.projection import project
+from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 
 pytestmark = pytest.mark.spark
 
@@ -49,3 +50,34 @@ def test_debezium_json_is_what_flink_writes(spark) -> None:
 
 def test_append_writes_the_row(spark) -> None:
     assert encoded(spark, "append")[0][1] == {"id": "a", "v": 1}
+
+
+def test_a_row_a_cast_fails_on_goes_to_the_dead_letter_topic_with_the_reason(spark) -> None:
+    """Flink fails the job on a CAST that cannot convert a value (a crash loop for a service):
+    the row goes to the dead-letter topic instead, as it was joined, and the others flow. A
+    CAST a CASE does not evaluate on the row does not fail, a NULL casts to NULL, and TRY_CAST
+    stays NULL."""
+    joined = spark.createDataFrame(
+        [("+I", b"1", "1", "12", "n", "p1"), ("+I", b"2", "2", "abc", "n", "p2"),
+         ("+I", b"3", "3", "abc", "text", "p3"), ("-D", b"4", "4", None, "n", "p4")],
+        f"op string, {KEY_COLUMN} binary, L_id string, L_qty string, L_kind string, "
+        "R_name string",
+    )  # fmt: skip
+    select = ("L.id, CASE WHEN L.kind = 'n' THEN CAST(L.qty AS INT) END AS q, "
+              "TRY_CAST(L.qty AS INT) AS t, R.name")  # fmt: skip
+    records = divert_failed_casts(
+        as_json(encode(project(joined, select, keep=[KEY_COLUMN]), "retract")), "out.dlq"
+    ).collect()
+    written = {r.key.decode(): (r.topic, json.loads(r.value), dict(r.headers)) for r in records}
+    assert {k: v for k, (topic, v, _h) in written.items() if topic is None} == {
+        "1": {"op": "+I", "id": "1", "q": 12, "t": 12, "name": "p1"},
+        "3": {"op": "+I", "id": "3", "q": None, "t": None, "name": "p3"},
+        "4": {"op": "-D", "id": "4", "q": None, "t": None, "name": "p4"},
+    }
+    topic, letter, headers = written["2"]
+    assert topic == "out.dlq"
+    assert letter == {"op": "+I", "L": {"id": "2", "qty": "abc", "kind": "n"},
+                      "R": {"name": "p2"}}  # fmt: skip
+    assert headers["streamjoin.error"] == b"CAST(L.qty AS INT) failed on the value abc"
+    assert headers["streamjoin.error.reason"] == b"cast"
+    assert headers["op"] == b"+I"

@@ -348,3 +348,38 @@ def test_available_now_under_a_state_ttl_ends_once_what_was_there_is_joined(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "query stopped" in done.stderr
     assert materialized(read_topic(kafka, out)) == expected_left_join(rows, {"p1": product})
+
+
+def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Flink fails the job on a CAST it cannot do, and the service then crashed on the same
+    row at every restart: the joined row goes to the dead-letter topic, with the reason, and
+    the other rows are joined."""
+    orders, products, out = join_topics(kafka)
+    product = {"product_id": "p1", "name": "n1", "price": "1.50"}
+    quantities = {"o1": "3", "o2": "lots", "o3": "7"}
+    produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
+    produce_events(kafka, orders, [
+        {"before": None, "after": {"order_id": o, "product_id": "p1", "qty": q}, "op": "c"}
+        for o, q in quantities.items()
+    ], "order_id")  # fmt: skip
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
+        "TRIGGER_INTERVAL": "available-now", "JOIN_KIND": "inner",
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING, qty STRING",
+        "JOIN_SELECT": "L.order_id, CAST(L.qty AS INT) AS qty, R.name",
+    }  # fmt: skip
+    done = run_to_exit(env, timeout_s=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    joined = [json.loads(r.value) for r in read_topic(kafka, out)]
+    assert sorted(joined, key=str) == [
+        {"op": "+I", "order_id": "o1", "qty": 3, "name": "n1"},
+        {"op": "+I", "order_id": "o3", "qty": 7, "name": "n1"},
+    ]
+    [letter] = read_topic(kafka, f"{out}.dlq")
+    assert json.loads(letter.value) == {
+        "op": "+I", "L": {"order_id": "o2", "product_id": "p1", "qty": "lots"},
+        "R": {"product_id": "p1", "name": "n1", "price": 1.5},
+    }  # fmt: skip
+    assert letter.header("streamjoin.error") == b"CAST(L.qty AS INT) failed on the value lots"
+    assert letter.header("streamjoin.error.reason") == b"cast"

@@ -100,6 +100,27 @@ def test_planning_respects_the_read_limit_and_picks_up_new_partitions(kafka: str
     reader.stop()
 
 
+def test_a_waking_reader_plans_a_batch_at_each_start_with_nothing_new_to_read(kafka: str) -> None:
+    """A wall-clock job's timers fire only in a batch, and Spark plans none after a restart
+    until the sources' offsets move: a waking reader's first plan moves them, reading nothing."""
+    topic = unique("wake")
+    create_topics(kafka, [topic], partitions=2)
+    produce(kafka, topic, [b"%d" % i for i in range(10)], partitions=2)
+    config = {"bootstrap.servers": kafka}
+    first = KafkaStreamReader(topic, config, "earliest", None, wake=True)
+    read = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    assert first.latestOffset(read, ReadAllAvailable()) == read  # no batch while nothing comes
+    restarted = KafkaStreamReader(topic, config, "earliest", None, wake=True)
+    woken = restarted.latestOffset(read, ReadAllAvailable())
+    assert woken != read and woken[topic] == read[topic] == {"0": 5, "1": 5}
+    assert restarted.partitions(read, woken) == []  # the batch reads nothing
+    assert restarted.latestOffset(woken, ReadAllAvailable()) == woken
+    plain = KafkaStreamReader(topic, config, "earliest", None)
+    assert plain.latestOffset(read, ReadAllAvailable()) == {topic: read[topic]}
+    for reader in (first, restarted, plain):
+        reader.stop()
+
+
 def test_starting_offsets_latest_and_explicit(kafka: str) -> None:
     topic = unique("start")
     create_topics(kafka, [topic], partitions=2)

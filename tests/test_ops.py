@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from ops.endpoints import Readiness, serve
 from ops.metrics import LatestReports
@@ -29,6 +29,7 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
     ],
     "observedMetrics": {
         "changes": {"+I": 5, "-U": 0, "+U": 0, "-D": 2},
+        "cast_failures": {"rows": 2},
         "left_event_time": {"max_ms": 1795341590000},
         "right_event_time": {"max_ms": None},
     },
@@ -41,9 +42,15 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
 NOW = 1795341600.0  # 2026-11-22T10:00:00Z
 
 
+def progress_metrics(registry: CollectorRegistry) -> ProgressMetrics:
+    letters = Counter("streamjoin_dead_letters", "dead letters", ["input", "reason"],
+                      registry=registry)  # fmt: skip
+    return ProgressMetrics(registry, letters)
+
+
 def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None:
     registry = CollectorRegistry()
-    metrics = ProgressMetrics(registry)
+    metrics = progress_metrics(registry)
     metrics.observe(PROGRESS, NOW)
     metrics.observe(PROGRESS, NOW + 5)  # the same batch again: counted once
 
@@ -57,6 +64,7 @@ def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None
     assert value("streamjoin_kafka_lag_records", topic="orders", partition="1") == 0
     assert value("streamjoin_input_rows_total") == 1200
     assert value("streamjoin_last_batch_id") == 7
+    assert value("streamjoin_dead_letters_total", input="output", reason="cast") == 2
     operator = "0-transformWithStateInPandasExec"
     assert value("streamjoin_state_entries", operator=operator) == 42
     assert value("streamjoin_state_expired_keys_total") == 3
@@ -95,7 +103,7 @@ class PolledQuery:
 
 def test_polling_the_query_counts_every_batch_once_however_many_ran_between_polls() -> None:
     registry = CollectorRegistry()
-    metrics, query = ProgressMetrics(registry), PolledQuery()
+    metrics, query = progress_metrics(registry), PolledQuery()
     metrics.poll(query, NOW)  # before the first batch
     query.run_batch(10)
     metrics.poll(query, NOW)
@@ -111,7 +119,7 @@ def test_polling_the_query_counts_every_batch_once_however_many_ran_between_poll
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
 def test_promtool_finds_no_problem_in_the_metrics() -> None:
     registry = CollectorRegistry()
-    ProgressMetrics(registry).observe(PROGRESS, NOW)
+    progress_metrics(registry).observe(PROGRESS, NOW)
     checked = subprocess.run(
         ["promtool", "check", "metrics"], input=generate_latest(registry), capture_output=True
     )
@@ -145,7 +153,7 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 def test_health_endpoints_answer_beside_the_metrics() -> None:
     registry = CollectorRegistry()
-    ProgressMetrics(registry).observe(PROGRESS, NOW)
+    progress_metrics(registry).observe(PROGRESS, NOW)
     readiness = Readiness(60)
     port = serve(registry, readiness, 0)
     assert get(port, "/healthz") == (200, "ok\n")

@@ -40,7 +40,7 @@ from app.run.rescale import rescale
 from app.run.session import quieted
 from app.run.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
-from ops.progress import CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
+from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
 from ops.state_report import PlannedOperator
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
@@ -48,7 +48,7 @@ from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.avro_out import as_avro
 from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
-from serdes.records.encode import KEY_COLUMN, as_json, encode
+from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.changes import RowKind
 from state.spark.columns import side_column
@@ -83,8 +83,12 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
         reader = reader.option("readTasks", str(tasks))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
-    if config.trigger_interval_ms is None and on_wall_clock(config):
-        reader = reader.option("boundedAtStart", "true")  # available-now, see `start`
+    if on_wall_clock(config):
+        # a restart's first plan is a batch, so timers due while the job was down fire even
+        # if no record comes (`KafkaStreamReader`)
+        reader = reader.option("wakeAtStart", "true")
+        if config.trigger_interval_ms is None:
+            reader = reader.option("boundedAtStart", "true")  # available-now, see `start`
     return reader.load()
 
 
@@ -280,6 +284,9 @@ def joined_output(
                           config.schema_registry_properties, config.output.topic)  # fmt: skip
     else:
         records = as_json(records)
+    records = divert_failed_casts(records, config.output.dlq_topic)
+    if "topic" in records.columns:  # the rows a CAST failed on, counted as dead letters
+        records = records.observe(CAST_FAILURES_OBSERVATION, F.count("topic").alias("rows"))
     return records
 
 
@@ -402,13 +409,11 @@ def start(
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
-    clocks = {p.operator.clock for p in stateful_operators(config)}
     if (
         config.state_partitions is not None
-        and clocks
+        and stateful_operators(config)
         and rescale(spark, config.checkpoint_location, config.state_partitions,
-                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics),
-                    timed=clocks != {"none"})
+                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics))
     ):  # fmt: skip
         tasks = writers(spark, config)
     if held is not None:

@@ -7,17 +7,27 @@ no configuration value reaches Spark's SQL parser unchecked), its `L.x` / `R.y` 
 rewritten to those columns, and handed to Spark as expressions. Output names follow Flink's:
 an alias, else the column's name, else `EXPR$<position>`; a name taken already gets the first
 free suffix `0`, `1`, ... (`L.c, R.c` gives `c`, `c0`). The change kind `op` is kept in front.
+
+A CAST that cannot convert a row's value fails Flink's job (and Spark's task, under ANSI): for a
+service, a crash loop on one bad value. Here every CAST runs as TRY_CAST, and a row on which one
+failed (its value not NULL, its cast NULL, where the CASE, IF or COALESCE around it evaluates
+it) is marked with the failure (`CAST_ERROR`) and carries its joined row (`FAILED_ROW`), which
+the output sends to the dead-letter topic instead of the row. TRY_CAST stays NULL.
 """
 
 from __future__ import annotations
 
 import sqlglot
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.expr.functions import describe, unsupported
+
+CAST_ERROR = "__cast_error"  # the select list's first CAST that failed on the row, and on what
+FAILED_ROW = "__failed_row"  # the joined row such a CAST failed on, as JSON: the dead letter
 
 
 def _qualified_to_flat(node: exp.Expression) -> exp.Expression:
@@ -40,10 +50,79 @@ def parse_select(select: str) -> exp.Expression:
         raise ConditionError(f"select list: {err.errors[0]['description']}") from None
 
 
+def _strict_casts(tree: exp.Expression) -> list[exp.Cast]:
+    """The CASTs of `tree` (sqlglot parses CAST and TRY_CAST alike, TRY_CAST marked `safe`)."""
+    return [c for c in tree.find_all(exp.Cast) if not c.args.get("safe")]
+
+
+def _tolerant(tree: exp.Expression) -> exp.Expression:
+    """`tree`, every CAST in it a TRY_CAST."""
+    tree = tree.copy()
+    for cast in _strict_casts(tree):
+        cast.set("safe", True)
+    return tree
+
+
+def _holds(condition: exp.Expression) -> exp.Expression:
+    return exp.Coalesce(this=condition.copy(), expressions=[exp.false()])
+
+
+def _evaluated_when(node: exp.Expression) -> list[exp.Expression]:
+    """The conditions under which Spark evaluates `node`: the branches of the CASE, IF and
+    COALESCE around it that lead to it."""
+    conditions: list[exp.Expression] = []
+    child = node
+    while (parent := child.parent) is not None:
+        key = child.arg_key
+        if isinstance(parent, exp.If) and key in ("true", "false"):
+            case = parent.parent if isinstance(parent.parent, exp.Case) else None
+            test = parent.this
+            if case is not None and case.this is not None:  # CASE x WHEN v: x = v
+                test = exp.EQ(this=case.this.copy(), expression=test.copy())
+            conditions.append(_holds(test) if key == "true" else exp.Not(this=_holds(test)))
+        elif isinstance(parent, exp.Case) and key in ("ifs", "default"):
+            earlier = parent.args["ifs"][: child.index] if key == "ifs" else parent.args["ifs"]
+            for branch in earlier:
+                test = branch.this
+                if parent.this is not None:
+                    test = exp.EQ(this=parent.this.copy(), expression=test.copy())
+                conditions.append(exp.Not(this=_holds(test)))
+        elif isinstance(parent, exp.Coalesce) and key == "expressions":
+            for before in [parent.this, *parent.expressions[: child.index]]:
+                conditions.append(exp.Is(this=before.copy(), expression=exp.Null()))
+        child = parent
+    return conditions
+
+
+def _cast_failures(select: str) -> exp.Expression | None:
+    """The select list's first CAST that fails on a row, as a message naming it and the value
+    (NULL if none failed), over `L_`/`R_` columns; None if the list holds no CAST."""
+    branches = []
+    for item in parse_select(select).expressions:
+        for cast in _strict_casts(item):
+            value = cast.this
+            failed = exp.and_(
+                *_evaluated_when(cast),
+                exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                exp.Is(this=exp.TryCast(this=value.copy(), to=cast.args["to"].copy(), safe=True),
+                       expression=exp.Null()),
+            )  # fmt: skip
+            written = cast.sql(dialect=FLINK_LEXICON)
+            message = exp.func(
+                "CONCAT", exp.Literal.string(f"{written} failed on the value "),
+                exp.TryCast(this=value.copy(), to=exp.DataType.build("STRING"), safe=True),
+            )  # fmt: skip
+            branches.append(exp.If(this=failed, true=message))
+    if not branches:
+        return None
+    return _tolerant(exp.Case(ifs=branches)).transform(_qualified_to_flat)
+
+
 def _select_items(
     select: str, columns: dict[str, tuple[str, ...]] | None
 ) -> list[tuple[str, exp.Expression]]:
-    """Each item of the list: its output name and its expression over `L_`/`R_` columns."""
+    """Each item of the list: its output name and its expression over `L_`/`R_` columns, every
+    CAST in it a TRY_CAST (see the module's docstring)."""
     tree = parse_select(select)
     items, taken = [], set()
     for position, item in enumerate(tree.expressions):
@@ -65,7 +144,7 @@ def _select_items(
             name = f"EXPR${position}"
         name = _unique(name, taken)
         taken.add(name)
-        items.append((name, inner.transform(_qualified_to_flat)))
+        items.append((name, _tolerant(inner).transform(_qualified_to_flat)))
     return items
 
 
@@ -84,7 +163,26 @@ def selected_columns(select: str) -> dict[str, str | None]:
     }
 
 
+def _joined_row(joined: DataFrame) -> Column:
+    """The joined row as JSON: `{"op": …, "L": {column: value, …}, "R": {…}}`."""
+    sides = [
+        F.struct(*[F.col(f"`{c}`").alias(c[2:]) for c in joined.columns if c.startswith(f"{a}_")])
+        .alias(a)
+        for a in ALIASES
+    ]  # fmt: skip
+    return F.to_json(F.struct("op", *sides), {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS"})
+
+
 def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> DataFrame:
-    """`op`, the columns named in `keep`, then the select list."""
-    kept = [f"`{c}`" for c in keep or ()]
-    return joined.selectExpr("op", *kept, *select_expressions(select))
+    """`op`, the columns named in `keep`, then the select list; with a CAST in the list, then
+    `CAST_ERROR` and `FAILED_ROW` (NULL where no CAST failed)."""
+    kept = [F.col(f"`{c}`") for c in keep or ()]
+    selected = [F.expr(e) for e in select_expressions(select)]
+    failure = _cast_failures(select)
+    if failure is None:
+        return joined.select("op", *kept, *selected)
+    error = F.expr(failure.sql(dialect="spark"))
+    return joined.select(
+        "op", *kept, *selected, error.alias(CAST_ERROR),
+        F.when(error.isNotNull(), _joined_row(joined)).alias(FAILED_ROW),
+    )  # fmt: skip

@@ -6,7 +6,9 @@ the session says. When STATE_PARTITIONS differs from the checkpoint's, the state
 repartitioned offline before the query starts, by Spark's own offline repartitioning
 (SPARK-54345): it rewrites every stateful operator's state into the new partitions, and
 records that as a batch of its own that reads nothing, so the next batch starts on the new
-partitions. Only a job whose state holds no timers and no TTL is rescaled (`TIMERS_NOT_MOVED`).
+partitions. Timers and TTL indexes move with the keys they belong to; what fires them after a
+restart is the first batch, which a wall-clock job runs even on quiet topics
+(`serdes.kafka.source.KafkaStreamReader`'s `wake`).
 
 Spark repartitions only a checkpoint whose last batch finished. A run that died mid-batch
 left one pending, and so may a graceful stop: under a processing-time TTL Spark plans a batch at
@@ -40,35 +42,20 @@ from app.run.session import quiet
 
 log = logging.getLogger(__name__)
 
-# Found with Spark 4.3: after its offline repartitioning, a processing-time timer set before it
-# never fires (a LEFT interval join's orders were never padded; the same run without the
-# rescale padded them), so a job whose operators keep timers or a TTL (its eviction runs on the
-# same kind of index) is not rescaled: its output would not be exact.
-TIMERS_NOT_MOVED = (
-    "STATE_PARTITIONS: {partitions}, but the state at CHECKPOINT_LOCATION, in {before} "
-    "partitions, holds timers or a STATE_TTL (an interval or temporal join, a processing-time "
-    "operator, a TTL), which Spark's offline repartitioning does not move exactly: set it back "
-    "to {before}, or start a new CHECKPOINT_LOCATION"
-)
-
 # Spark's state reader warns that repartitioning reads every column family, at every operator
 REPARTITION_READER = "org.apache.spark.sql.execution.datasources.v2.state.StateSourceOptions"
 
 
 def rescale(
     spark: SparkSession, location: str, partitions: int, inputs: int,
-    finish: Callable[[], None], timed: bool = False,
+    finish: Callable[[], None],
 ) -> bool:  # fmt: skip
     """Move the state of the checkpoint at `location` to `partitions` partitions if it is in
     another number; whether it moved. `inputs` Kafka inputs share the new read tasks
-    (`app.run.checkpoint.read_tasks`); `finish` runs the batch the last run left pending;
-    `timed`: the job's state holds timers or a TTL, which is refused (see `TIMERS_NOT_MOVED`)."""
+    (`app.run.checkpoint.read_tasks`); `finish` runs the batch the last run left pending."""
     batch = last_batch(spark, location)
     if batch is None:  # a new checkpoint takes the session's
         return False
-    if timed and shuffle_partitions(spark, location) != partitions:
-        raise StartupError(TIMERS_NOT_MOVED.format(
-            partitions=partitions, before=shuffle_partitions(spark, location)))  # fmt: skip
     moved = False
     if _abandoned_repartition(spark, location, batch):
         log.info("finishing the state's repartitioning the last run began")

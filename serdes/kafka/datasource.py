@@ -10,7 +10,8 @@ Options (lower-cased by Spark): `topic`; `startingoffsets` (earliest, latest or 
 `maxrecordspertrigger`; `readtasks` (how many tasks read a micro-batch's partitions, one per
 partition if unset); `drainmarker` (a file whose existence means: offer no more records);
 `boundedatstart` (`true`: offer only what the topic held when the query started, as Spark's
-available-now trigger does, under any trigger);
+available-now trigger does, under any trigger); `wakeatstart` (`true`: the first plan of every start
+is a micro-batch, new records or none: see `KafkaStreamReader`);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka.transactions`); and `kafka.<property>` for every librdkafka client property.
 """
@@ -65,6 +66,7 @@ class KafkaDataSource(DataSource):
             max_records=int(limit) if limit else None,
             drain_marker=self.options.get("drainmarker"),
             bounded=self.options.get("boundedatstart") == "true",
+            wake=self.options.get("wakeatstart") == "true",
             transform=self.transform,
             tasks=int(tasks) if (tasks := self.options.get("readtasks")) else None,
         )

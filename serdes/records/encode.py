@@ -20,6 +20,9 @@ from state.changes import RowKind
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS", "ignoreNullFields": "false"}
 OP_HEADER = "op"
 KEY_COLUMN = "__key"
+# Columns of the joined changes that ride beside the record, not in it: a select list's failed
+# CAST and the row it failed on (`app.run.projection`), for the dead-letter topic.
+CARRIED = ("__cast_error", "__failed_row")
 
 
 def _op_header() -> Column:
@@ -30,18 +33,20 @@ def _op_header() -> Column:
 
 def encode(changes: DataFrame, encoding: str) -> DataFrame:
     """`key`, `value` (a struct, null for a tombstone), `headers` records for `changes`: `op`,
-    the record key as JSON bytes in `KEY_COLUMN`, then the row's columns. The value is turned
-    into bytes by `as_json` or `serdes.records.avro_out`."""
+    the record key as JSON bytes in `KEY_COLUMN`, then the row's columns, and the `CARRIED`
+    columns it has. The value is turned into bytes by `as_json` or `serdes.records.avro_out`."""
     row = F.struct(*row_fields(changes))
     key, headers = F.col(KEY_COLUMN).alias("key"), _op_header().alias("headers")
+    carried = [c for c in CARRIED if c in changes.columns]
     if encoding == "append":
-        return changes.select(key, row.alias("value"), headers)
+        return changes.select(key, row.alias("value"), headers, *carried)
     if encoding == "retract":
-        return changes.select(key, F.struct("op", *row_fields(changes)).alias("value"), headers)
+        value = F.struct("op", *row_fields(changes))
+        return changes.select(key, value.alias("value"), headers, *carried)
     if encoding == "upsert":
         value = F.when(F.col("op") != RowKind.DELETE, row)
         return changes.where(F.col("op") != RowKind.UPDATE_BEFORE).select(
-            key, value.alias("value"), headers
+            key, value.alias("value"), headers, *carried
         )
     if encoding == "debezium-json":
         added = F.col("op").isin(*RowKind.ACCUMULATE)
@@ -50,8 +55,29 @@ def encode(changes: DataFrame, encoding: str) -> DataFrame:
             F.when(added, row).alias("after"),
             F.when(added, F.lit("c")).otherwise(F.lit("d")).alias("op"),
         )
-        return changes.select(key, envelope.alias("value"), headers)
+        return changes.select(key, envelope.alias("value"), headers, *carried)
     raise ValueError(f"unknown output encoding {encoding!r}")
+
+
+def divert_failed_casts(records: DataFrame, topic: str) -> DataFrame:
+    """`key`, `value`, `headers`, `topic`: a record whose row a CAST failed on goes to `topic`
+    (the dead-letter topic) as the joined row, with the failure in `streamjoin.error` and
+    `streamjoin.error.reason` `cast`; the others go where the sink writes (`topic` NULL)."""
+    if CARRIED[0] not in records.columns:
+        return records
+    error, failed_row = (F.col(c) for c in CARRIED)
+    failed = error.isNotNull()
+    letter_headers = F.concat(F.col("headers"), F.array(
+        F.struct(F.lit("streamjoin.error").alias("key"), error.cast("binary").alias("value")),
+        F.struct(F.lit("streamjoin.error.reason").alias("key"),
+                 F.lit("cast").cast("binary").alias("value")),
+    ))  # fmt: skip
+    return records.select(
+        "key",
+        F.when(failed, failed_row.cast("binary")).otherwise(F.col("value")).alias("value"),
+        F.when(failed, letter_headers).otherwise(F.col("headers")).alias("headers"),
+        F.when(failed, F.lit(topic)).alias("topic"),
+    )
 
 
 def as_json(records: DataFrame) -> DataFrame:
@@ -60,4 +86,4 @@ def as_json(records: DataFrame) -> DataFrame:
 
 
 def row_fields(changes: DataFrame) -> list[str]:
-    return [c for c in changes.columns if c not in ("op", KEY_COLUMN)]
+    return [c for c in changes.columns if c not in ("op", KEY_COLUMN, *CARRIED)]

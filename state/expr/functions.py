@@ -11,7 +11,8 @@ Semantics are Flink's, NULL first: a function of a NULL argument is NULL (`stric
 ones made to handle NULL (COALESCE, IF, CASE, NULLIF, IS [NOT] DISTINCT FROM, IS TRUE/FALSE,
 CONCAT_WS). Timestamps reach a condition either as datetimes (the regular join) or as epoch
 microseconds (the interval and temporal joins' columns): the date functions take both.
-A CAST or TRY_CAST that cannot convert its value is NULL (Flink's CAST fails the job instead).
+A CAST or TRY_CAST that cannot convert its value is NULL here (Flink's CAST fails the job); a
+select list's CAST that fails sends its row to the dead-letter topic (`app.run.projection`).
 """
 
 from __future__ import annotations
