@@ -94,6 +94,7 @@ def run(env: Mapping[str, str]) -> int:
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
     from app.run.session import SparkStartError, build_session, quiet_shutdown
     from ops.metrics import ServiceMetrics
+    from serdes.kafka.group_offsets import GroupCommitter
 
     stop = install_stop_signals()
     try:
@@ -103,6 +104,11 @@ def run(env: Mapping[str, str]) -> int:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
     exit_code = 1
+    committer = (  # the offsets read, committed to the consumer group, as Flink does
+        GroupCommitter(config.kafka_client_config(), config.group_id,
+                       {config.left.topic, config.right.topic} - {""})
+        if config.group_id else None
+    )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
         drain_marker = Path(runtime) / "draining"
         try:
@@ -115,6 +121,8 @@ def run(env: Mapping[str, str]) -> int:
 
             def poll() -> None:
                 metrics.watch(query)
+                if committer is not None:
+                    committer.commit_progress(query.lastProgress)
                 QUERY.batch_id = (query.lastProgress or {}).get("batchId")
                 held.save(QUERY.batch_id, dict(metrics.held_rows.accumulator.value))
 
@@ -126,6 +134,8 @@ def run(env: Mapping[str, str]) -> int:
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:
+            if committer is not None:
+                committer.close()
             stop_session(spark, exit_code)
     return exit_code
 

@@ -93,7 +93,11 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"RIGHT_TOPIC": "bad topic"}, "RIGHT_TOPIC", "Kafka topic name"),
         ({"CHECKPOINT_LOCATION": None}, "CHECKPOINT_LOCATION", "it is not set"),
         ({"TRIGGER_INTERVAL": "soon"}, "TRIGGER_INTERVAL", "available-now"),
-        ({"STARTING_OFFSETS": "beginning"}, "STARTING_OFFSETS", "earliest, latest or JSON"),
+        (
+            {"STARTING_OFFSETS": "beginning"},
+            "STARTING_OFFSETS",
+            "earliest, latest, group-offsets (KAFKA_GROUP_ID's) or JSON",
+        ),
         ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER", "positive whole number"),
         ({"METRICS_PORT": "70000"}, "METRICS_PORT", "port number"),
         ({"LEFT_FORMAT": "xml"}, "LEFT_FORMAT", "json|avro-confluent"),
@@ -192,7 +196,7 @@ def test_spark_keys_written_with_underscores_are_spelled_as_spark_spells_them() 
     ("variable", "instead"),
     [("KAFKA_bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS"),
      ("KAFKA_TRANSACTIONAL_ID", "OUTPUT_TRANSACTIONAL_ID"),
-     ("KAFKA_GROUP_ID", "the service sets it itself")],
+     ("KAFKA_ENABLE_AUTO_COMMIT", "the service sets it itself")],
 )  # fmt: skip
 def test_a_client_property_the_service_sets_itself_is_refused(variable: str, instead: str) -> None:
     message = config_error(**{variable: "x"})

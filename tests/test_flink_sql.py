@@ -3,6 +3,7 @@ streamjoin does not run it: the line and the construct."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -67,14 +68,42 @@ def test_the_seeds_temporal_join_compiles_to_the_demos_variables() -> None:
     assert variables["OUTPUT_ENCODING"] == "append"
 
 
+def test_each_table_starts_where_flink_would_start_it() -> None:
+    """Flink's default startup mode is group-offsets: a table naming a group starts at the
+    group's offsets (its reset, if given, for partitions it never committed to); one naming
+    none at its earliest offset; an upsert-kafka table always at the beginning."""
+    grouped = ORDERS.replace("'scan.startup.mode' = 'latest-offset'",
+                             "'properties.auto.offset.reset' = 'earliest'")  # fmt: skip
+    query = ("INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
+             "LEFT JOIN products AS p ON o.product_id = p.product_id;")  # fmt: skip
+    variables = compiled(query, grouped + PRODUCTS + OUT)
+    assert json.loads(variables["STARTING_OFFSETS"]) == {"orders": "group-offsets",
+                                                         "products": "earliest"}  # fmt: skip
+    assert (variables["KAFKA_GROUP_ID"], variables["KAFKA_AUTO_OFFSET_RESET"]) == ("g", "earliest")
+    plain = ORDERS.replace(", 'properties.group.id' = 'g',\n        'scan.startup.mode' = "
+                           "'latest-offset'", "")  # fmt: skip
+    assert "group.id" not in plain and "startup" not in plain
+    variables = compiled(query, plain + PRODUCTS + OUT)
+    assert "STARTING_OFFSETS" not in variables and "KAFKA_GROUP_ID" not in variables  # earliest
+    told = PRODUCTS.replace(
+        "'value.format' = 'json',",
+        "'value.format' = 'json', 'scan.startup.mode' = 'latest-offset',",
+    )
+    assert "an upsert-kafka table reads its topic from the beginning" in refusal(
+        ORDERS + told + OUT + query
+    )
+
+
 def test_connector_options_become_the_inputs_and_outputs_variables() -> None:
     variables = compiled(
         "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
         "FULL OUTER JOIN products AS p ON o.product_id = p.product_id;"
     )
     assert variables["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
-    assert "KAFKA_group.id" not in variables  # offsets live in the checkpoint
-    assert variables["STARTING_OFFSETS"] == "latest"
+    assert variables["KAFKA_GROUP_ID"] == "g"  # the offsets read are committed to it
+    # each table's start: Flink's upsert-kafka reads its topic from the beginning
+    assert json.loads(variables["STARTING_OFFSETS"]) == {"orders": "latest",
+                                                         "products": "earliest"}  # fmt: skip
     assert variables["LEFT_SCHEMA"] == ("order_id STRING, product_id STRING, "
                                         "ms TIMESTAMP_LTZ(3)")  # fmt: skip
     assert variables["LEFT_TIME"] == "ms" and variables["LEFT_WATERMARK_DELAY"] == "5000ms"
@@ -205,7 +234,7 @@ def test_what_streamjoin_does_not_run_is_refused_with_its_line(
          "'properties.sasl.jaas.config' is a secret: give it as the variable "
          "KAFKA_SASL_JAAS_CONFIG"),
         ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
-         "'group-offsets'", "'scan.startup.mode' 'group-offsets' is not supported"),
+         "'timestamp'", "'scan.startup.mode' 'timestamp' is not supported"),
         ("'connector' = 'filesystem', 'path' = '/x'", "'connector' 'filesystem'"),
     ],
     ids=["format", "option", "secret", "startup", "connector"],

@@ -62,7 +62,8 @@ def test_a_variable_is_masked_exactly_when_its_name_looks_secret() -> None:
         assert is_secret(variable.name) == variable.secret
     assert is_secret("KAFKA_SASL_PASSWORD") and not is_secret("KAFKA_SASL_MECHANISM")
     assert all(not name.startswith(PROPERTY_PREFIXES) for name in VARIABLES if name not in (
-        "KAFKA_BOOTSTRAP_SERVERS", "SCHEMA_REGISTRY_URL"))  # fmt: skip
+        "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID", "KAFKA_AUTO_OFFSET_RESET",
+        "SCHEMA_REGISTRY_URL"))  # fmt: skip
 
 
 def test_every_input_format_has_a_decoder_and_every_lookup_option_a_variable() -> None:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pyspark.sql.types import TimestampType
 
 from app.config.lookup import LookupConfig, read_lookup
+from app.config.parsers import STARTING_MODES
 from app.config.redaction import shown_value
 from app.config.registry import LOG_LEVELS, LOOKUP, OWN_PREFIXES, VARIABLES
 from app.sql.ddl import SqlError
@@ -29,12 +30,12 @@ from state.expr.condition import ConditionError
 
 TIME_SPECIAL = ("kafka_timestamp", "source_ts_ms", "proctime")
 # Variables with a meaning of their own; every other KAFKA_* is a client property.
-_KAFKA_NAMED = {"KAFKA_BOOTSTRAP_SERVERS"}
+_KAFKA_NAMED = {"KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID", "KAFKA_AUTO_OFFSET_RESET"}
 # Client properties the service sets itself, and the variable to use instead (None: none).
 _KAFKA_OWN = {
     "bootstrap.servers": "KAFKA_BOOTSTRAP_SERVERS",
     "transactional.id": "OUTPUT_TRANSACTIONAL_ID",
-    "group.id": None,
+    "group.id": "KAFKA_GROUP_ID",
     "enable.auto.commit": None,
     "isolation.level": None,
 }
@@ -138,6 +139,10 @@ class Config:
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
+    # KAFKA_GROUP_ID: the consumer group whose offsets group-offsets starts from, and to which
+    # the offsets read are committed after each batch; where it never committed: offset_reset
+    group_id: str | None = None
+    offset_reset: str = "none"
     # a variable STREAMJOIN_SQL set -> where: `STREAMJOIN_SQL line 3 (LEFT_TOPIC)`
     sql_origin: dict[str, str] = field(default_factory=dict)
 
@@ -351,7 +356,10 @@ def _unknown_variables(read: _Reader) -> None:
 
 
 def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> None:
-    if offsets is None or offsets in ("earliest", "latest"):
+    if offsets is not None and "group-offsets" in offsets and not read.get("KAFKA_GROUP_ID"):
+        read.fail(ConfigError("STARTING_OFFSETS", "group-offsets with KAFKA_GROUP_ID set (the "
+                              "consumer group whose offsets to start from)", offsets))  # fmt: skip
+    if offsets is None or offsets in STARTING_MODES:
         return
     stray = sorted(set(json.loads(offsets)) - inputs)
     if stray:
@@ -504,6 +512,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         spark_conf=spark_conf,
         state_partitions=read.get("STATE_PARTITIONS"),
         lookup=lookup,
+        group_id=read.get("KAFKA_GROUP_ID"),
+        offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),
         sql_origin=origin,
     )  # fmt: skip
     raise_all([traced(error, origin) for error in read.errors.values()])

@@ -76,14 +76,19 @@ def column_list(text: str) -> tuple[str, ...]:
     return names
 
 
+STARTING_MODES = ("earliest", "latest", "group-offsets")
+
+
 def starting_offsets(text: str) -> str:
-    """`earliest`, `latest`, or JSON `{"topic": {"partition": offset}}` (-2 earliest, -1 latest)."""
-    if text.lower() in ("earliest", "latest"):
+    """`earliest`, `latest`, `group-offsets`, or JSON naming each topic's start: one of those
+    modes, or its partitions' offsets `{"partition": offset}` (-2 earliest, -1 latest)."""
+    if text.lower() in STARTING_MODES:
         return text.lower()
     spec = json.loads(text)
     if not isinstance(spec, dict) or not all(
-        isinstance(parts, dict) and all(isinstance(o, int) for o in parts.values())
-        for parts in spec.values()
+        start in STARTING_MODES
+        or (isinstance(start, dict) and all(isinstance(o, int) for o in start.values()))
+        for start in spec.values()
     ):
         raise ValueError(text)
     return text

@@ -146,8 +146,16 @@ _ALL = [
     Variable("SPARK_MASTER", "a Spark master URL (local[*], k8s://…)", default="local[*]"),
     Variable("TRIGGER_INTERVAL", f"{DURATION}, 0 (back to back) or {AVAILABLE_NOW}",
              parsers.trigger_ms, "1s"),
-    Variable("STARTING_OFFSETS", 'earliest, latest or JSON like {"topic": {"0": 42}}',
-             parsers.starting_offsets, "earliest", flink="'scan.startup.mode'"),
+    Variable("STARTING_OFFSETS", "earliest, latest, group-offsets (KAFKA_GROUP_ID's) or JSON "
+             'like {"topic": {"0": 42}}', parsers.starting_offsets, "earliest",
+             flink="'scan.startup.mode'"),
+    Variable("KAFKA_GROUP_ID", "a Kafka consumer group id ([A-Za-z0-9._-], 1-249 chars)",
+             parsers.kafka_name, flink="'properties.group.id'",
+             shown_default="none: no group's offsets are read or committed"),
+    _choice("KAFKA_AUTO_OFFSET_RESET", ("none", "earliest", "latest"), "none",
+            "'properties.auto.offset.reset'", "none|earliest|latest: where group-offsets starts "
+            "a partition its group never committed to (none: the start is refused, as Flink "
+            "fails)"),
     Variable("MAX_RECORDS_PER_TRIGGER", "a positive whole number", parsers.positive_int,
              shown_default="no limit"),
     Variable("METRICS_PORT", "a port number 0-65535", parsers.port, "9464"),

@@ -38,6 +38,7 @@ from app.run.joins import bucketed_join, join_operator, materialized_upserts
 from app.run.projection import project
 from app.run.rescale import rescale
 from app.run.session import quieted
+from app.run.starting import resolved_starts
 from app.run.stateful import run_stateful, side_struct
 from ops.metrics import ServiceMetrics
 from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION, EVENT_TIME_OBSERVATION
@@ -405,6 +406,7 @@ def start(
         config = replace(config, join=replace(config.join, state_buckets=buckets))
     if normalizes_versions(spark, config.checkpoint_location):
         config = replace(config, join=replace(config.join, versions_normalized=True))
+    config = resolved_starts(spark, config, [s.topic for s in _inputs(config)])
     check_state_record(spark, config.checkpoint_location, state_settings(config),
                        len(_inputs(config)))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read

@@ -9,6 +9,7 @@ give it in instead: the script sits in a ConfigMap.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,9 +24,13 @@ from state.expr.interval_bounds import INTERVAL_UNIT_MS
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
 # Flink's format names are the service's (`upsert` is a connector in Flink, not a format)
 _FORMATS = [name for name in INPUT_FORMATS if name != "upsert"]
-_STARTUP = {"earliest-offset": "earliest", "latest-offset": "latest"}
+_STARTUP = {
+    "earliest-offset": "earliest",
+    "latest-offset": "latest",
+    "group-offsets": "group-offsets",
+}
 # Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
-_IGNORED = {"properties.group.id", "value.fields-include", "sink.partitioner"}
+_IGNORED = {"value.fields-include", "sink.partitioner"}
 
 
 class SqlError(ValueError):
@@ -69,6 +74,8 @@ class Compiled:
 
     variables: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
+    # each input topic's startup mode, as STARTING_OFFSETS spells it, and the line of its table
+    starts: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def set(self, name: str, value: str, line: int) -> None:
         if name in self.variables and self.variables[name] != value:
@@ -330,14 +337,17 @@ class _Options:
                            f"'{key}' is not supported")  # fmt: skip
 
 
-def _kafka_properties(options: _Options, out: Compiled) -> None:
+def _kafka_properties(options: _Options, out: Compiled, source: bool = False) -> None:
+    """A source's group and reset become KAFKA_GROUP_ID and KAFKA_AUTO_OFFSET_RESET; a sink's
+    are ignored, as Flink's Kafka sink ignores them."""
     line = options.table.line
     for key in sorted(k for k in options.left if k.startswith("properties.")):
         value, prop = options.take(key) or "", key[len("properties.") :]
         if prop == "bootstrap.servers":
             out.set("KAFKA_BOOTSTRAP_SERVERS", value, line)
-        elif prop == "group.id":
-            continue
+        elif prop in ("group.id", "auto.offset.reset"):
+            if source:
+                out.set(f"KAFKA_{prop.upper().replace('.', '_')}", value, line)
         elif is_secret(prop):
             variable = "KAFKA_" + prop.upper().replace(".", "_")
             raise SqlError(line, f"'{key}' is a secret: give it as the variable {variable} "
@@ -381,7 +391,8 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
     if connector not in ("kafka", "upsert-kafka"):
         raise SqlError(line, f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
                        "input streamjoin reads (kafka, upsert-kafka)")  # fmt: skip
-    out.set(f"{side}_TOPIC", _topic(options), line)
+    topic = _topic(options)
+    out.set(f"{side}_TOPIC", topic, line)
     out.set(f"{side}_FORMAT", _format(options, connector == "upsert-kafka"), line)
     out.set(f"{side}_SCHEMA", _schema(table), line)
     if table.primary_key:
@@ -392,13 +403,24 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
     if table.watermark and table.watermark[0] == time:
         out.set(f"{side}_WATERMARK_DELAY", f"{table.watermark[1]}ms", line)
     mode = options.take("scan.startup.mode")
-    if mode is not None:
-        if mode not in _STARTUP:
-            raise SqlError(line, f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is "
-                           "not supported (earliest-offset, latest-offset; a restart resumes "
-                           "from the checkpoint)")  # fmt: skip
-        out.set("STARTING_OFFSETS", _STARTUP[mode], line)
-    _kafka_properties(options, out)
+    if mode is not None and mode not in _STARTUP:
+        raise SqlError(line, f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is not "
+                       "supported (earliest-offset, latest-offset, group-offsets; a restart "
+                       "resumes from the checkpoint)")  # fmt: skip
+    if connector == "upsert-kafka":
+        if mode is not None:  # Flink refuses the option on upsert-kafka
+            raise SqlError(line, f"CREATE TABLE {table.name}: an upsert-kafka table reads "
+                           "its topic from the beginning: 'scan.startup.mode' is not its "
+                           "option")  # fmt: skip
+        start = "earliest"
+    elif mode is not None:
+        start = _STARTUP[mode]
+    elif "properties.group.id" in options.left:
+        start = "group-offsets"  # Flink's default mode, where a group is named
+    else:
+        start = "earliest"  # no group to start from: the topic's beginning
+    out.starts[topic] = (start, line)
+    _kafka_properties(options, out, source=True)
     _registry(options, out)
     options.refuse_rest()
 
@@ -409,6 +431,19 @@ def _topic(options: _Options) -> str:
         raise SqlError(options.table.line, f"CREATE TABLE {options.table.name}: one 'topic' is "
                        "needed (no list, no 'topic-pattern')")  # fmt: skip
     return topic
+
+
+def starting_offsets(out: Compiled) -> None:
+    """STARTING_OFFSETS from the inputs' startup modes: their common one, or each topic's."""
+    modes = {mode for mode, _line in out.starts.values()}
+    line = min((line for _mode, line in out.starts.values()), default=1)
+    if modes == {"earliest"}:
+        return  # the default
+    if len(modes) == 1:
+        out.set("STARTING_OFFSETS", modes.pop(), line)
+    else:
+        spec = {topic: mode for topic, (mode, _line) in sorted(out.starts.items())}
+        out.set("STARTING_OFFSETS", json.dumps(spec), line)
 
 
 def output_table(table: Table, out: Compiled) -> None:

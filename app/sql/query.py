@@ -42,6 +42,7 @@ from app.sql.ddl import (
     jdbc_table,
     output_table,
     sql_string,
+    starting_offsets,
     statements,
 )
 from state.expr.condition import FLINK_LEXICON
@@ -459,6 +460,7 @@ def compile_script(text: str) -> Compiled:
                        "PROCTIME() column of the left (a lookup join)")  # fmt: skip
     else:
         input_table(right, "RIGHT", out, _time_of(right, query.type, "RIGHT"))
+    starting_offsets(out)
     output_table(output, out)
     if query.type != "regular":  # Flink's TTL for every operator; the others' is their time
         out.variables.pop("STATE_TTL", None)
