@@ -23,11 +23,9 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from serdes.records.encode import CAST_ERROR, FAILED_ROW, JSON_OPTIONS
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.expr.functions import describe, unsupported
-
-CAST_ERROR = "__cast_error"  # the select list's first CAST that failed on the row, and on what
-FAILED_ROW = "__failed_row"  # the joined row such a CAST failed on, as JSON: the dead letter
 
 
 def _qualified_to_flat(node: exp.Expression) -> exp.Expression:
@@ -170,7 +168,7 @@ def _joined_row(joined: DataFrame) -> Column:
         .alias(a)
         for a in ALIASES
     ]  # fmt: skip
-    return F.to_json(F.struct("op", *sides), {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS"})
+    return F.to_json(F.struct("op", *sides), JSON_OPTIONS)
 
 
 def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> DataFrame:

@@ -49,13 +49,14 @@ def resolved_starts(spark: SparkSession, config: Config, topics: list[str]) -> C
         if mode in RESET:
             spec[topic] = {str(p): RESET[mode] for p in first}
         else:
-            spec[topic] = _group_start(config, topic, first)
+            spec[topic] = _group_start(config, client, topic, first)
     return replace(config, starting_offsets=json.dumps(spec))
 
 
-def _group_start(config: Config, topic: str, first: dict[int, int]) -> dict[str, int]:
+def _group_start(config: Config, client: dict[str, str], topic: str,
+                 first: dict[int, int]) -> dict[str, int]:  # fmt: skip
     group = config.group_id or ""
-    found = committed(config.kafka_client_config(), group, topic, sorted(first))
+    found = committed(client, group, topic, sorted(first))
     missing = sorted(p for p, o in found.items() if o is None)
     if missing and config.offset_reset == "none":
         raise StartupError(

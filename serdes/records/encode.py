@@ -20,9 +20,12 @@ from state.changes import RowKind
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS", "ignoreNullFields": "false"}
 OP_HEADER = "op"
 KEY_COLUMN = "__key"
-# Columns of the joined changes that ride beside the record, not in it: a select list's failed
-# CAST and the row it failed on (`app.run.projection`), for the dead-letter topic.
-CARRIED = ("__cast_error", "__failed_row")
+# Columns of the joined changes that ride beside the record, not in it, for the dead-letter
+# topic (`app.run.projection`): a select list's first CAST that failed on the row, and on what;
+# the joined row it failed on, as JSON.
+CAST_ERROR = "__cast_error"
+FAILED_ROW = "__failed_row"
+CARRIED = (CAST_ERROR, FAILED_ROW)
 
 
 def _op_header() -> Column:
@@ -63,9 +66,9 @@ def divert_failed_casts(records: DataFrame, topic: str) -> DataFrame:
     """`key`, `value`, `headers`, `topic`: a record whose row a CAST failed on goes to `topic`
     (the dead-letter topic) as the joined row, with the failure in `streamjoin.error` and
     `streamjoin.error.reason` `cast`; the others go where the sink writes (`topic` NULL)."""
-    if CARRIED[0] not in records.columns:
+    if CAST_ERROR not in records.columns:
         return records
-    error, failed_row = (F.col(c) for c in CARRIED)
+    error, failed_row = F.col(CAST_ERROR), F.col(FAILED_ROW)
     failed = error.isNotNull()
     letter_headers = F.concat(F.col("headers"), F.array(
         F.struct(F.lit("streamjoin.error").alias("key"), error.cast("binary").alias("value")),
