@@ -106,7 +106,7 @@ def run(env: Mapping[str, str]) -> int:
     exit_code = 1
     committer = (  # the offsets read, committed to the consumer group, as Flink does
         GroupCommitter(config.kafka_client_config(), config.group_id,
-                       {config.left.topic, config.right.topic} - {""})
+                       {source.topic for source in config.inputs()})
         if config.group_id else None
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:

@@ -31,7 +31,7 @@ from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
 from app.config.env import InputConfig, JoinConfig
-from app.run.joins import bucketed_join
+from app.run.joins import as_left_input, bucketed_join
 from app.run.pipeline import decode_input, join_input, row_type, timed_changes
 from app.run.projection import project
 from app.sql.ddl import SqlError, Table
@@ -179,12 +179,12 @@ def _raw(side: int, mark: bool, record: Record, topic: str, offset: int) -> RawR
     return (side, mark, key, value, topic, 0, offset, timestamp, None)
 
 
-def interleave(left: list[Record], right: list[Record], topics: tuple[str, str]) -> list[RawRow]:
-    """Both inputs' records as one feed, alternating sides, each side in its own order; the
-    offsets are the positions in the feed, so the changes' `seq` keep this order."""
+def interleave(inputs: list[list[Record]], topics: tuple[str, ...]) -> list[RawRow]:
+    """The inputs' records as one feed, taking from each input in turn, each in its own order;
+    the offsets are the positions in the feed, so the changes' `seq` keep this order."""
     feed: list[RawRow] = []
-    for i in range(max(len(left), len(right))):
-        for side, records in enumerate((left, right)):
+    for i in range(max(map(len, inputs))):
+        for side, records in enumerate(inputs):
             if i < len(records):
                 feed.append(_raw(side, False, records[i], topics[side], len(feed)))
     return feed
@@ -199,9 +199,36 @@ def render(value: Any) -> Any:
     return value
 
 
-def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
-                 right: StructType) -> DataFrame:  # fmt: skip
+def _join_output(case: dict[str, Any], sides: list[DataFrame],
+                 sources: list[InputConfig]) -> DataFrame:  # fmt: skip
+    """The case's joins over its inputs' changes (`_changes`), normalized where a join needs
+    it, chained as `streamjoin run` chains them; the select list over the last."""
+    join = case["join"]
+    types = [row_type(s) for s in sources]
+    first = JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
+                       join.get("on"), None, 0)  # fmt: skip
+    inputs = [join_input(changes, source, *types[:2], first, STATE_BUCKETS)
+              for changes, source in zip(sides[:2], sources[:2], strict=True)]  # fmt: skip
+    joined = _first_join(case, inputs[0].unionByName(inputs[1]), *types[:2])
+    for number, (chained, source) in enumerate(zip(join.get("chain", ()), sources[2:],
+                                                   strict=True), start=2):  # fmt: skip
+        right_type = row_type(source)
+        left, left_type = as_left_input(joined, number, right_type)
+        stage = JoinConfig("regular", chained["kind"].lower(), chained["on"], None, 0)
+        right = join_input(sides[number], source, left_type, right_type, stage, STATE_BUCKETS)
+        spec = RegularJoinSpec(stage.kind, chained["on"], SideSpec(tuple(left_type.names), ()),
+                               SideSpec(tuple(right_type.names), source.primary_key))  # fmt: skip
+        joined = bucketed_join(left.unionByName(right), spec, left_type, right_type,
+                               sequenced=True, number=number)  # fmt: skip
+    select = join.get("select")
+    return project(joined, select) if select else joined.drop("seq")
+
+
+def _first_join(case: dict[str, Any], changes: DataFrame, left: StructType,
+                right: StructType) -> DataFrame:  # fmt: skip
+    """The case's first join, each change with its `seq` where another join follows."""
     join, streams = case["join"], case["streams"]
+    sequenced = bool(join.get("chain"))
     kind = join.get("kind", "INNER").lower()
     sides = (
         SideSpec(tuple(left.names), tuple(streams[join["left"]].get("primary_key") or ())),
@@ -209,25 +236,26 @@ def _join_output(case: dict[str, Any], changes: DataFrame, left: StructType,
     )
     join_type = join.get("type", "regular")
     if join_type == "regular":
-        joined = bucketed_join(changes, RegularJoinSpec(kind, join["on"], *sides), left, right)
+        joined = bucketed_join(changes, RegularJoinSpec(kind, join["on"], *sides), left, right,
+                               sequenced=sequenced)  # fmt: skip
     elif join_type == "interval":
         times = [streams[join[side]].get("rowtime") for side in ("left", "right")]
         if not all(times):
             raise CaseError("an interval join needs a rowtime on both streams")
         spec = IntervalJoinSpec(kind, join["on"], *sides, *times)
-        joined = bucketed_join(changes, spec, left, right)
+        joined = bucketed_join(changes, spec, left, right, sequenced=sequenced)
     elif join_type in ("temporal", "temporal-function"):  # a function's history: versions
         probe_time = streams[join["left"]].get("rowtime")
         if not probe_time or not streams[join["right"]].get("rowtime"):
             raise CaseError("an event-time temporal join needs a rowtime on both streams")
         temporal = TemporalJoinSpec(kind, join["on"], *sides, probe_time)
-        joined = bucketed_join(changes, temporal, left, right)
+        joined = bucketed_join(changes, temporal, left, right, sequenced=sequenced)
     else:
         raise CaseError(f"join type {join_type!r} is not supported yet")
-    return project(joined, join.get("select")) if join.get("select") else joined
+    return joined
 
 
-def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, str]) -> list[list]:
+def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, ...]) -> list[list]:
     """The micro-batches the input is fed in.
 
     A regular join takes everything at once. The time-based joins see the watermark move as
@@ -242,7 +270,7 @@ def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, str]) -
         return [feed]
 
     def marks(ts: int) -> list[RawRow]:
-        return [_raw(side, True, (None, None, ts), topics[side], -1) for side in (0, 1)]
+        return [_raw(side, True, (None, None, ts), topic, -1) for side, topic in enumerate(topics)]
 
     streams = case["streams"]
     row_by_row = any(
@@ -263,22 +291,19 @@ def _marks(raw: DataFrame, source: InputConfig) -> DataFrame:
     )  # fmt: skip
 
 
-def _changes(raw: DataFrame, sources: tuple[InputConfig, InputConfig], join: JoinConfig,
-             tally: Any) -> DataFrame:  # fmt: skip
-    """Both inputs decoded, under their watermarks and normalized where `join` needs it, as
-    `streamjoin run` does with a new checkpoint."""
-    types = [row_type(s) for s in sources]
+def _changes(raw: DataFrame, sources: list[InputConfig], tally: Any) -> list[DataFrame]:
+    """Each input decoded, under its watermark, as `streamjoin run` does with a new
+    checkpoint."""
     sides = []
     for index, source in enumerate(sources):
         records = raw.where(F.col("side") == index)
         decoded = decode_input(records.where(~F.col("mark")).drop("side", "mark"), None, source,
                                tally).unionByName(_marks(records, source))  # fmt: skip
         # one predicate that refers to the event time: Spark keeps it above the watermark
-        timed = timed_changes(decoded, source).where(
+        sides.append(timed_changes(decoded, source).where(
             (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
-        )
-        sides.append(join_input(timed, source, *types, join, STATE_BUCKETS))
-    return sides[0].unionByName(sides[1])
+        ))  # fmt: skip
+    return sides
 
 
 def _staged(spark: SparkSession, rows: list[RawRow], work: Path, number: int) -> None:
@@ -316,12 +341,22 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
             table.watermark = (stream["rowtime"], 0)
         tables[name] = table
     try:
-        query, _, _ = compile_query(1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON),
-                                    tables, None)  # fmt: skip
+        queries, members = compile_query(1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON),
+                                         tables, None)  # fmt: skip
     except (SqlError, ParseError) as err:
         raise CaseError(f"sql: {err}") from None
-    return {"type": query.type, "kind": query.kind.upper(), "left": query.left,
-            "right": query.right, "on": query.on, "select": query.select}  # fmt: skip
+    first = queries[0]
+    chain = [{"kind": q.kind.upper(), "right": table.name, "on": q.on}
+             for q, table in zip(queries[1:], members[2:], strict=True)]  # fmt: skip
+    return {
+        "type": first.type,
+        "kind": first.kind.upper(),
+        "left": first.left,
+        "right": first.right,
+        "on": first.on,
+        "select": queries[-1].select,
+        "chain": chain,
+    }
 
 
 def run_case(
@@ -334,23 +369,20 @@ def run_case(
     """
     case = {**case, "join": case["join"] if "join" in case else sql_join(case)}
     join, streams = case["join"], case["streams"]
-    names = (join["left"], join["right"])
-    sources = (
-        stream_input("left", names[0], streams[names[0]]),
-        stream_input("right", names[1], streams[names[1]]),
-    )
+    names = (join["left"], join["right"], *(c["right"] for c in join.get("chain", ())))
+    labels = [*SIDES, *(f"input{n}" for n in range(3, len(names) + 1))]
+    sources = [stream_input(label, name, streams[name])
+               for label, name in zip(labels, names, strict=True)]  # fmt: skip
     feed = interleave(
-        *(stream_records(streams[n], s) for n, s in zip(names, sources, strict=True)), names
+        [stream_records(streams[n], s) for n, s in zip(names, sources, strict=True)], names
     )
     (work / "input").mkdir()
     fed = batches(case, feed, names)
     _staged(spark, fed[0], work, 0)
     raw = spark.readStream.schema(RECORDS_SCHEMA).option("maxFilesPerTrigger", 1)
     dead = spark.sparkContext.accumulator({}, CountsByLabel())
-    join_config = JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
-                             join.get("on"), join.get("select"), 0)  # fmt: skip
-    changes = _changes(raw.parquet(str(work / "input")), sources, join_config, dead)
-    output = _join_output(case, changes, *(row_type(s) for s in sources))
+    changes = _changes(raw.parquet(str(work / "input")), sources, dead)
+    output = _join_output(case, changes, sources)
     collected: list = []
     query = (
         output.writeStream.foreachBatch(lambda batch, _id: collected.extend(batch.collect()))

@@ -25,7 +25,7 @@ CHANGES_OBSERVATION = "changes"
 CAST_FAILURES_OBSERVATION = "cast_failures"
 # Each input's largest event time in a batch (epoch ms), observed per side.
 EVENT_TIME_OBSERVATION = "{side}_event_time"
-SIDES = ("left", "right")
+_EVENT_TIME_SUFFIX = EVENT_TIME_OBSERVATION.format(side="")
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:
@@ -168,10 +168,12 @@ class ProgressMetrics:
             self.watermark.set(watermark)
             self.watermark_lag.set(now - watermark)
         observed = progress.get("observedMetrics") or {}
-        for side in SIDES:
-            latest_ms = (observed.get(EVENT_TIME_OBSERVATION.format(side=side)) or {}).get("max_ms")
-            if latest_ms is not None:
-                self.max_event_time.labels(side).set(latest_ms / 1000)
+        for name, values in observed.items():  # every input's, a chain's later tables' too
+            latest_ms = (values or {}).get("max_ms")
+            if name.endswith(_EVENT_TIME_SUFFIX) and latest_ms is not None:
+                self.max_event_time.labels(name.removesuffix(_EVENT_TIME_SUFFIX)).set(
+                    latest_ms / 1000
+                )
         for source in progress.get("sources") or ():
             done, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
             for topic, partitions in latest.items():

@@ -196,8 +196,9 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
         ("SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
          "INTERVAL '1' MINUTES))", 25, "the window function TUMBLE is not supported"),
         ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id JOIN products q ON q.product_id = p.product_id", 23,
-         "3 tables joined: streamjoin joins two"),
+         "p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON q.product_id = "
+         "p.product_id", 23, "products: a temporal or lookup join after another join is "
+         "supported only where it names no table but the first (orders)"),
         ("SELECT reflect('java.lang.System', 'getenv', 'X'), p.name, p.price FROM orders o "
          "JOIN products p ON o.product_id = p.product_id", 23,
          "function reflect is not supported"),
@@ -213,8 +214,8 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
          "LATERAL TABLE (Rates(…)): no table Rates: declare the history it is over as CREATE "
          "TABLE Rates"),
     ],
-    ids=["group-by", "window-tvf", "three-way", "function", "columns", "ambiguous", "where",
-         "table-function"],
+    ids=["group-by", "window-tvf", "temporal-after-a-join", "function", "columns", "ambiguous",
+         "where", "table-function"],
 )  # fmt: skip
 def test_what_streamjoin_does_not_run_is_refused_with_its_line(
     query: str, line: int, says: str
@@ -310,7 +311,7 @@ def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) ->
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 23: GROUP BY is "
-        "not supported: streamjoin runs one join"
+        "not supported: streamjoin runs joins only"
     ]
 
 
@@ -416,4 +417,93 @@ def test_a_temporal_table_function_in_lateral_table_is_a_temporal_function_join(
     keyless = rates.replace("  PRIMARY KEY (currency) NOT ENFORCED, ", "  ")
     assert refusal(keyless + orders + query).endswith(
         "Rates needs a PRIMARY KEY (… NOT ENFORCED): the temporal table function's key"
+    )
+
+
+CUSTOMERS = """CREATE TABLE customers (
+  customer_id STRING,
+  name STRING,
+  PRIMARY KEY (customer_id) NOT ENFORCED
+) WITH ('connector' = 'kafka', 'topic' = 'customers', 'format' = 'debezium-json');
+"""
+CHAIN_ORDERS = ORDERS.replace("product_id STRING,", "product_id STRING,\n  customer_id STRING,")
+ENRICHED = """CREATE TABLE enriched (order_id STRING, customer STRING, product STRING,
+  price DECIMAL(10, 2)) WITH ('connector' = 'kafka', 'topic' = 'enriched',
+  'format' = 'debezium-json');
+"""
+CHAIN = CHAIN_ORDERS + PRODUCTS + CUSTOMERS + ENRICHED  # the INSERT on line 29
+CHAIN_QUERY = (
+    "INSERT INTO enriched\nSELECT o.order_id, c.name, p.name, p.price\nFROM orders AS o\n"
+    "JOIN customers AS c ON o.customer_id = c.customer_id\n"
+    "LEFT JOIN products AS p ON o.product_id = p.product_id AND p.price > 1;"
+)
+
+
+def test_a_third_table_is_a_join_of_the_result_so_far_with_it() -> None:
+    """Flink's left-deep plan of a FROM clause: each next join takes the result so far as its
+    left, its columns named after their table's place (`t0_`, `t1_`)."""
+    script = compile_script(CHAIN + CHAIN_QUERY)
+    variables = script.variables
+    assert (variables["LEFT_TOPIC"], variables["RIGHT_TOPIC"]) == ("orders", "customers")
+    assert variables["JOIN_ON"] == "L.customer_id = R.customer_id"
+    assert variables["JOIN_SELECT"] == (
+        "L.t0_order_id AS order_id, L.t1_name AS customer, R.name AS product, R.price AS price"
+    )
+    (third,) = script.chain
+    assert third.variables["RIGHT_TOPIC"] == "products"
+    assert third.variables["RIGHT_FORMAT"] == "upsert"
+    assert (third.variables["JOIN_KIND"], third.variables["JOIN_ON"]) == (
+        "left", "L.t0_product_id = R.product_id AND R.price > 1"
+    )  # fmt: skip
+    config = planned({"STREAMJOIN_SQL": CHAIN + CHAIN_QUERY, "CHECKPOINT_LOCATION": "/tmp/ck"})
+    assert [s.topic for s in config.inputs()] == ["orders", "customers", "products"]
+    assert [s.side for s in config.inputs()] == ["left", "right", "input3"]
+
+
+def test_a_where_of_an_inner_chain_is_a_condition_of_the_first_join_with_its_tables() -> None:
+    query = (
+        "INSERT INTO enriched SELECT o.order_id, c.name, p.name, p.price FROM orders o "
+        "JOIN customers c ON o.customer_id = c.customer_id JOIN products p ON o.product_id = "
+        "p.product_id WHERE o.order_id <> 'x' AND p.price > c.name"
+    )
+    script = compile_script(CHAIN + query)
+    assert script.variables["JOIN_ON"] == "L.customer_id = R.customer_id AND L.order_id <> 'x'"
+    assert script.chain[0].variables["JOIN_ON"] == (
+        "L.t0_product_id = R.product_id AND R.price > L.t1_name"
+    )
+
+
+def test_a_mistake_in_a_later_join_is_told_at_the_sqls_line_of_that_join() -> None:
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    unknown = CHAIN + CHAIN_QUERY.replace("p.price > 1", "p.cost > 1")
+    with pytest.raises(SqlError, match=r"^line 29: p\.cost: products has no column cost$"):
+        compile_script(unknown)
+    mismatched = CHAIN + CHAIN_QUERY.replace("o.product_id = p.product_id", "o.order_id = p.price")
+    with pytest.raises(ConfigError) as refused:
+        planned(env | {"STREAMJOIN_SQL": mismatched})
+    assert str(refused.value).startswith("STREAMJOIN_SQL line 29 (JOIN_ON): expected a condition")
+
+
+def test_a_temporal_join_after_a_regular_one_on_the_first_tables_columns_runs_first() -> None:
+    """Flink runs `o JOIN c … LEFT JOIN p FOR SYSTEM_TIME AS OF o.t` (the replay fixtures hold
+    its result): it reads only the orders, which keep their rowtime before the regular join."""
+    temporal = CHAIN_QUERY.replace(
+        "LEFT JOIN products AS p ON o.product_id = p.product_id AND p.price > 1",
+        "LEFT JOIN products FOR SYSTEM_TIME AS OF o.order_time AS p ON o.product_id = p.product_id",
+    )
+    script = compile_script(CHAIN + temporal)
+    assert (script.variables["JOIN_TYPE"], script.variables["RIGHT_TOPIC"]) == (
+        "temporal", "products"
+    )  # fmt: skip
+    assert script.variables["JOIN_SELECT"] == (
+        "L.t0_order_id AS order_id, R.name AS customer, L.t1_name AS product, L.t1_price AS price"
+    )
+    (customers,) = script.chain
+    assert customers.variables["JOIN_ON"] == "L.t0_customer_id = R.customer_id"
+    # as of the customer's columns, it cannot run before the join that brings them
+    refused = refusal(CHAIN + temporal.replace("o.product_id = p.product_id",
+                                               "c.customer_id = p.product_id"))  # fmt: skip
+    assert refused.startswith(
+        "line 29: products: a temporal or lookup join after another join "
+        "is supported only where it names no table but the first (orders)"
     )

@@ -54,6 +54,24 @@ def test_regular_joins_end_in_flinks_final_tables(spark, tmp_path: Path) -> None
         assert final == flink[case_id], case_id
 
 
+def test_chains_of_joins_over_three_and_four_tables_end_in_flinks_final_tables(
+    spark, tmp_path: Path
+) -> None:
+    """Flink's multi-way join operator tests' inputs (a three-way LEFT chain, a four-way
+    LEFT/INNER/LEFT chain with a non-equi condition and a keyless table), chains of INNER,
+    LEFT, RIGHT and FULL joins over changelogs, a WHERE and an ON condition of the first join,
+    one table joined under two aliases, two rowtimes compared after a regular join (a plain
+    condition there), an event-time temporal join written after a regular one: each as SQL,
+    equal to Flink 2.3's final table (the regular chains' also Flink's with
+    `table.optimizer.multi-join.enabled`)."""
+    cases = load_cases(FIXTURES / "multi_join.json")
+    assert {len(c["streams"]) for c in cases} == {2, 3, 4}  # one table twice: two streams
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    ours = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert ours == flink_finals("multi_join.jsonl")
+
+
 def test_a_hot_key_whose_rows_fill_pages_ends_in_flinks_final_table(spark, tmp_path) -> None:
     """Thousands of orders of one product (the join keeps a key's rows in pages past 512),
     its price changing twice, most orders deleted or updated, the product deleted and back:

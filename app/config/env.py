@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from app.config.lookup import LookupConfig, read_lookup
 from app.config.parsers import STARTING_MODES
 from app.config.redaction import shown_value
 from app.config.registry import LOG_LEVELS, LOOKUP, OWN_PREFIXES, VARIABLES
-from app.sql.ddl import SqlError
+from app.sql.ddl import Compiled, SqlError
 from app.sql.query import SQL_VARIABLES, compile_script
 from serdes.records.decode import METADATA_TYPES
 from serdes.records.schema import Column, SchemaError
@@ -104,6 +104,17 @@ class JoinConfig:
 
 
 @dataclass(frozen=True)
+class ChainedJoin:
+    """A join after the first, set by SQL only: the result so far (`L`) joined with `input`
+    (`R`, labelled `input3`, `input4`, …); `origin` says where in the SQL each of its
+    variables comes from."""
+
+    input: InputConfig
+    join: JoinConfig
+    origin: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class OutputConfig:
     topic: str
     dlq_topic: str
@@ -139,6 +150,7 @@ class Config:
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
+    chain: tuple[ChainedJoin, ...] = ()  # the joins after the first (`left` ⋈ `right`)
     # KAFKA_GROUP_ID: the consumer group whose offsets group-offsets starts from, and to which
     # the offsets read are committed after each batch; where it never committed: offset_reset
     group_id: str | None = None
@@ -152,6 +164,12 @@ class Config:
         partitions = self.state_partitions
         return {**self.spark_conf, **({} if partitions is None else
                                       {SHUFFLE_PARTITIONS: str(partitions)})}  # fmt: skip
+
+    def inputs(self) -> tuple[InputConfig, ...]:
+        """The Kafka inputs, in the order the query joins them (a lookup join's right is a
+        table)."""
+        tables = (self.left, self.right, *(c.input for c in self.chain))
+        return tuple(source for source in tables if source.topic)
 
     def kafka_client_config(self) -> dict[str, str]:
         """librdkafka settings shared by every client the service creates."""
@@ -381,11 +399,11 @@ def _one_partition_count(read: _Reader, spark_conf: dict[str, str]) -> None:
         )
 
 
-def _distinct_topics(read: _Reader, left: str, right: str, output: OutputConfig) -> None:
+def _distinct_topics(read: _Reader, inputs: set[str], output: OutputConfig) -> None:
     """An output topic that is also an input feeds the service its own output: a loop."""
     for name, topic in (("OUTPUT_TOPIC", output.topic), ("DLQ_TOPIC", output.dlq_topic),
                         ("OUTPUT_MARKER_TOPIC", output.marker_topic)):  # fmt: skip
-        if topic and topic in (left, right):
+        if topic and topic in inputs:
             read.fail(ConfigError(name, "a topic other than the inputs' (LEFT_TOPIC, "
                                   "RIGHT_TOPIC): the service would read its own output",
                                   topic))  # fmt: skip
@@ -397,15 +415,17 @@ def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
     return _compiled_sql(env)[0]
 
 
-def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, str]]:
-    """`with_sql`'s variables, and where in the SQL each that it set comes from."""
+def _compiled_sql(env: Mapping[str, str]
+                  ) -> tuple[Mapping[str, str], dict[str, str], list[Compiled], str]:  # fmt: skip
+    """`with_sql`'s variables, where in the SQL each that it set comes from, the joins after
+    the first (`Compiled.chain`), and the variable that holds the SQL."""
     given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
     blank = [name for name in SQL_VARIABLES if name in env and name not in given]
     if blank:  # set from a file that was not there, say: not the same as unset
         raise ConfigError(blank[0], "Flink SQL (or unset, to configure the job by variables)",
                           seen="it is empty")  # fmt: skip
     if not given:
-        return env, {}
+        return env, {}, [], ""
     if len(given) == 2:
         raise ConfigError("STREAMJOIN_SQL_FILE", "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
                           seen="both are set")  # fmt: skip
@@ -436,8 +456,39 @@ def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, 
         if (env.get(name) or "").strip() not in ("", value)
     ]
     raise_all(clashes)
-    origin = {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
-    return {**env, **compiled.variables}, origin
+    return {**env, **compiled.variables}, _origin(compiled, variable), compiled.chain, variable
+
+
+def _origin(compiled: Compiled, variable: str) -> dict[str, str]:
+    return {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
+
+
+def _chained_joins(chain: list[Compiled], variable: str
+                   ) -> tuple[tuple[ChainedJoin, ...], list[ConfigError]]:  # fmt: skip
+    """The joins after the first, read from their own variables as the first join's right
+    input and join are (the job's retention and buckets: `_with_state`)."""
+    joins, errors = [], []
+    for number, own in enumerate(chain, start=3):
+        read, origin = _Reader(own.variables), _origin(own, variable)
+        source = replace(_input(read, "right"), side=f"input{number}")
+        join = JoinConfig(read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"),
+                          None, 0)  # fmt: skip
+        joins.append(ChainedJoin(source, join, origin))
+        errors += [traced(error, origin) for error in read.errors.values()]
+    return tuple(joins), errors
+
+
+def _with_state(chain: tuple[ChainedJoin, ...], first: JoinConfig) -> tuple[ChainedJoin, ...]:
+    """A chain's joins with the job's state retention and buckets, the first join's."""
+    return tuple(
+        replace(
+            c,
+            join=replace(
+                c.join, state_ttl_ms=first.state_ttl_ms, state_buckets=first.state_buckets
+            ),
+        )
+        for c in chain
+    )
 
 
 def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
@@ -452,7 +503,7 @@ def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
     naming every bad variable."""
-    env, origin = _compiled_sql(env)
+    env, origin, chain, sql_variable = _compiled_sql(env)
     read = _Reader(env)
     output_topic = read.get("OUTPUT_TOPIC") or ""
     encoding = read.get("OUTPUT_ENCODING")
@@ -477,25 +528,28 @@ def load_config(env: Mapping[str, str]) -> Config:
         transactional_id=read.get("OUTPUT_TRANSACTIONAL_ID",
                                   f"streamjoin-{output_topic}-{query_id}") or "",
     )  # fmt: skip
-    _distinct_topics(read, left.topic, right.topic, output)
+    chained, chain_errors = _chained_joins(chain, sql_variable)
+    topics = {left.topic, right.topic, *(c.input.topic for c in chained)} - {""}
+    _distinct_topics(read, topics, output)
     starting_offsets = read.get("STARTING_OFFSETS")
-    _starting_topics(read, starting_offsets, {left.topic, right.topic} - {""})
+    _starting_topics(read, starting_offsets, topics)
     lookup = read_lookup(read) if join_type == LOOKUP else None
     _unknown_variables(read)
     spark_conf = _spark_conf(read)
     _one_partition_count(read, spark_conf)
+    join = JoinConfig(
+        type=join_type,
+        kind=read.get("JOIN_KIND"),
+        on=on,
+        select=read.get("JOIN_SELECT"),
+        state_ttl_ms=read.get("STATE_TTL") or 0,
+        state_buckets=read.get("JOIN_STATE_BUCKETS"),
+    )
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",
         left=left,
         right=right,
-        join=JoinConfig(
-            type=join_type,
-            kind=read.get("JOIN_KIND"),
-            on=on,
-            select=read.get("JOIN_SELECT"),
-            state_ttl_ms=read.get("STATE_TTL") or 0,
-            state_buckets=read.get("JOIN_STATE_BUCKETS"),
-        ),
+        join=join,
         output=output,
         checkpoint_location=checkpoint_location,
         spark_master=read.get("SPARK_MASTER") or "local[*]",
@@ -515,6 +569,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),
         sql_origin=origin,
+        chain=_with_state(chained, join),
     )  # fmt: skip
-    raise_all([traced(error, origin) for error in read.errors.values()])
+    raise_all([traced(error, origin) for error in read.errors.values()] + chain_errors)
     return config

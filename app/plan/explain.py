@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from app.config.env import Config, InputConfig, JoinConfig, with_sql
 from app.config.redaction import shown_variables, without_user_info
 from app.config.registry import FORWARD, VARIABLES
-from app.plan.planner import join_spec, normalized, produces_updates, upsert_materialized
+from app.plan.planner import (
+    join_spec,
+    join_stages,
+    normalized,
+    produces_updates,
+    upsert_materialized,
+)
+from app.run.joins import join_label
 from app.run.lookup import table_lookup
 from app.sql.query import SQL_TEXT
 from state.changes import RowKind
@@ -116,6 +123,26 @@ ONE_TASK = (
 )
 
 
+def _join(config: Config, number: int | None) -> list[str]:
+    """One join of the job; `number`: its place in a chain of joins (None: the only one)."""
+    spec = join_spec(config)
+    condition = spec.join_condition
+    keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or ONE_TASK
+    residual = condition.residual.sql() if condition.residual is not None else "none"
+    head = "join:"
+    if number is not None:  # what it joins: the first two inputs, or the result so far
+        left, right = ("left", "right") if number == 1 else (join_label(number - 1),
+                                                             f"input{number + 1}")  # fmt: skip
+        head = f"{join_label(number)} ({left} with {right}):"
+    return [
+        f"{head} {config.join.type} {config.join.kind.upper()}",
+        f"  join key: {keys}",
+        f"  residual condition: {residual}",
+        *_state(config),
+        f"  state buckets: {config.join.state_buckets or AUTO_BUCKETS}",
+    ]
+
+
 def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
@@ -125,22 +152,15 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
         else f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
     )
     lines = [f"left:  {_input(config.left, join)}", f"right: {right}"]
+    lines += [f"{c.input.side}: {_input(c.input, c.join)}" for c in config.chain]
     if config.lookup is not None:
         lines += _lookup(config)
     elif join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
     else:
-        spec = join_spec(config)
-        condition = spec.join_condition
-        keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or ONE_TASK
-        residual = condition.residual.sql() if condition.residual is not None else "none"
-        lines += [
-            f"join: {join.type} {join.kind.upper()}",
-            f"  join key: {keys}",
-            f"  residual condition: {residual}",
-            *_state(config),
-            f"  state buckets: {join.state_buckets or AUTO_BUCKETS}",
-        ]
+        stages = join_stages(config)
+        for number, stage in enumerate(stages, start=1):
+            lines += _join(stage, number if len(stages) > 1 else None)
     if join.type == FORWARD:
         lines.append(f"output: {output.topic}: every input record unchanged, with a "
                      f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip

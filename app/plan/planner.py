@@ -8,6 +8,7 @@ whose result updates (Flink refuses that plan too).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
@@ -19,6 +20,7 @@ from app.config.registry import (
 )
 from app.plan.condition_check import Columns, condition_problem, function_problem
 from app.run.projection import parse_select, select_expressions, selected_columns
+from serdes.records.schema import Column
 from state.expr.condition import ConditionError, parse_condition
 from state.joins.lookup import LookupJoinSpec
 from state.joins.specs import (
@@ -28,7 +30,7 @@ from state.joins.specs import (
     SideSpec,
     TemporalJoinSpec,
 )
-from state.spark.columns import side_column
+from state.spark.columns import chained_names, side_column
 
 JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
@@ -55,6 +57,42 @@ def join_spec(config: Config) -> JoinSpec:
                            config.join.state_ttl_ms, config.join.state_buckets)  # fmt: skip
 
 
+# The format of a chain's result so far, as the next join takes it: a changelog whose rows have
+# no declared key, kept as a multiset by the next join (Flink derives a unique key where it can;
+# the results are the same)
+JOINED = "joined"
+
+
+def join_stages(config: Config) -> list[Config]:
+    """Each join of the job as a join of two inputs is configured: the first of the first two
+    tables; each next one of the result so far as its left (its columns `chained_column`) and its
+    own table as its right. The select list, the output and its checks belong to the last; a
+    chain's retention applies to its regular joins, whose state it bounds (Flink's)."""
+    if not config.chain:
+        return [config]
+    first = config.join
+    stages = [replace(config, chain=(), join=replace(
+        first, select=None, state_ttl_ms=first.state_ttl_ms if first.type == "regular" else 0,
+    ))]  # fmt: skip
+    for number, chained in enumerate(config.chain, start=2):
+        before = stages[-1]
+        left = InputConfig("left", "", JOINED if produces_updates(before) else "json",
+                           _result_columns(before, number), (), PROCTIME, 0)  # fmt: skip
+        stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
+                              join=chained.join, chain=(), lookup=None,
+                              sql_origin=chained.origin))  # fmt: skip
+    stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
+    return stages
+
+
+def _result_columns(stage: Config, number: int) -> tuple[Column, ...]:
+    """The columns of a join's result as the `number`-th join (from 2) takes it."""
+    left = stage.left.schema or ()
+    right = stage.right.schema or () if join_spec(stage).projects_right else ()
+    names = chained_names([c.name for c in left], [c.name for c in right], number)
+    return tuple(replace(c, name=n) for c, n in zip((*left, *right), names, strict=True))
+
+
 def normalized(source: InputConfig, join: JoinConfig) -> bool:
     """Whether an input's changelog is rebuilt per primary key (`state.spark.normalizer`): upsert
     inputs, and Debezium inputs that declare a key (without one, Flink takes a Debezium input's
@@ -70,7 +108,9 @@ def normalized(source: InputConfig, join: JoinConfig) -> bool:
 
 
 def produces_updates(config: Config) -> bool:
-    """Whether the join's result changelog can hold more than inserts."""
+    """Whether the job's result changelog can hold more than inserts."""
+    if config.chain:
+        return produces_updates(join_stages(config)[-1])
     if config.join.type in ("interval", LOOKUP):
         return False  # outer rows are emitted once, padded, when nothing can match them any more
     if config.join.type in TEMPORAL_TYPES:
@@ -98,6 +138,7 @@ def upsert_materialized(config: Config) -> bool:
     side that joins at most one row of the other (whose primary key lies in the join key): such
     a row never moves to another join key, and it is the key of all its changes (Flink's upsert
     key of the join, which a sink keyed by it needs no materializer for)."""
+    config = join_stages(config)[-1]  # the job's last join gives the output
     if config.output.encoding != "upsert" or not produces_updates(config):
         return False
     spec = join_spec(config)
@@ -262,7 +303,15 @@ def _output_errors(config: Config) -> Iterator[ConfigError]:
 
 
 def plan_errors(config: Config) -> list[ConfigError]:
-    """Every reason, each naming its variable, why the service cannot run this join."""
+    """Every reason, each naming its variable (as its SQL line where SQL set it), why the
+    service cannot run this job's joins."""
+    stages = join_stages(config)
+    return [traced(error, stage.sql_origin) for stage in stages
+            for error in _join_errors(stage, output=stage is stages[-1])]  # fmt: skip
+
+
+def _join_errors(config: Config, output: bool) -> list[ConfigError]:
+    """Why the service cannot run this join of two; with `output`, its result as the output."""
     join = config.join
     if join.type == FORWARD:
         if join.on:
@@ -295,11 +344,11 @@ def plan_errors(config: Config) -> list[ConfigError]:
         and not any(e.variable == "JOIN_KIND" for e in errors)
     ):
         condition = list(_condition_errors(config))
-        errors += condition or _output_errors(config)
+        errors += condition or (list(_output_errors(config)) if output else [])
     return errors
 
 
 def check_plan(config: Config) -> None:
-    """Raise ConfigError (ConfigErrors: several), naming each variable, for a join this
+    """Raise ConfigError (ConfigErrors: several), naming each variable, for a job this
     service cannot run (told as the SQL's line for a variable `STREAMJOIN_SQL` set)."""
-    raise_all([traced(error, config.sql_origin) for error in plan_errors(config)])
+    raise_all(plan_errors(config))

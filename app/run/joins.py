@@ -28,7 +28,7 @@ from app.plan.planner import JoinSpec
 from app.run.stateful import run_stateful
 from serdes.records.encode import KEY_COLUMN
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
-from state.spark.columns import key_column, side_column
+from state.spark.columns import SIDE_PREFIXES, chained_names, key_column, side_column
 from state.spark.frame import StatefulOperator
 from state.spark.interval import IntervalJoinOperator
 from state.spark.regular import RegularJoinOperator
@@ -65,31 +65,65 @@ def _join_key(spec: JoinSpec, left: StructType) -> list[tuple[Column, DataType]]
     ]  # fmt: skip
 
 
-def join_operator(spec: JoinSpec) -> StatefulOperator:
-    """The stateful operator of a join on the frame (`state.spark`)."""
+def join_label(number: int) -> str:
+    """How metrics and `streamjoin state` name the `number`-th join of a job (from 1)."""
+    return "join" if number == 1 else f"join{number}"
+
+
+def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
+    """The stateful operator of a job's `number`-th join on the frame (`state.spark`)."""
+    operator: StatefulOperator
     if isinstance(spec, RegularJoinSpec):
-        return RegularJoinOperator(spec)
-    if isinstance(spec, IntervalJoinSpec):
-        return IntervalJoinOperator(spec)
-    if spec.clock == "processing":
-        return ProcessingTimeTemporalJoinOperator(spec)
-    return EventTimeTemporalJoinOperator(spec)
+        operator = RegularJoinOperator(spec)
+    elif isinstance(spec, IntervalJoinSpec):
+        operator = IntervalJoinOperator(spec)
+    elif spec.clock == "processing":
+        operator = ProcessingTimeTemporalJoinOperator(spec)
+    else:
+        operator = EventTimeTemporalJoinOperator(spec)
+    operator.name = join_label(number)  # its state's rows are reported under it
+    return operator
 
 
 def bucketed_join(
     changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
     late_rows: Accumulator[dict] | None = None, held_rows: Accumulator[dict] | None = None,
-    sequenced: bool = False,
+    sequenced: bool = False, number: int = 1,
 ) -> DataFrame:  # fmt: skip
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
-    (`changelog_schema`); with `sequenced`, each change's `seq` in its task's order, for
-    `materialized_upserts`."""
+    (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
+    in its task's order, for `materialized_upserts` or a next join (`as_left_input`)."""
     return run_stateful(
-        changes, join_operator(spec), _join_key(spec, left),
+        changes, join_operator(spec, number), _join_key(spec, left),
         [(F.col("left"), left), (F.col("right"), right)], spec.buckets,
         outputs=(0, 1) if spec.projects_right else (0,), out_seq=sequenced,
         late_rows=late_rows, held_rows=held_rows,
     )  # fmt: skip
+
+
+def as_left_input(joined: DataFrame, number: int, right: StructType
+                  ) -> tuple[DataFrame, StructType]:  # fmt: skip
+    """A join's result (`op`, `seq`, its `L_`/`R_` output columns) as the left side of the
+    `number`-th join's unified changelog (`changelog_schema`), and the row type of that side
+    (its fields named by `state.spark.columns.chained_names`). Its `seq` orders each task's
+    changes, so the next join takes the changes of one key in the order they were made, as
+    Flink's channels keep it (a lookup join's result has none: inserts only, which may come in
+    any order); it carries no event time: a regular join's result has none."""
+    if "seq" not in joined.columns:
+        joined = joined.withColumn("seq", F.lit(0).cast("long"))
+    sides = [[f for f in joined.schema if f.name.startswith(prefix)] for prefix in SIDE_PREFIXES]
+    own = [
+        [f.name[len(p) :] for f in fields] for p, fields in zip(SIDE_PREFIXES, sides, strict=True)
+    ]
+    names = chained_names(own[0], own[1], number)
+    fields = [*sides[0], *sides[1]]
+    left = StructType([StructField(n, f.dataType) for n, f in zip(names, fields, strict=True)])
+    row = F.struct(*[F.col(f.name).alias(n) for n, f in zip(names, fields, strict=True)])
+    changes = joined.select(
+        F.lit(0).cast("byte").alias("side"), "op", "seq", F.lit(None).cast("long").alias("ts"),
+        row.alias("left"), F.lit(None).cast(right).alias("right"),
+    )  # fmt: skip
+    return changes, left
 
 
 def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,

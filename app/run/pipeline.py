@@ -24,7 +24,13 @@ from pyspark.sql.types import StructField, StructType
 
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS, FORWARD, LOOKUP
-from app.plan.planner import JoinSpec, join_spec, normalized, upsert_materialized
+from app.plan.planner import (
+    JoinSpec,
+    join_spec,
+    join_stages,
+    normalized,
+    upsert_materialized,
+)
 from app.run.checkpoint import (
     VERSIONS_AS_IS,
     HeldRowsRecord,
@@ -34,7 +40,13 @@ from app.run.checkpoint import (
     shuffle_partitions,
     state_buckets,
 )
-from app.run.joins import bucketed_join, join_operator, materialized_upserts
+from app.run.joins import (
+    as_left_input,
+    bucketed_join,
+    join_label,
+    join_operator,
+    materialized_upserts,
+)
 from app.run.projection import project
 from app.run.rescale import rescale
 from app.run.session import quieted
@@ -231,44 +243,55 @@ def joined_output(
     tasks: Writers,
     drain_marker: Path | None,
 ) -> DataFrame:
-    left_type, right_type = row_type(config.left), row_type(config.right)
+    stages = join_stages(config)
+    first, last = stages[0], stages[-1]
     exactly_once = _exactly_once(config)
-    sides = []
     lookup_letters = (  # failed lookups, when they are dead-lettered
         DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(), exactly_once,
                         tasks.first[LOOKUP])
         if config.lookup is not None and config.lookup.on_error == "dead-letter" else None
     )  # fmt: skip
-    for source in (config.left, config.right) if config.lookup is None else (config.left,):
+
+    def changes_of(source: InputConfig) -> DataFrame:
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
                                lookup_letters is not None, drain_marker, tasks.read)  # fmt: skip
-        sides.append(timed_changes(decoded, source, records=lookup_letters is not None))
-    spec = join_spec(config)
+        return timed_changes(decoded, source, records=lookup_letters is not None)
+
     materialize = upsert_materialized(config)
     if config.lookup is not None:
         from app.run.lookup import looked_up
 
-        joined = looked_up(sides[0], config, spec, metrics.lookups.events.accumulator,
-                           metrics.lookups.latency, lookup_letters,
-                           metrics.dead_letters.accumulator)  # fmt: skip
+        joined = looked_up(changes_of(config.left), config, join_spec(first),
+                           metrics.lookups.events.accumulator, metrics.lookups.latency,
+                           lookup_letters, metrics.dead_letters.accumulator)  # fmt: skip
     else:
-        left_changes, right_changes = (
-            join_input(changes, source, left_type, right_type, config.join,
-                       config.join.state_buckets, metrics.held_rows.accumulator)
-            for changes, source in zip(sides, (config.left, config.right), strict=True)
-        )  # fmt: skip
-        changes = left_changes.unionByName(right_changes)
-        joined = bucketed_join(changes, spec, left_type, right_type, metrics.late_rows.accumulator,
-                               metrics.held_rows.accumulator, sequenced=materialize)  # fmt: skip
+        joined = _first_join(first, [changes_of(config.left), changes_of(config.right)],
+                             metrics, sequenced=materialize or len(stages) > 1)  # fmt: skip
+    for number, (stage, chained) in enumerate(zip(stages[1:], config.chain, strict=True), 2):
+        right_type = row_type(stage.right)
+        left, left_type = as_left_input(joined, number, right_type)
+        right = join_input(
+            changes_of(chained.input),
+            chained.input,
+            left_type,
+            right_type,
+            stage.join,
+            stage.join.state_buckets,
+            metrics.held_rows.accumulator,
+        )
+        joined = bucketed_join(left.unionByName(right), join_spec(stage), left_type, right_type,
+                               metrics.late_rows.accumulator, metrics.held_rows.accumulator,
+                               sequenced=materialize or stage is not last,
+                               number=number)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
     )
-    joined = joined.withColumn(KEY_COLUMN, _join_key(spec))
-    if config.join.select:
-        joined = project(joined, config.join.select,
+    joined = joined.withColumn(KEY_COLUMN, _join_key(join_spec(last)))
+    if last.join.select:
+        joined = project(joined, last.join.select,
                          keep=[KEY_COLUMN, "seq"] if materialize else [KEY_COLUMN])  # fmt: skip
     if config.output.key:
         joined = joined.withColumn(
@@ -291,6 +314,20 @@ def joined_output(
     return records
 
 
+def _first_join(config: Config, sides: list[DataFrame], metrics: ServiceMetrics,
+                sequenced: bool) -> DataFrame:  # fmt: skip
+    """The first join of the job, of its two first inputs' changes."""
+    left_type, right_type = row_type(config.left), row_type(config.right)
+    left_changes, right_changes = (
+        join_input(changes, source, left_type, right_type, config.join,
+                   config.join.state_buckets, metrics.held_rows.accumulator)
+        for changes, source in zip(sides, (config.left, config.right), strict=True)
+    )  # fmt: skip
+    return bucketed_join(left_changes.unionByName(right_changes), join_spec(config), left_type,
+                         right_type, metrics.late_rows.accumulator,
+                         metrics.held_rows.accumulator, sequenced=sequenced)  # fmt: skip
+
+
 def on_wall_clock(config: Config) -> bool:
     """Whether an operator of the job runs on the wall clock (a state TTL, a processing-time
     join): Spark then plans a batch at every trigger, new input or not, so its timers fire."""
@@ -299,23 +336,36 @@ def on_wall_clock(config: Config) -> bool:
 
 def stateful_operators(config: Config) -> list[PlannedOperator]:
     """The stateful operators `joined_output` builds, in the order Spark numbers them (its
-    `operatorId`, from the sink down: the upsert materializer, the join, then each input's
-    changelog normalizer, left first)."""
+    `operatorId`, from the sink down: the upsert materializer, then each join before what it
+    reads, its left input's operators (the join before it, or a normalizer) before its right
+    input's)."""
     if config.join.type == FORWARD:
         return []
-    types = {"left": row_type(config.left), "right": row_type(config.right)}
+    stages = join_stages(config)
     planned = []
     if upsert_materialized(config):
         planned.append(PlannedOperator("upsert", UpsertMaterializeOperator(
             config.join.state_ttl_ms), {"output": StructType()}))  # fmt: skip
-    if config.lookup is not None:
-        return planned
-    planned.append(PlannedOperator("join", join_operator(join_spec(config)), types))
-    for source in (config.left, config.right):
-        if normalized(source, config.join):
-            operator = NormalizeOperator(source.side, config.join.state_ttl_ms)
-            planned.append(PlannedOperator("normalizer", operator,
-                                           {source.side: types[source.side]}))  # fmt: skip
+    return planned + _join_operators(config, stages, len(stages))
+
+
+def _join_operators(config: Config, stages: list[Config], number: int) -> list[PlannedOperator]:
+    """The `number`-th join's operators (`stateful_operators`); a lookup join has none."""
+    stage = stages[number - 1]
+    if stage.lookup is not None:
+        return []
+    types = {"left": row_type(stage.left), "right": row_type(stage.right)}
+    operator = join_operator(join_spec(stage), number)
+    planned = [PlannedOperator(join_label(number), operator, types)]
+    if number > 1:
+        planned += _join_operators(config, stages, number - 1)
+        inputs = [(config.chain[number - 2].input, types["right"])]
+    else:
+        inputs = [(config.left, types["left"]), (config.right, types["right"])]
+    for source, row in inputs:
+        if normalized(source, stage.join):
+            normalizer = NormalizeOperator(source.side, config.join.state_ttl_ms)
+            planned.append(PlannedOperator("normalizer", normalizer, {source.side: row}))
     return planned
 
 
@@ -332,17 +382,12 @@ class Writers:
     read: int | None
 
 
-def _inputs(config: Config) -> tuple[InputConfig, ...]:
-    """The Kafka inputs: both sides, or the left alone (a lookup join's right is a table)."""
-    return (config.left, config.right) if config.right.topic else (config.left,)
-
-
 def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     count = shuffle_partitions(spark, config.checkpoint_location)
     first = {}
-    for source in _inputs(config):
+    for source in config.inputs():
         first[source.side] = count
         count += len(topics[source.topic].partitions)
     if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
@@ -360,7 +405,10 @@ def state_settings(config: Config) -> dict[str, object]:
     # the upsert materializer's state is keyed by the output key
     materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
     settings = {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
-                "OUTPUT_KEY": materializer_key}  # fmt: skip
+                "OUTPUT_KEY": materializer_key,
+                # the joins after the first, each an operator of its own (SQL's only)
+                "JOIN_CHAIN": " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
+                or None}  # fmt: skip
     return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
 
@@ -406,16 +454,16 @@ def start(
         config = replace(config, join=replace(config.join, state_buckets=buckets))
     if normalizes_versions(spark, config.checkpoint_location):
         config = replace(config, join=replace(config.join, versions_normalized=True))
-    config = resolved_starts(spark, config, [s.topic for s in _inputs(config)])
+    config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     check_state_record(spark, config.checkpoint_location, state_settings(config),
-                       len(_inputs(config)))  # fmt: skip
+                       len(config.inputs()))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
         config.state_partitions is not None
         and stateful_operators(config)
         and rescale(spark, config.checkpoint_location, config.state_partitions,
-                    len(_inputs(config)), partial(_finish_pending, spark, config, metrics))
+                    len(config.inputs()), partial(_finish_pending, spark, config, metrics))
     ):  # fmt: skip
         tasks = writers(spark, config)
     if held is not None:

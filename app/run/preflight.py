@@ -87,6 +87,10 @@ def check_kafka(config: Config) -> None:
         *([("RIGHT_TOPIC", config.right.topic, "")] if config.right.topic else []),
         ("OUTPUT_TOPIC", config.output.topic, ""),
     ]
+    origins = [config.sql_origin] * len(topics)
+    for chained in config.chain:  # a later join's table: its own SQL line
+        topics.append(("RIGHT_TOPIC", chained.input.topic, ""))
+        origins.append(chained.origin)
     if config.join.type != FORWARD:
         topics.append(("DLQ_TOPIC", config.output.dlq_topic,
                        " (records that cannot be decoded are written there)"))  # fmt: skip
@@ -96,10 +100,11 @@ def check_kafka(config: Config) -> None:
              " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
              "cleanup.policy=compact)")
         )  # fmt: skip
+    origins += [config.sql_origin] * (len(topics) - len(origins))
     missing = [  # a topic the SQL named is told at its line
-        f"{config.sql_origin.get(variable, variable)}: Kafka topic {topic!r} does not exist at "
+        f"{origin.get(variable, variable)}: Kafka topic {topic!r} does not exist at "
         f"{config.bootstrap_servers}{why}"
-        for variable, topic, why in topics
+        for (variable, topic, why), origin in zip(topics, origins, strict=True)
         if metadata.topics.get(topic) is None or metadata.topics[topic].error is not None
     ]
     if missing:
@@ -111,7 +116,7 @@ def _registry_problem(config: Config) -> str | None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    uses = [s.format for s in (config.left, config.right)] + [config.output.format]
+    uses = [s.format for s in config.inputs()] + [config.output.format]
     if not config.schema_registry_url or not any("avro" in f for f in uses):
         return None
     try:

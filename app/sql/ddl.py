@@ -19,7 +19,7 @@ from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.records.decode import METADATA_TYPES
 from serdes.records.schema import SchemaError, parse_schema
-from state.expr.interval_bounds import INTERVAL_UNIT_MS
+from state.expr.condition import INTERVAL_UNIT_MS
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
 # Flink's format names are the service's (`upsert` is a connector in Flink, not a format)
@@ -76,6 +76,9 @@ class Compiled:
     lines: dict[str, int] = field(default_factory=dict)
     # each input topic's startup mode, as STARTING_OFFSETS spells it, and the line of its table
     starts: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # a chain's joins after the first, each as a join of two would be configured: its table's
+    # RIGHT_* variables and its JOIN_TYPE, JOIN_KIND, JOIN_ON
+    chain: list[Compiled] = field(default_factory=list)
 
     def set(self, name: str, value: str, line: int) -> None:
         if name in self.variables and self.variables[name] != value:

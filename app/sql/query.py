@@ -16,8 +16,14 @@ Aliases and table names become `L` / `R`, unqualified columns are qualified by t
 has them, and the select list takes the output table's column names by position, as Flink's
 INSERT does.
 
-What Flink accepts and streamjoin does not run (GROUP BY, window functions, a third table, an
-option it does not know, a secret in the text) is refused, naming the construct and its line.
+Three or more tables are a chain of joins, planned as Flink plans a FROM clause (left-deep, in
+the written order): the first join's variables are the variables above; each later join, a
+regular join of the result so far (`L`, its columns `t<i>_<name>`) with its table (`R`), gets a
+set of its own (`Compiled.chain`: its table's `RIGHT_*` and its `JOIN_*`).
+
+What Flink accepts and streamjoin does not run (GROUP BY, window functions, a temporal or lookup
+join after another join, an option it does not know, a secret in the text) is refused, naming
+the construct and its line.
 Secrets stay variables (a ConfigMap holds this text): `'password'`, `'properties.sasl.jaas.config'`
 and the like are refused with the variable to use instead.
 """
@@ -25,7 +31,7 @@ and the like are refused with the variable to use instead.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -47,6 +53,7 @@ from app.sql.ddl import (
 )
 from state.expr.condition import FLINK_LEXICON
 from state.expr.functions import describe, unsupported
+from state.spark.columns import chained_column
 
 SQL_TEXT = "STREAMJOIN_SQL"
 SQL_VARIABLES = (SQL_TEXT, "STREAMJOIN_SQL_FILE")
@@ -69,51 +76,77 @@ class JoinQuery:
 
 
 class _Sides:
-    """Resolves a query's names to `L` / `R`."""
+    """Resolves a query's names to `L` / `R`: the table joined last is `R`, the tables before it
+    `L` (in a chain of joins, the result so far, whose columns are `chained_column(i, name)`
+    for its i-th table's)."""
 
-    def __init__(self, line: int, left: Table, right: Table, left_names: set[str],
-                 right_names: set[str], prefer: str | None = None) -> None:  # fmt: skip
-        """`prefer`: the side an unqualified name both tables have is (a subquery's own)."""
-        self.line, self.tables, self.prefer = line, {"L": left, "R": right}, prefer
-        self.visible = "LR"  # the tables the query's own names may be of
-        self.names = {**{n.lower(): "R" for n in right_names},
-                      **{n.lower(): "L" for n in left_names}}  # fmt: skip
+    def __init__(self, line: int, tables: list[Table], aliases: list[set[str]],
+                 prefer: str | None = None) -> None:  # fmt: skip
+        """`prefer`: the side an unqualified name both sides have is (a subquery's own)."""
+        self.line, self.members, self.prefer = line, tables, prefer
+        self.last = len(tables) - 1
+        self.visible = "LR"  # the sides the query's own names may be of
+        self.written = list(range(len(tables)))  # the tables' places, in the order written
+        self.names: dict[str, int] = {}
+        for i, names in reversed(list(enumerate(aliases))):  # the first table wins a clash
+            self.names |= {n.lower(): i for n in names}
+
+    @property
+    def tables(self) -> dict[str, Table]:
+        """The two tables of a join of two."""
+        return {"L": self.members[0], "R": self.members[self.last]}
 
     def inner(self) -> _Sides:
         """The same names, read inside a subquery over the right table."""
-        sides = _Sides(self.line, self.tables["L"], self.tables["R"], set(), set(), prefer="R")
+        sides = _Sides(self.line, self.members, [], prefer="R")
         sides.names = self.names
         return sides
 
-    def side_of(self, column: exp.Column) -> str:
+    def side(self, index: int) -> str:
+        return "R" if index == self.last else "L"
+
+    def index_of(self, column: exp.Column) -> int:
+        """The position of the table a column is of."""
         qualifier = column.table.lower()
         if qualifier:
             if qualifier not in self.names:
                 raise SqlError(self.line, f"{column.sql()}: no table or alias {column.table}")
-            side = self.names[qualifier]
-            if column.name not in [*self.tables[side].columns(), self.tables[side].proctime]:
-                raise SqlError(self.line, f"{column.sql()}: {self.tables[side].name} has no "
-                               f"column {column.name}")  # fmt: skip
-            return side
-        found = [s for s in self.visible if column.name in self.tables[s].columns()]
-        if len(found) == 2 and self.prefer:
-            return self.prefer
+            index = self.names[qualifier]
+            table = self.members[index]
+            if column.name not in [*table.columns(), table.proctime]:
+                raise SqlError(self.line, f"{column.sql()}: {table.name} has no column "
+                               f"{column.name}")  # fmt: skip
+            return index
+        found = [i for i, table in enumerate(self.members)
+                 if self.side(i) in self.visible and column.name in table.columns()]  # fmt: skip
+        if len(found) > 1 and self.prefer:
+            return self.last
         if len(found) != 1:
-            why = "is in both tables: qualify it" if found else "is in neither table"
+            several = "both tables" if len(self.members) == 2 else "more than one table"
+            why = f"is in {several}: qualify it" if found else "is in no table"
             raise SqlError(self.line, f"column {column.name} {why}")
         return found[0]
+
+    def side_of(self, column: exp.Column) -> str:
+        return self.side(self.index_of(column))
+
+    def column(self, index: int, name: str) -> exp.Column:
+        """`L.x` / `R.y` for the column `name` of the table at `index`, as stored."""
+        stored = self.members[index].stored(name)
+        if self.last > 1 and index < self.last:
+            stored = chained_column(index, stored)
+        return _column_of(self.side(index), stored)
 
     def rewrite(self, node: exp.Expression) -> exp.Expression:
         """Columns as `L.x` / `R.y` (a computed column as the column it converts)."""
 
         def one(part: exp.Expression) -> exp.Expression:
             if isinstance(part, exp.Column) and not isinstance(part.this, exp.Star):
-                side = self.side_of(part)
-                table = self.tables[side]
-                if part.name == table.proctime:
+                index = self.index_of(part)
+                if part.name == self.members[index].proctime:
                     raise SqlError(self.line, f"{part.sql()}: the processing-time column is "
                                    "only for FOR SYSTEM_TIME AS OF")  # fmt: skip
-                return _column_of(side, table.stored(part.name))
+                return self.column(index, part.name)
             return part
 
         return node.copy().transform(one)
@@ -132,7 +165,7 @@ def _refuse_clauses(line: int, select: exp.Select) -> None:
                       ("limit", "LIMIT"), ("distinct", "DISTINCT"), ("with", "WITH"),
                       ("windows", "WINDOW"), ("qualify", "QUALIFY")):  # fmt: skip
         if select.args.get(key):
-            raise SqlError(line, f"{what} is not supported: streamjoin runs one join")
+            raise SqlError(line, f"{what} is not supported: streamjoin runs joins only")
     for node in select.expressions:
         if node.find(exp.AggFunc):
             raise SqlError(line, f"{node.find(exp.AggFunc).sql()}: aggregates are not supported")
@@ -163,8 +196,11 @@ def _table_of(line: int, node: exp.Expression, tables: dict[str, Table]) -> tupl
 
 
 def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
-                  outputs: list[str] | None) -> tuple[JoinQuery, Table, Table]:  # fmt: skip
-    """The join a SELECT is; `outputs`: the output table's columns (the select list's names)."""
+                  outputs: list[str] | None) -> tuple[list[JoinQuery], list[Table]]:  # fmt: skip
+    """The joins a SELECT is, and the tables it joins in order: the first join's of the first
+    two, each next one's of the result so far (`L`) and the next table (`R`), as Flink plans a
+    FROM clause (left-deep, in the written order). The last join carries the select list;
+    `outputs`: the output table's columns (the select list's names)."""
     if not isinstance(query, exp.Select):
         raise SqlError(line, f"{query.key.upper()} is not supported: one SELECT … JOIN")
     _refuse_clauses(line, query)
@@ -174,32 +210,89 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     left, left_alias = _table_of(line, source.this, tables)
     joins = query.args.get("joins") or []
     where = _conjuncts(query.args.get("where").this if query.args.get("where") else None)
-    if len(joins) > 1:
-        raise SqlError(line, f"{len(joins) + 1} tables joined: streamjoin joins two")
     if not joins:
-        return _subquery_join(line, query, tables, left, left_alias, where, outputs)
-    join = joins[0]
-    function_time = None
-    if isinstance(join.this, exp.Lateral):
-        right, right_alias, function_time = _temporal_function(line, join.this, tables)
-    else:
-        right, right_alias = _table_of(line, join.this, tables)
-    sides = _Sides(line, left, right, {left_alias, left.name}, {right_alias, right.name})
-    kind = (join.side or "inner").lower()
+        subquery, _, right = _subquery_join(line, query, tables, left, left_alias, where,
+                                            outputs)  # fmt: skip
+        return [subquery], [left, right]
+    members, aliases, function_times = [left], [{left_alias, left.name}], []
+    for join in joins:
+        if isinstance(join.this, exp.Lateral):
+            right, right_alias, function_time = _temporal_function(line, join.this, tables)
+        else:
+            (right, right_alias), function_time = _table_of(line, join.this, tables), None
+        members.append(right)
+        aliases.append({right_alias, right.name})
+        function_times.append(function_time)
+    kinds = [(join.side or "inner").lower() for join in joins]
+    order = _run_order(line, joins, members, aliases, function_times, kinds)
+    joins, function_times, kinds = ([items[n] for n in order]
+                                    for items in (joins, function_times, kinds))  # fmt: skip
+    written = [0, *(1 + order.index(n) for n in range(len(order)))]  # each table's new place
+    members, aliases = ([items[0], *(items[1 + n] for n in order)] for items in (members, aliases))
+    outer = next((kind for kind in kinds if kind != "inner"), None)
+    if where and outer:
+        raise SqlError(line, f"a WHERE after a {outer.upper()} JOIN is not supported: put the "
+                       "condition in ON")  # fmt: skip
+    # a WHERE conjunct is a condition of the first join that has all the tables it names
+    placed: dict[int, list[exp.Expression]] = {n: [] for n in range(1, len(members))}
+    everything = _Sides(line, members, aliases)
+    for part in where:
+        placed[max([everything.index_of(c) for c in part.find_all(exp.Column)] + [1])].append(part)
+    queries: list[JoinQuery] = []
+    for number, join in enumerate(joins, start=1):
+        sides = _Sides(line, members[: number + 1], aliases[: number + 1])
+        on = _conjuncts(join.args.get("on")) + placed[number]
+        queries.append(_join_query(line, sides, join, kinds[number - 1], on,
+                                   function_times[number - 1], queries))  # fmt: skip
+    sides.written = written
+    last = replace(queries[-1], select=_select_list(line, query, sides, outputs))
+    return [*queries[:-1], last], members
+
+
+def _run_order(line: int, joins: list[exp.Join], members: list[Table],
+               aliases: list[set[str]], function_times: list[exp.Expression | None],
+               kinds: list[str]) -> list[int]:  # fmt: skip
+    """The joins in the order they run: as written, but for a temporal or lookup join after
+    regular INNER or LEFT joins that names only the first table's columns (in its condition and
+    its AS OF): it runs first, on the first table's rows, where their time attribute still is.
+    The result is the same (the joins in between keep every row of the first table it reads),
+    and it is Flink's: Flink runs such a query, where a regular join gives up time attributes."""
+    order = list(range(len(joins)))
+
+    def as_of(n: int) -> exp.Expression | None:
+        version = joins[n].this.args.get("version")
+        return function_times[n] or (version.args.get("expression") if version else None)
+
+    if as_of(0) is not None:
+        return order
+    for n in range(1, len(joins)):
+        at = as_of(n)
+        if at is None or any(kind not in ("inner", "left") for kind in kinds[:n]):
+            continue
+        sides = _Sides(line, members[: n + 2], aliases[: n + 2])
+        parts = [at, *_conjuncts(joins[n].args.get("on"))]
+        named = {sides.index_of(c) for part in parts for c in part.find_all(exp.Column)}
+        if named <= {0, n + 1}:
+            return [n, *(m for m in order if m != n)]
+    return order
+
+
+def _join_query(line: int, sides: _Sides, join: exp.Join, kind: str, on: list[exp.Expression],
+                function_time: exp.Expression | None,
+                before: list[JoinQuery]) -> JoinQuery:  # fmt: skip
+    """One join of a FROM clause, the joins `before` it already compiled."""
+    left, right = sides.tables["L"], sides.tables["R"]
     if join.kind and join.kind.upper() in ("SEMI", "ANTI", "NATURAL"):
         raise SqlError(line, f"{join.kind.upper()} JOIN is not supported")
-    on = _conjuncts(join.args.get("on"))
     if join.args.get("using"):
         raise SqlError(line, "JOIN … USING is not supported: write ON")
-    if where and kind != "inner":
-        raise SqlError(line, f"a WHERE after a {kind.upper()} JOIN is not supported: put the "
-                       "condition in ON")  # fmt: skip
-    on += where
     if not on:
         raise SqlError(line, "a join without a condition (a cross join) is not supported")
     version = join.this.args.get("version")
     join_type, left_time = "regular", None
-    if function_time is not None:
+    if before:
+        _chained_join(line, sides, right, before, function_time or version, on)
+    elif function_time is not None:
         join_type, left_time = "temporal-function", _function_time(line, sides, function_time,
                                                                    kind)  # fmt: skip
     elif version is not None:
@@ -208,9 +301,30 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
         join_type = "interval"
     condition = _and([sides.rewrite(part) for part in on])
     assert condition is not None
-    select = _select_list(line, query, sides, outputs)
-    return JoinQuery(join_type, kind, left.name, right.name, condition.sql(FLINK_LEXICON),
-                     select, left_time), left, right  # fmt: skip
+    return JoinQuery(join_type, kind, left.name, right.name, condition.sql(FLINK_LEXICON), "",
+                     left_time)  # fmt: skip
+
+
+def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery],
+                  as_of: exp.Expression | None, on: list[exp.Expression]) -> None:  # fmt: skip
+    """A join after another runs as a regular join: Flink's regular joins give up their inputs'
+    time attributes, so after one a condition between two rowtimes is a plain condition. The
+    forms that would keep time (a temporal or interval join over a temporal or interval join's
+    result, a lookup join) are not chained yet."""
+    if as_of is not None or right.options.get("connector") == "jdbc":
+        raise SqlError(line, f"{right.name}: a temporal or lookup join after another join is "
+                       "supported only where it names no table but the first "
+                       f"({sides.members[0].name}), after INNER or LEFT joins: it then runs "
+                       "first")  # fmt: skip
+    if before[0].type == "regular" or right.watermark is None:
+        return
+    rowtimes = {(i, t.watermark[0]) for i, t in enumerate(sides.members) if t.watermark}
+    for part in on:
+        columns = {(sides.index_of(c), c.name) for c in part.find_all(exp.Column)}
+        if not isinstance(part, exp.EQ) and (sides.last, right.watermark[0]) in columns \
+                and len(columns & rowtimes) > 1:  # fmt: skip
+            raise SqlError(line, f"{right.name}: an interval join over the result of a "
+                           f"{before[0].type} join is not supported yet")  # fmt: skip
 
 
 def _temporal_function(line: int, lateral: exp.Lateral, tables: dict[str, Table]
@@ -301,10 +415,14 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
             and isinstance(item.this, exp.Star) else None  # fmt: skip
         if star is not None:
             qualifier = item.table.lower() if isinstance(item, exp.Column) else ""
-            chosen = [sides.names[qualifier]] if qualifier else list(sides.visible)
-            for side in chosen:
-                for name in sides.tables[side].columns():
-                    items.append((name, _column_of(side, sides.tables[side].stored(name))))
+            chosen = (
+                [sides.names[qualifier]]
+                if qualifier
+                else [i for i in sides.written if sides.side(i) in sides.visible]
+            )
+            for index in chosen:
+                items.extend((name, sides.column(index, name))
+                             for name in sides.members[index].columns())  # fmt: skip
             continue
         inner = item.this if isinstance(item, exp.Alias) else item
         refused = unsupported(inner)
@@ -346,7 +464,7 @@ def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left:
     _refuse_clauses(line, inner)
     inner_from = inner.args.get("from_") or inner.args.get("from")
     right, right_alias = _table_of(line, inner_from.this, tables)
-    sides = _Sides(line, left, right, {left_alias, left.name}, {right_alias, right.name})
+    sides = _Sides(line, [left, right], [{left_alias, left.name}, {right_alias, right.name}])
     within = sides.inner()
     sides.visible = "L"  # the subquery's table is not the outer query's
     on = [within.rewrite(p) for p in
@@ -451,21 +569,40 @@ def compile_script(text: str) -> Compiled:
     output = tables.get(tree.this.name)
     if output is None:
         raise SqlError(line, f"no table {tree.this.name} to insert into (CREATE TABLE it first)")
-    query, left, right = compile_query(line, tree.expression, tables, output.columns())
-    input_table(left, "LEFT", out, query.left_time or _time_of(left, query.type, "LEFT"))
-    if query.type == "lookup":
+    queries, members = compile_query(line, tree.expression, tables, output.columns())
+    first, (left, right) = queries[0], members[:2]
+    input_table(left, "LEFT", out, first.left_time or _time_of(left, first.type, "LEFT"))
+    if first.type == "lookup":
         jdbc_table(right, out)
     elif right.options.get("connector") == "jdbc":
         raise SqlError(line, f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
                        "PROCTIME() column of the left (a lookup join)")  # fmt: skip
     else:
-        input_table(right, "RIGHT", out, _time_of(right, query.type, "RIGHT"))
+        input_table(right, "RIGHT", out, _time_of(right, first.type, "RIGHT"))
+    for query, table in zip(queries[1:], members[2:], strict=True):
+        out.chain.append(_chained(line, query, table, out))
     starting_offsets(out)
     output_table(output, out)
-    if query.type != "regular":  # Flink's TTL for every operator; the others' is their time
+    if all(query.type != "regular" for query in queries):
+        # Flink's TTL for every operator; the others' is their time
         out.variables.pop("STATE_TTL", None)
         out.lines.pop("STATE_TTL", None)
-    for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
-                        ("JOIN_ON", query.on), ("JOIN_SELECT", query.select)):  # fmt: skip
+    for name, value in (("JOIN_TYPE", first.type), ("JOIN_KIND", first.kind),
+                        ("JOIN_ON", first.on), ("JOIN_SELECT", queries[-1].select)):  # fmt: skip
         out.set(name, value, line)
     return out
+
+
+def _chained(line: int, query: JoinQuery, table: Table, out: Compiled) -> Compiled:
+    """A join after the first: its table's variables as a join's right input, its own join
+    variables; what its table sets for the whole job (Kafka properties, the registry, its start)
+    set in `out`, where it must agree with the other tables."""
+    own = Compiled()
+    input_table(table, "RIGHT", own, _time_of(table, query.type, "RIGHT"))
+    for name in [n for n in own.variables if not n.startswith("RIGHT_")]:
+        out.set(name, own.variables.pop(name), own.lines.pop(name))
+    out.starts |= own.starts
+    for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
+                        ("JOIN_ON", query.on)):  # fmt: skip
+        own.set(name, value, line)
+    return own

@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -53,6 +54,25 @@ _COMPARISONS: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
     exp.LT: operator.lt,
     exp.LTE: operator.le,
 }
+# Flink SQL's interval units (`INTERVAL '5' SECOND`), in milliseconds
+INTERVAL_UNIT_MS = {
+    "MILLISECOND": 1,
+    "SECOND": 1000,
+    "MINUTE": 60_000,
+    "HOUR": 3_600_000,
+    "DAY": 86_400_000,
+}
+
+
+def interval_ms(node: exp.Interval) -> int:
+    """`INTERVAL '5' SECOND` in milliseconds."""
+    unit = node.unit.name.upper() if node.unit is not None else ""
+    unit = unit[:-1] if unit.endswith("S") else unit
+    if unit not in INTERVAL_UNIT_MS or not isinstance(node.this, exp.Literal):
+        raise ConditionError(f"{node.sql()!r}: expected INTERVAL 'n' DAY|HOUR|MINUTE|SECOND")
+    return int(Decimal(node.this.this) * INTERVAL_UNIT_MS[unit])
+
+
 _ARITHMETIC: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {
     exp.Add: operator.add,
     exp.Sub: operator.sub,
@@ -189,6 +209,8 @@ class _Compiler:
             )
             return lambda _left, _right: value
         kind = type(node)
+        if kind in (exp.Add, exp.Sub) and isinstance(node.expression, exp.Interval):
+            return self.shifted(node)
         if kind in _COMPARISONS or kind in _ARITHMETIC or kind is exp.Div:
             fn = _COMPARISONS.get(kind) or _ARITHMETIC.get(kind) or _divide
             return _null_safe(fn, self.compile(node.this), self.compile(node.expression))
@@ -213,6 +235,21 @@ class _Compiler:
         if function is not None:
             return self.function(function.compute, function.arguments(node), function.strict)
         raise ConditionError(f"{describe(node)} is not supported in a join condition")
+
+    def shifted(self, node: exp.Add | exp.Sub) -> Evaluator:
+        """`t ± INTERVAL 'n' unit`: a timestamp moved, as epoch microseconds (the frame's
+        timestamps) or a datetime. After a regular join a rowtime is a plain timestamp, so such
+        a condition is a regular join's, evaluated per candidate pair."""
+        micros = interval_ms(node.expression) * 1000 * (1 if isinstance(node, exp.Add) else -1)
+        value = self.compile(node.this)
+
+        def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
+            moment = value(left, right)
+            if moment is None:
+                return None
+            return moment + (micros if isinstance(moment, int) else timedelta(microseconds=micros))
+
+        return evaluate
 
     def function(self, compute: Callable[..., Any], arguments: list, strict: bool) -> Evaluator:
         """`compute` over the values of `arguments` (None: an optional one left out)."""

@@ -10,20 +10,11 @@ count; every other conjunct stays in the residual predicate, evaluated per candi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 from sqlglot import exp
 
-from state.expr.condition import ConditionError, JoinCondition, split_condition
+from state.expr.condition import ConditionError, JoinCondition, interval_ms, split_condition
 
-# Flink SQL's interval units (`INTERVAL '5' SECOND`), in milliseconds
-INTERVAL_UNIT_MS = {
-    "MILLISECOND": 1,
-    "SECOND": 1000,
-    "MINUTE": 60_000,
-    "HOUR": 3_600_000,
-    "DAY": 86_400_000,
-}
 _FLIPPED: dict[type[exp.Expression], type[exp.Expression]] = {
     exp.GT: exp.LT,
     exp.GTE: exp.LTE,
@@ -42,14 +33,6 @@ class IntervalCondition:
     upper_ms: int
 
 
-def _interval_ms(node: exp.Interval) -> int:
-    unit = node.unit.name.upper() if node.unit is not None else ""
-    unit = unit[:-1] if unit.endswith("S") else unit
-    if unit not in INTERVAL_UNIT_MS or not isinstance(node.this, exp.Literal):
-        raise ConditionError(f"{node.sql()!r}: expected INTERVAL 'n' DAY|HOUR|MINUTE|SECOND")
-    return int(Decimal(node.this.this) * INTERVAL_UNIT_MS[unit])
-
-
 def _time_offset(node: exp.Expression, times: dict[str, str]) -> tuple[str, int] | None:
     """`X.t [+|- INTERVAL ...]*` as (alias of X, offset ms), if X.t is X's time attribute."""
     node = node.unnest()
@@ -60,7 +43,7 @@ def _time_offset(node: exp.Expression, times: dict[str, str]) -> tuple[str, int]
         inner = _time_offset(node.this, times)
         if inner is None:
             return None
-        step = _interval_ms(node.expression)
+        step = interval_ms(node.expression)
         return inner[0], inner[1] + (step if isinstance(node, exp.Add) else -step)
     return None
 

@@ -13,7 +13,7 @@ Out: `op`, then `seq`, `ts`, `k0` when the layout says so, then the sides' colum
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 BUCKET = "bucket"
@@ -30,6 +30,20 @@ def key_column(i: int) -> str:
 
 def side_column(side: int, name: str) -> str:
     return f"{SIDE_PREFIXES[side]}{name}"
+
+
+def chained_column(table: int, name: str) -> str:
+    """The column `name` of a query's `table`-th table (0 the first) in the result of a chain
+    of joins that a further join takes as its left input."""
+    return f"t{table}_{name}"
+
+
+def chained_names(left: Sequence[str], right: Sequence[str], number: int) -> list[str]:
+    """The fields of a job's `number`-th join's left input (from 2): the result of the join
+    before it, whose inputs' fields are `left` (the first table's own, for the second join)
+    and `right` (its table's own; none for a semi or anti join)."""
+    lefts = [chained_column(0, name) for name in left] if number == 2 else list(left)
+    return lefts + [chained_column(number - 1, name) for name in right]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,185 @@
+"""A chain of joins over three topics and a PostgreSQL table through `streamjoin run`,
+configured by Flink SQL: orders, an upsert topic of customers, a Debezium table of products and
+a lookup of exchange rates, joined in one Spark query, written exactly once; SIGKILLed in the
+middle of the run."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
+from tests.postgres import PostgresCluster
+from tests.service import run_to_exit, service_env
+from tests.test_faults import commits, killed_runs, product_row
+from tests.test_join_service import (
+    debezium_changelog,
+    final_table,
+    produce_events,
+    state_report,
+)
+
+pytestmark = pytest.mark.spark
+
+SCRIPT = """CREATE TABLE orders (
+  order_id STRING, customer_id STRING, product_id STRING, qty INT, currency STRING,
+  proc AS PROCTIME()
+) WITH ('connector' = 'kafka', 'topic' = '{orders}', 'format' = 'json');
+CREATE TABLE customers (
+  customer_id STRING, name STRING,
+  PRIMARY KEY (customer_id) NOT ENFORCED
+) WITH ('connector' = 'upsert-kafka', 'topic' = '{customers}', 'key.format' = 'json',
+        'value.format' = 'json');
+CREATE TABLE products (
+  product_id STRING, name STRING, price DECIMAL(10, 2),
+  PRIMARY KEY (product_id) NOT ENFORCED
+) WITH ('connector' = 'kafka', 'topic' = '{products}', 'format' = 'debezium-json');
+CREATE TABLE rates (currency STRING, rate INT) WITH (
+  'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:{port}/postgres',
+  'table-name' = 'rates', 'username' = 'postgres');
+CREATE TABLE enriched (
+  order_id STRING, customer STRING, product STRING, price DECIMAL(10, 2), qty INT, rate INT
+) WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'debezium-json');
+INSERT INTO enriched
+SELECT o.order_id, c.name, p.name, p.price, o.qty, r.rate
+FROM orders AS o
+JOIN customers AS c ON o.customer_id = c.customer_id
+LEFT JOIN products AS p ON o.product_id = p.product_id
+LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r ON r.currency = o.currency;
+"""
+RATES = {"EUR": 114, "USD": 102}
+
+
+def upserts(rng: random.Random, count: int) -> list[tuple[str, dict | None]]:
+    """An upsert topic's records over `count` customers: (key, row), None a tombstone."""
+    live: set[str] = set()
+    records: list[tuple[str, dict | None]] = []
+    for _ in range(count * 3):
+        cid = f"c{rng.randrange(count)}"
+        if cid in live and rng.random() < 0.25:
+            live.discard(cid)
+            records.append((cid, None))
+        else:
+            live.add(cid)
+            records.append((cid, {"customer_id": cid, "name": f"name{rng.randrange(99)}"}))
+    return records
+
+
+def produce_upserts(bootstrap: str, topic: str, records: list[tuple[str, dict | None]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, row in records:
+        value = None if row is None else json.dumps(row).encode()
+        producer.produce(topic, value, json.dumps({"customer_id": key}).encode())
+    assert producer.flush(30) == 0
+
+
+def expected(orders: list[dict], customers: dict, products: dict) -> Counter:
+    """orders JOIN customers LEFT JOIN products LEFT JOIN rates, over the final tables."""
+    table: Counter = Counter()
+    for order in orders:
+        customer = customers.get(order["customer_id"])
+        if customer is None:
+            continue
+        product = products.get(order["product_id"]) or {"name": None, "price": None}
+        table[(order["order_id"], customer["name"], product["name"], product["price"],
+               order["qty"], RATES.get(order["currency"]))] += 1  # fmt: skip
+    return table
+
+
+def committed_table(kafka: str, out: str) -> tuple[Counter, Counter]:
+    """The committed Debezium output applied (a change applied twice shows as a count of 2 or
+    -1), and its records themselves."""
+    table: Counter = Counter()
+    records: Counter = Counter()
+    for record in committed_output(kafka, out, f"{out}.markers"):
+        value = json.loads(record.value, parse_float=Decimal)
+        row, sign = (value["after"], 1) if value["after"] is not None else (value["before"], -1)
+        price = row["price"]
+        key = (row["order_id"], row["customer"], row["product"],
+               None if price is None else f"{price:.2f}", row["qty"], row["rate"])  # fmt: skip
+        table[key] += sign
+        records[(value["op"], key)] += 1
+    return table, records
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresCluster]:
+    if not PostgresCluster.available():
+        pytest.skip("PostgreSQL 15 is not installed")
+    with PostgresCluster() as cluster:
+        cluster.sql("CREATE TABLE rates (currency text PRIMARY KEY, rate integer)")
+        cluster.sql(
+            "INSERT INTO rates VALUES " + ", ".join(f"('{c}', {r})" for c, r in RATES.items())
+        )
+        yield cluster
+
+
+def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_once(
+    kafka: str, tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture,
+    postgres: PostgresCluster,
+) -> None:  # fmt: skip
+    """The lookup, written last, names only the orders: it runs first, on the orders."""
+    rng = random.Random(3)
+    products = debezium_changelog(rng, "p", 30, product_row(rng), key="product_id")
+    orders = [{"order_id": f"o{i}", "customer_id": f"c{rng.randrange(25)}",
+               "product_id": f"p{rng.randrange(32)}", "qty": rng.randrange(1, 5),
+               "currency": rng.choice(["EUR", "USD", "GBP"])} for i in range(400)]  # fmt: skip
+    customers = upserts(rng, 20)
+    topics = {name: unique(name) for name in ("orders", "customers", "products")}
+    create_topics(kafka, list(topics.values()), partitions=2)
+    produce_events(kafka, topics["products"], products, "product_id")
+    produce_upserts(kafka, topics["customers"], customers)
+    produce(kafka, topics["orders"], [json.dumps(order).encode() for order in orders], 2)
+    live_customers: dict[str, dict] = {}
+    for key, row in customers:
+        if row is None:
+            live_customers.pop(key, None)
+        else:
+            live_customers[key] = row
+    want = expected(orders, live_customers, final_table(products, "product_id"))
+
+    def env(out: str, checkpoint: Path) -> dict[str, str]:
+        return service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(checkpoint),
+                           STREAMJOIN_SQL=SCRIPT.format(out=out, port=postgres.port, **topics),
+                           TRIGGER_INTERVAL="available-now", MAX_RECORDS_PER_TRIGGER="60",
+                           SPARK_CONF_spark_sql_shuffle_partitions="2")  # fmt: skip
+
+    reference, out = unique("reference"), unique("enriched")
+    for topic in (reference, out):
+        output_topics(kafka, topic)
+    done = run_to_exit(env(reference, tmp_path / "reference"), timeout_s=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference_table, reference_records = committed_table(kafka, reference)
+    assert +reference_table == want and -reference_table == Counter()
+    batches = commits(tmp_path / "reference")
+    assert batches >= 6, batches
+
+    checkpoint = tmp_path / "killed"
+    kill_after = sorted(rng.sample(range(1, batches - 2), 2))
+    killed = killed_runs(env(out, checkpoint), checkpoint, kill_after, rng, tmp_path)
+    last = run_to_exit(env(out, checkpoint), timeout_s=600)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert killed >= 1
+    # the same batches (their offsets are in the checkpoint) write the same changes, once each
+    assert committed_table(kafka, out) == (reference_table, reference_records)
+    # each join's state read back under its own name: the lookup holds none; the second join
+    # holds the looked-up orders by customer, the third the second's result by product
+    held = state_report(env(out, checkpoint), capsys, spark)
+    keys = {(o["operator"], o["side"]): o["keys"] for o in held["operators"]}
+    joined = [o for o in orders if o["customer_id"] in live_customers]
+    assert keys == {
+        ("join3", "left"): len({o["product_id"] for o in joined}),
+        ("join3", "right"): len(final_table(products, "product_id")),
+        ("join2", "left"): len({o["customer_id"] for o in orders}),
+        ("join2", "right"): len(live_customers),
+        ("normalizer", "input3"): len(live_customers),
+        ("normalizer", "input4"): len(final_table(products, "product_id")),
+    }
