@@ -4,6 +4,7 @@ would run, `replay` oracle cases, the `demo`, or a Kubernetes `executor` pod's J
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -13,9 +14,11 @@ from pathlib import Path
 
 from app.config.env import Config, ConfigError, load_config
 from app.config.registry import VARIABLES
-from app.plan.planner import check_plan
+from app.plan.planner import check_plan, multi_way_refused, multi_way_spec
 from app.run.preflight import StartupError, check_environment, check_kafka
 from ops.logging import QUERY, setup_logging
+
+log = logging.getLogger(__name__)
 
 VARIABLES_HELP = "\n".join([
     "variables (docs/configuration.md):",
@@ -96,6 +99,8 @@ def run(env: Mapping[str, str]) -> int:
     from ops.metrics import ServiceMetrics
     from serdes.kafka.group_offsets import GroupCommitter
 
+    if config.multi_way and multi_way_spec(config) is None:
+        log.warning("%s", multi_way_refused(config))
     stop = install_stop_signals()
     try:
         spark = build_session(config.spark_master, config.session_conf(),

@@ -13,6 +13,7 @@ The output is printed in the oracle's JSON-lines format, to be compared with the
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tempfile
@@ -31,11 +32,18 @@ from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
 from app.config.env import InputConfig, JoinConfig
-from app.run.joins import as_left_input, bucketed_join
-from app.run.pipeline import decode_input, join_input, row_type, timed_changes
+from app.plan.planner import normalized
+from app.run.joins import as_left_input, bucketed_join, multi_way_input, multi_way_join
+from app.run.pipeline import (
+    decode_input,
+    join_input,
+    normalize_changes,
+    row_type,
+    timed_changes,
+)
 from app.run.projection import project
 from app.sql.ddl import SqlError, Table
-from app.sql.query import compile_query
+from app.sql.query import MULTI_JOIN_OPTION, compile_query
 from ops.metrics import CountsByLabel
 from serdes.kafka.source import ARROW_SCHEMA
 from serdes.records.decode import decoded_schema
@@ -46,10 +54,12 @@ from state.expr.condition import FLINK_LEXICON
 from state.joins.specs import (
     STATE_BUCKETS,
     IntervalJoinSpec,
+    MultiJoinSpec,
     RegularJoinSpec,
     SideSpec,
     TemporalJoinSpec,
 )
+from state.spark.columns import chained_column
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
@@ -207,6 +217,21 @@ def _join_output(case: dict[str, Any], sides: list[DataFrame],
     types = [row_type(s) for s in sources]
     first = JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
                        join.get("on"), None, 0)  # fmt: skip
+    multi = multi_way(case)
+    if multi is not None:
+        inputs = []
+        for index, (changes, source) in enumerate(zip(sides, sources, strict=True)):
+            if normalized(source, first):
+                changes = normalize_changes(changes, source, STATE_BUCKETS)
+            inputs.append(multi_way_input(changes, index, multi, types[index],
+                                          *_multi_way_sides(types)))  # fmt: skip
+        joined = multi_way_join(
+            functools.reduce(DataFrame.unionByName, inputs),
+            multi,
+            tuple(s.side for s in sources),
+            *_multi_way_sides(types),
+        )
+        return project(joined, join["select"]) if join.get("select") else joined
     inputs = [join_input(changes, source, *types[:2], first, STATE_BUCKETS)
               for changes, source in zip(sides[:2], sources[:2], strict=True)]  # fmt: skip
     joined = _first_join(case, inputs[0].unionByName(inputs[1]), *types[:2])
@@ -222,6 +247,44 @@ def _join_output(case: dict[str, Any], sides: list[DataFrame],
                                sequenced=True, number=number)  # fmt: skip
     select = join.get("select")
     return project(joined, select) if select else joined.drop("seq")
+
+
+def case_inputs(case: dict[str, Any]) -> list[InputConfig]:
+    """The inputs of a case's joins (its structured `join`), in the order they are joined."""
+    join, streams = case["join"], case["streams"]
+    names = (join["left"], join["right"], *(c["right"] for c in join.get("chain", ())))
+    labels = [*SIDES, *(f"input{n}" for n in range(3, len(names) + 1))]
+    return [stream_input(label, name, streams[name])
+            for label, name in zip(labels, names, strict=True)]  # fmt: skip
+
+
+def multi_way(case: dict[str, Any]) -> MultiJoinSpec | None:
+    """A chain of regular joins as one multi-way operator, where the case's Flink options ask
+    for it (`table.optimizer.multi-join.enabled`) and Flink would build one."""
+    join, sources = case["join"], case_inputs(case)
+    conf = case.get("options", {}).get("flink_conf", {})
+    if str(conf.get(MULTI_JOIN_OPTION, "")).lower() != "true" or not join.get("chain"):
+        return None
+    if join.get("type", "regular") != "regular":
+        return None
+    specs = [RegularJoinSpec(join.get("kind", "INNER").lower(), join["on"],
+                             *(SideSpec(tuple(row_type(s).names), s.primary_key)
+                               for s in sources[:2]))]  # fmt: skip
+    for number, (chained, source) in enumerate(zip(join["chain"], sources[2:], strict=True), 2):
+        left = [chained_column(i, name) for i, s in enumerate(sources[:number])
+                for name in row_type(s).names]  # fmt: skip
+        right = SideSpec(tuple(row_type(source).names), source.primary_key)
+        specs.append(RegularJoinSpec(chained["kind"].lower(), chained["on"],
+                                     SideSpec(tuple(left)), right))  # fmt: skip
+    return MultiJoinSpec.of_chain(specs)
+
+
+def _multi_way_sides(types: list[StructType]) -> tuple[StructType, StructType]:
+    """The multi-way join's left (every input's columns but the last's, as the chain's last
+    join takes them) and right (the last input's)."""
+    left = StructType([StructField(chained_column(i, f.name), f.dataType)
+                       for i, row in enumerate(types[:-1]) for f in row])  # fmt: skip
+    return left, types[-1]
 
 
 def _first_join(case: dict[str, Any], changes: DataFrame, left: StructType,
@@ -368,11 +431,9 @@ def run_case(
     could not be decoded fails the case, naming why.
     """
     case = {**case, "join": case["join"] if "join" in case else sql_join(case)}
-    join, streams = case["join"], case["streams"]
-    names = (join["left"], join["right"], *(c["right"] for c in join.get("chain", ())))
-    labels = [*SIDES, *(f"input{n}" for n in range(3, len(names) + 1))]
-    sources = [stream_input(label, name, streams[name])
-               for label, name in zip(labels, names, strict=True)]  # fmt: skip
+    streams = case["streams"]
+    sources = case_inputs(case)
+    names = tuple(source.topic for source in sources)
     feed = interleave(
         [stream_records(streams[n], s) for n, s in zip(names, sources, strict=True)], names
     )

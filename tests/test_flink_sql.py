@@ -13,6 +13,7 @@ import pytest
 from app.cli import planned
 from app.config.env import ConfigError, load_config
 from app.demo import SCRIPT
+from app.plan.planner import multi_way_refused, multi_way_spec
 from app.sql.ddl import SqlError, statements
 from app.sql.query import compile_script
 from tests.service import run_to_exit, service_env, streamjoin_command
@@ -507,3 +508,26 @@ def test_a_temporal_join_after_a_regular_one_on_the_first_tables_columns_runs_fi
         "line 29: products: a temporal or lookup join after another join "
         "is supported only where it names no table but the first (orders)"
     )
+
+
+def test_flinks_multi_join_option_and_hint_make_a_shared_key_chain_one_operator() -> None:
+    """`table.optimizer.multi-join.enabled` or the `MULTI_JOIN` hint: joins whose inputs all
+    share one key run as one operator; joins over other keys stay a chain, and `explain` says
+    why, as Flink keeps them apart too."""
+    shared = CHAIN_QUERY.replace("o.product_id = p.product_id AND p.price > 1",
+                                 "o.customer_id = p.product_id")  # fmt: skip
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    option = "SET 'table.optimizer.multi-join.enabled' = 'true';\n"
+    config = planned(env | {"STREAMJOIN_SQL": option + CHAIN + shared})
+    assert config.multi_way == "STREAMJOIN_SQL line 1 (SET 'table.optimizer.multi-join.enabled')"
+    spec = multi_way_spec(config)
+    assert spec is not None and spec.keys == ("customer_id", "customer_id", "product_id")
+    assert [join.kind for join in spec.joins] == ["inner", "left"]
+    hinted = shared.replace("SELECT o.order_id", "SELECT /*+ MULTI_JOIN(o, c, p) */ o.order_id")
+    config = planned(env | {"STREAMJOIN_SQL": CHAIN + hinted})
+    assert config.multi_way == "STREAMJOIN_SQL line 30 (the MULTI_JOIN hint)"
+    assert multi_way_spec(config) is not None
+    apart = planned(env | {"STREAMJOIN_SQL": option + CHAIN + CHAIN_QUERY})
+    assert multi_way_spec(apart) is None
+    assert multi_way_refused(apart).endswith("whose inputs all share one join key (Flink's too)")
+    assert multi_way_spec(planned(env | {"STREAMJOIN_SQL": CHAIN + shared})) is None

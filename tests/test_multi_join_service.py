@@ -56,28 +56,42 @@ LEFT JOIN products AS p ON o.product_id = p.product_id
 LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r ON r.currency = o.currency;
 """
 RATES = {"EUR": 114, "USD": 102}
+MULTI_WAY = "SET 'table.optimizer.multi-join.enabled' = 'true';\n"
 
 
-def upserts(rng: random.Random, count: int) -> list[tuple[str, dict | None]]:
-    """An upsert topic's records over `count` customers: (key, row), None a tombstone."""
+def upserts(rng: random.Random, count: int, key: str) -> list[tuple[str, dict | None]]:
+    """An upsert topic's records over `count` ids (`key`, with its first letter before each):
+    (id, row), None a tombstone."""
     live: set[str] = set()
     records: list[tuple[str, dict | None]] = []
     for _ in range(count * 3):
-        cid = f"c{rng.randrange(count)}"
-        if cid in live and rng.random() < 0.25:
-            live.discard(cid)
-            records.append((cid, None))
+        rid = f"{key[0]}{rng.randrange(count)}"
+        if rid in live and rng.random() < 0.25:
+            live.discard(rid)
+            records.append((rid, None))
         else:
-            live.add(cid)
-            records.append((cid, {"customer_id": cid, "name": f"name{rng.randrange(99)}"}))
+            live.add(rid)
+            records.append((rid, {key: rid, "name": f"name{rng.randrange(99)}"}))
     return records
 
 
-def produce_upserts(bootstrap: str, topic: str, records: list[tuple[str, dict | None]]) -> None:
+def live_rows(records: list[tuple[str, dict | None]]) -> dict[str, dict]:
+    """What an upsert topic's records leave, by id."""
+    live: dict[str, dict] = {}
+    for rid, row in records:
+        if row is None:
+            live.pop(rid, None)
+        else:
+            live[rid] = row
+    return live
+
+
+def produce_upserts(bootstrap: str, topic: str, records: list[tuple[str, dict | None]],
+                    key: str) -> None:  # fmt: skip
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for key, row in records:
+    for rid, row in records:
         value = None if row is None else json.dumps(row).encode()
-        producer.produce(topic, value, json.dumps({"customer_id": key}).encode())
+        producer.produce(topic, value, json.dumps({key: rid}).encode())
     assert producer.flush(30) == 0
 
 
@@ -132,18 +146,13 @@ def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_
     orders = [{"order_id": f"o{i}", "customer_id": f"c{rng.randrange(25)}",
                "product_id": f"p{rng.randrange(32)}", "qty": rng.randrange(1, 5),
                "currency": rng.choice(["EUR", "USD", "GBP"])} for i in range(400)]  # fmt: skip
-    customers = upserts(rng, 20)
+    customers = upserts(rng, 20, "customer_id")
     topics = {name: unique(name) for name in ("orders", "customers", "products")}
     create_topics(kafka, list(topics.values()), partitions=2)
     produce_events(kafka, topics["products"], products, "product_id")
-    produce_upserts(kafka, topics["customers"], customers)
+    produce_upserts(kafka, topics["customers"], customers, "customer_id")
     produce(kafka, topics["orders"], [json.dumps(order).encode() for order in orders], 2)
-    live_customers: dict[str, dict] = {}
-    for key, row in customers:
-        if row is None:
-            live_customers.pop(key, None)
-        else:
-            live_customers[key] = row
+    live_customers = live_rows(customers)
     want = expected(orders, live_customers, final_table(products, "product_id"))
 
     def env(out: str, checkpoint: Path) -> dict[str, str]:
@@ -183,3 +192,72 @@ def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_
         ("normalizer", "input3"): len(live_customers),
         ("normalizer", "input4"): len(final_table(products, "product_id")),
     }
+
+
+STAR = """{multi}CREATE TABLE orders (
+  order_id STRING, user_id STRING, amount INT, PRIMARY KEY (order_id) NOT ENFORCED
+) WITH ('connector' = 'kafka', 'topic' = '{orders}', 'format' = 'debezium-json');
+CREATE TABLE users (
+  user_id STRING, name STRING, PRIMARY KEY (user_id) NOT ENFORCED
+) WITH ('connector' = 'upsert-kafka', 'topic' = '{users}', 'key.format' = 'json',
+        'value.format' = 'json');
+CREATE TABLE accounts (user_id STRING, tier STRING)
+WITH ('connector' = 'kafka', 'topic' = '{accounts}', 'format' = 'json');
+CREATE TABLE enriched (order_id STRING, name STRING, tier STRING, amount INT)
+WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'debezium-json');
+INSERT INTO enriched
+SELECT o.order_id, u.name, a.tier, o.amount
+FROM orders AS o
+JOIN users AS u ON o.user_id = u.user_id
+LEFT JOIN accounts AS a ON o.user_id = a.user_id;
+"""
+
+
+def test_a_star_over_one_key_runs_as_one_operator_keeping_only_the_inputs_rows(
+    kafka: str, tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture
+) -> None:
+    """`table.optimizer.multi-join.enabled`: orders (Debezium), users (upsert) and accounts
+    (append-only) over the user id, as one multi-way operator: the chain's output, and state of
+    the inputs' rows only."""
+    rng = random.Random(11)
+    orders = debezium_changelog(
+        rng, "o", 120, lambda oid: {"order_id": oid, "user_id": f"u{rng.randrange(12)}",
+                                    "amount": rng.randrange(1, 9)},
+    )  # fmt: skip
+    users = upserts(rng, 10, "user_id")
+    accounts = [{"user_id": f"u{i}", "tier": tier} for i in range(0, 12, 2)
+                for tier in ("gold", "silver")[: 1 + i % 3 // 2]]  # fmt: skip
+    topics = {name: unique(name) for name in ("orders", "users", "accounts")}
+    create_topics(kafka, list(topics.values()), partitions=2)
+    produce_events(kafka, topics["orders"], orders, "order_id")
+    produce_upserts(kafka, topics["users"], users, "user_id")
+    produce(kafka, topics["accounts"], [json.dumps(a).encode() for a in accounts], 2)
+    live_users = {uid: row["name"] for uid, row in live_rows(users).items()}
+    want: Counter = Counter()
+    for order in final_table(orders, "order_id").values():
+        if order["user_id"] in live_users:
+            tiers = [a["tier"] for a in accounts if a["user_id"] == order["user_id"]] or [None]
+            for tier in tiers:
+                want[(order["order_id"], live_users[order["user_id"]], tier,
+                      order["amount"])] += 1  # fmt: skip
+    out = unique("enriched")
+    output_topics(kafka, out)
+    env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+                      STREAMJOIN_SQL=STAR.format(multi=MULTI_WAY, out=out, **topics),
+                      TRIGGER_INTERVAL="available-now")  # fmt: skip
+    done = run_to_exit(env, timeout_s=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table: Counter = Counter()
+    for record in committed_output(kafka, out, f"{out}.markers"):
+        value = json.loads(record.value)
+        row, sign = (value["after"], 1) if value["after"] is not None else (value["before"], -1)
+        table[(row["order_id"], row["name"], row["tier"], row["amount"])] += sign
+    assert +table == want and -table == Counter()
+    held = state_report(env, capsys, spark)
+    rows = {(o["operator"], o["side"]): o["rows"] for o in held["operators"]}
+    live_orders = final_table(orders, "order_id")
+    assert rows == {  # one operator: each input's rows, no result of a join
+        ("join", "left"): len(live_orders), ("join", "right"): len(live_users),
+        ("join", "input3"): len(accounts), ("normalizer", "left"): len(live_orders),
+        ("normalizer", "right"): len(live_users),
+    }  # fmt: skip

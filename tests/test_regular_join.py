@@ -158,7 +158,7 @@ def random_changelog(rng: random.Random, side: int, ids: int) -> list[tuple[int,
     live: dict[str, tuple] = {}
     out = []
     for _ in range(rng.randint(5, 25)):
-        rid = f"{'lr'[side]}{rng.randrange(ids)}"
+        rid = f"{side}:{rng.randrange(ids)}"
         row = (rid, "k", rng.randint(0, 5))
         if rid in live and rng.random() < 0.5:
             out += [(side, "-U", live[rid]), (side, "+U", row)]

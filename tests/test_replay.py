@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.replay import load_cases, replay, run_case
+from app.replay import load_cases, multi_way, replay, run_case, sql_join
 from state.store.encoding import load
 
 pytestmark = pytest.mark.spark
@@ -72,6 +72,26 @@ def test_chains_of_joins_over_three_and_four_tables_end_in_flinks_final_tables(
     assert ours == flink_finals("multi_join.jsonl")
 
 
+def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables(
+    spark, tmp_path: Path
+) -> None:
+    """The same cases with `table.optimizer.multi-join.enabled`: the chains of INNER and LEFT
+    joins over one shared key (Flink's multi-way join operator tests' inputs among them) run as
+    one operator, the others as chains, and every final table is Flink's."""
+    flink = flink_finals("multi_join.jsonl")
+    option = {"flink_conf": {"table.optimizer.multi-join.enabled": "true"}}
+    cases = [c | {"options": option} for c in load_cases(FIXTURES / "multi_join.json")
+             if not c["id"].startswith("temporal")]  # fmt: skip
+    shared_key = [c["id"] for c in cases if multi_way(c | {"join": sql_join(c)}) is not None]
+    assert shared_key == ["flink_three_way_left_outer", "flink_four_way_mixed",
+                          "rowtimes_after_a_regular_join"]  # fmt: skip
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    assert {d["case"]: d["final"] for d in lines if "final" in d} == {
+        c["id"]: flink[c["id"]] for c in cases
+    }
+
+
 def test_a_hot_key_whose_rows_fill_pages_ends_in_flinks_final_table(spark, tmp_path) -> None:
     """Thousands of orders of one product (the join keeps a key's rows in pages past 512),
     its price changing twice, most orders deleted or updated, the product deleted and back:
@@ -98,7 +118,7 @@ def test_a_case_that_cannot_run_gets_an_error_line_and_a_failing_exit(spark, tmp
     assert lines == [
         {
             "case": "grouped",
-            "error": "sql: line 1: GROUP BY is not supported: streamjoin runs one join",
+            "error": "sql: line 1: GROUP BY is not supported: streamjoin runs joins only",
         },
         {"case": "no_query", "error": "a case needs a `join` or a `sql`"},
     ]

@@ -151,6 +151,8 @@ class Config:
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
     chain: tuple[ChainedJoin, ...] = ()  # the joins after the first (`left` ⋈ `right`)
+    # where the SQL asks for Flink's multi-way join (`app.plan.planner.multi_way_spec`)
+    multi_way: str | None = None
     # KAFKA_GROUP_ID: the consumer group whose offsets group-offsets starts from, and to which
     # the offsets read are committed after each batch; where it never committed: offset_reset
     group_id: str | None = None
@@ -416,16 +418,16 @@ def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def _compiled_sql(env: Mapping[str, str]
-                  ) -> tuple[Mapping[str, str], dict[str, str], list[Compiled], str]:  # fmt: skip
-    """`with_sql`'s variables, where in the SQL each that it set comes from, the joins after
-    the first (`Compiled.chain`), and the variable that holds the SQL."""
+                  ) -> tuple[Mapping[str, str], Compiled, str]:  # fmt: skip
+    """`with_sql`'s variables, the compiled SQL (an empty one without SQL), and the variable
+    that holds the SQL."""
     given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
     blank = [name for name in SQL_VARIABLES if name in env and name not in given]
     if blank:  # set from a file that was not there, say: not the same as unset
         raise ConfigError(blank[0], "Flink SQL (or unset, to configure the job by variables)",
                           seen="it is empty")  # fmt: skip
     if not given:
-        return env, {}, [], ""
+        return env, Compiled(), ""
     if len(given) == 2:
         raise ConfigError("STREAMJOIN_SQL_FILE", "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
                           seen="both are set")  # fmt: skip
@@ -456,7 +458,7 @@ def _compiled_sql(env: Mapping[str, str]
         if (env.get(name) or "").strip() not in ("", value)
     ]
     raise_all(clashes)
-    return {**env, **compiled.variables}, _origin(compiled, variable), compiled.chain, variable
+    return {**env, **compiled.variables}, compiled, variable
 
 
 def _origin(compiled: Compiled, variable: str) -> dict[str, str]:
@@ -466,7 +468,8 @@ def _origin(compiled: Compiled, variable: str) -> dict[str, str]:
 def _chained_joins(chain: list[Compiled], variable: str
                    ) -> tuple[tuple[ChainedJoin, ...], list[ConfigError]]:  # fmt: skip
     """The joins after the first, read from their own variables as the first join's right
-    input and join are (the job's retention and buckets: `_with_state`)."""
+    input and join are (the job's retention and buckets are the first join's:
+    `app.plan.planner.join_stages`)."""
     joins, errors = [], []
     for number, own in enumerate(chain, start=3):
         read, origin = _Reader(own.variables), _origin(own, variable)
@@ -476,19 +479,6 @@ def _chained_joins(chain: list[Compiled], variable: str
         joins.append(ChainedJoin(source, join, origin))
         errors += [traced(error, origin) for error in read.errors.values()]
     return tuple(joins), errors
-
-
-def _with_state(chain: tuple[ChainedJoin, ...], first: JoinConfig) -> tuple[ChainedJoin, ...]:
-    """A chain's joins with the job's state retention and buckets, the first join's."""
-    return tuple(
-        replace(
-            c,
-            join=replace(
-                c.join, state_ttl_ms=first.state_ttl_ms, state_buckets=first.state_buckets
-            ),
-        )
-        for c in chain
-    )
 
 
 def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
@@ -503,7 +493,8 @@ def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
     naming every bad variable."""
-    env, origin, chain, sql_variable = _compiled_sql(env)
+    env, compiled, sql_variable = _compiled_sql(env)
+    origin = _origin(compiled, sql_variable)
     read = _Reader(env)
     output_topic = read.get("OUTPUT_TOPIC") or ""
     encoding = read.get("OUTPUT_ENCODING")
@@ -528,7 +519,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         transactional_id=read.get("OUTPUT_TRANSACTIONAL_ID",
                                   f"streamjoin-{output_topic}-{query_id}") or "",
     )  # fmt: skip
-    chained, chain_errors = _chained_joins(chain, sql_variable)
+    chained, chain_errors = _chained_joins(compiled.chain, sql_variable)
     topics = {left.topic, right.topic, *(c.input.topic for c in chained)} - {""}
     _distinct_topics(read, topics, output)
     starting_offsets = read.get("STARTING_OFFSETS")
@@ -569,7 +560,8 @@ def load_config(env: Mapping[str, str]) -> Config:
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),
         sql_origin=origin,
-        chain=_with_state(chained, join),
+        chain=chained,
+        multi_way=compiled.multi_way and f"{sql_variable} {compiled.multi_way}",
     )  # fmt: skip
     raise_all([traced(error, origin) for error in read.errors.values()] + chain_errors)
     return config

@@ -15,6 +15,8 @@ from app.config.registry import FORWARD, VARIABLES
 from app.plan.planner import (
     join_spec,
     join_stages,
+    multi_way_refused,
+    multi_way_spec,
     normalized,
     produces_updates,
     upsert_materialized,
@@ -143,6 +145,32 @@ def _join(config: Config, number: int | None) -> list[str]:
     ]
 
 
+def _multi_way(config: Config) -> list[str]:
+    """The chain's joins as one multi-way operator: each join's kind and condition, the key
+    every input shares, each input's rows per key."""
+    spec = multi_way_spec(config)
+    assert spec is not None
+    stages = join_stages(config)
+    labels = [source.side for source in config.inputs()]
+    lines = [f"join: multi-way, one operator over {', '.join(labels)} ({config.multi_way}): "
+             "only the inputs' rows are kept, no join's result"]  # fmt: skip
+    for number, stage in enumerate(stages, start=1):
+        lines.append(f"  {join_label(number)}: {stage.join.kind.upper()} with "
+                     f"{labels[number]} ON {stage.join.on}")  # fmt: skip
+    lines.append("  shared join key: " + " = ".join(
+        f"{label}.{key}" for label, key in zip(labels, spec.keys, strict=True)
+    ))  # fmt: skip
+    for label, side, key in zip(labels, spec.inputs, spec.keys, strict=True):
+        layout = (
+            "one row" if side.unique_key and set(side.unique_key) <= {key}
+            else f"rows by unique key ({','.join(side.unique_key)})" if side.unique_key
+            else "a multiset of rows"
+        )  # fmt: skip
+        lines.append(f"  {label} state: {layout} per key")
+    lines.append(f"  state buckets: {config.join.state_buckets or AUTO_BUCKETS}")
+    return lines
+
+
 def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
@@ -157,10 +185,14 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
         lines += _lookup(config)
     elif join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
+    elif multi_way_spec(config) is not None:
+        lines += _multi_way(config)
     else:
         stages = join_stages(config)
         for number, stage in enumerate(stages, start=1):
             lines += _join(stage, number if len(stages) > 1 else None)
+        if config.multi_way:
+            lines.append(f"  note: {multi_way_refused(config)}")
     if join.type == FORWARD:
         lines.append(f"output: {output.topic}: every input record unchanged, with a "
                      f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip

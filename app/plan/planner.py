@@ -26,6 +26,7 @@ from state.joins.lookup import LookupJoinSpec
 from state.joins.specs import (
     PROCTIME,
     IntervalJoinSpec,
+    MultiJoinSpec,
     RegularJoinSpec,
     SideSpec,
     TemporalJoinSpec,
@@ -78,11 +79,34 @@ def join_stages(config: Config) -> list[Config]:
         before = stages[-1]
         left = InputConfig("left", "", JOINED if produces_updates(before) else "json",
                            _result_columns(before, number), (), PROCTIME, 0)  # fmt: skip
+        join = replace(
+            chained.join, state_ttl_ms=first.state_ttl_ms, state_buckets=first.state_buckets
+        )  # the job's, resolved at its start
         stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
-                              join=chained.join, chain=(), lookup=None,
+                              join=join, chain=(), lookup=None,
                               sql_origin=chained.origin))  # fmt: skip
     stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
     return stages
+
+
+def multi_way_spec(config: Config) -> MultiJoinSpec | None:
+    """The chain's joins as one multi-way operator (`state.joins.multi_join`) where the SQL
+    asks for it (Flink's `table.optimizer.multi-join.enabled`, its `MULTI_JOIN` hint) and Flink
+    would build one: INNER and LEFT regular joins whose inputs all share one join key (each
+    join's equality with a column of that key before it); else None."""
+    if not config.multi_way or not config.chain or config.lookup is not None:
+        return None
+    specs = [join_spec(stage) for stage in join_stages(config)]
+    if not all(isinstance(spec, RegularJoinSpec) for spec in specs):
+        return None
+    return MultiJoinSpec.of_chain(specs)  # type: ignore[arg-type]
+
+
+def multi_way_refused(config: Config) -> str:
+    """Why the multi-way join the SQL asks for does not run."""
+    return (f"{config.multi_way}: the joins run as a chain of joins of two: a multi-way join "
+            "takes INNER and LEFT regular joins whose inputs all share one join key (Flink's "
+            "too)")  # fmt: skip
 
 
 def _result_columns(stage: Config, number: int) -> tuple[Column, ...]:

@@ -27,11 +27,17 @@ from pyspark.sql.types import (
 from app.plan.planner import JoinSpec
 from app.run.stateful import run_stateful
 from serdes.records.encode import KEY_COLUMN
-from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
-from state.spark.columns import SIDE_PREFIXES, chained_names, key_column, side_column
+from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
+from state.spark.columns import (
+    SIDE_PREFIXES,
+    chained_column,
+    chained_names,
+    key_column,
+    side_column,
+)
 from state.spark.frame import StatefulOperator
 from state.spark.interval import IntervalJoinOperator
-from state.spark.regular import RegularJoinOperator
+from state.spark.regular import MultiJoinOperator, RegularJoinOperator
 from state.spark.temporal import EventTimeTemporalJoinOperator, ProcessingTimeTemporalJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
@@ -124,6 +130,42 @@ def as_left_input(joined: DataFrame, number: int, right: StructType
         row.alias("left"), F.lit(None).cast(right).alias("right"),
     )  # fmt: skip
     return changes, left
+
+
+def multi_way_input(changes: DataFrame, index: int, spec: MultiJoinSpec, row: StructType,
+                    left: StructType, right: StructType) -> DataFrame:  # fmt: skip
+    """Input `index`'s changes (`op`, `seq`, `ts`, `row`) as the multi-way join takes them
+    (`state.spark.regular.MultiJoinOperator`): `side` the input, the last input's row as
+    `right`, any other's columns at their place in `left` (the others NULL)."""
+    last = index == len(spec.inputs) - 1
+    own = {chained_column(index, name): name for name in row.names}
+    as_left = F.struct(*[
+        (F.col("row")[own[f.name]] if f.name in own else F.lit(None).cast(f.dataType)).alias(f.name)
+        for f in left
+    ])  # fmt: skip
+    return changes.select(
+        F.lit(index).cast("byte").alias("side"), "op", "seq", "ts",
+        (F.lit(None).cast(left) if last else as_left).alias("left"),
+        (F.col("row") if last else F.lit(None).cast(right)).alias("right"),
+    )  # fmt: skip
+
+
+def multi_way_join(changes: DataFrame, spec: MultiJoinSpec, sides: tuple[str, ...],
+                   left: StructType, right: StructType,
+                   held_rows: Accumulator[dict] | None = None,
+                   sequenced: bool = False) -> DataFrame:  # fmt: skip
+    """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
+    they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
+    inputs' labels."""
+    key_type = left[chained_column(0, spec.keys[0])].dataType
+    key = F.when(F.col("side") == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
+    for index, name in enumerate(spec.keys[:-1]):
+        key = key.when(F.col("side") == index, F.col("left")[chained_column(index, name)])
+    return run_stateful(
+        changes, MultiJoinOperator(spec, sides), [(key.cast(key_type), key_type)],
+        [(F.col("left"), left), (F.col("right"), right)], spec.buckets, outputs=(0, 1),
+        out_seq=sequenced, held_rows=held_rows,
+    )  # fmt: skip
 
 
 def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,

@@ -9,6 +9,7 @@ its input.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from app.plan.planner import (
     JoinSpec,
     join_spec,
     join_stages,
+    multi_way_spec,
     normalized,
     upsert_materialized,
 )
@@ -46,6 +48,8 @@ from app.run.joins import (
     join_label,
     join_operator,
     materialized_upserts,
+    multi_way_input,
+    multi_way_join,
 )
 from app.run.projection import project
 from app.run.rescale import rescale
@@ -64,8 +68,10 @@ from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema,
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.changes import RowKind
+from state.joins.specs import MultiJoinSpec
 from state.spark.columns import side_column
 from state.spark.normalizer import NormalizeOperator
+from state.spark.regular import MultiJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
 SIDE_HEADER = "streamjoin.side"
@@ -260,7 +266,16 @@ def joined_output(
         return timed_changes(decoded, source, records=lookup_letters is not None)
 
     materialize = upsert_materialized(config)
-    if config.lookup is not None:
+    multi_way = multi_way_spec(config)
+    if multi_way is not None:
+        inputs = [_multi_way_input(changes_of(s), i, s, multi_way, last, metrics)
+                  for i, s in enumerate(config.inputs())]  # fmt: skip
+        joined = multi_way_join(
+            functools.reduce(DataFrame.unionByName, inputs), multi_way,
+            tuple(s.side for s in config.inputs()), row_type(last.left), row_type(last.right),
+            metrics.held_rows.accumulator, sequenced=materialize,
+        )  # fmt: skip
+    elif config.lookup is not None:
         from app.run.lookup import looked_up
 
         joined = looked_up(changes_of(config.left), config, join_spec(first),
@@ -269,7 +284,9 @@ def joined_output(
     else:
         joined = _first_join(first, [changes_of(config.left), changes_of(config.right)],
                              metrics, sequenced=materialize or len(stages) > 1)  # fmt: skip
-    for number, (stage, chained) in enumerate(zip(stages[1:], config.chain, strict=True), 2):
+    chained_stages = [] if multi_way is not None else list(zip(stages[1:], config.chain,
+                                                               strict=True))  # fmt: skip
+    for number, (stage, chained) in enumerate(chained_stages, 2):
         right_type = row_type(stage.right)
         left, left_type = as_left_input(joined, number, right_type)
         right = join_input(
@@ -314,6 +331,17 @@ def joined_output(
     return records
 
 
+def _multi_way_input(changes: DataFrame, index: int, source: InputConfig, spec: MultiJoinSpec,
+                     last: Config, metrics: ServiceMetrics) -> DataFrame:  # fmt: skip
+    """One input of the multi-way join: normalized if it needs it, as the chain's joins would
+    have it, then placed as `multi_way_input` says."""
+    if normalized(source, last.join):
+        changes = normalize_changes(changes, source, spec.buckets,
+                                    metrics.held_rows.accumulator, spec.state_ttl_ms)  # fmt: skip
+    return multi_way_input(changes, index, spec, row_type(source), row_type(last.left),
+                           row_type(last.right))  # fmt: skip
+
+
 def _first_join(config: Config, sides: list[DataFrame], metrics: ServiceMetrics,
                 sequenced: bool) -> DataFrame:  # fmt: skip
     """The first join of the job, of its two first inputs' changes."""
@@ -346,7 +374,18 @@ def stateful_operators(config: Config) -> list[PlannedOperator]:
     if upsert_materialized(config):
         planned.append(PlannedOperator("upsert", UpsertMaterializeOperator(
             config.join.state_ttl_ms), {"output": StructType()}))  # fmt: skip
-    return planned + _join_operators(config, stages, len(stages))
+    multi_way = multi_way_spec(config)
+    if multi_way is None:
+        return planned + _join_operators(config, stages, len(stages))
+    sides = {source.side: row_type(source) for source in config.inputs()}
+    operator = MultiJoinOperator(multi_way, tuple(sides))
+    planned.append(PlannedOperator("join", operator, sides))
+    for source in config.inputs():
+        if normalized(source, stages[-1].join):
+            normalizer = NormalizeOperator(source.side, config.join.state_ttl_ms)
+            planned.append(PlannedOperator("normalizer", normalizer,
+                                           {source.side: sides[source.side]}))  # fmt: skip
+    return planned
 
 
 def _join_operators(config: Config, stages: list[Config], number: int) -> list[PlannedOperator]:
@@ -406,9 +445,10 @@ def state_settings(config: Config) -> dict[str, object]:
     materializer_key = ",".join(config.output.key) if upsert_materialized(config) else None
     settings = {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
                 "OUTPUT_KEY": materializer_key,
-                # the joins after the first, each an operator of its own (SQL's only)
-                "JOIN_CHAIN": " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
-                or None}  # fmt: skip
+                # the joins after the first, each an operator of its own or all one (SQL's only)
+                "JOIN_CHAIN": ("multi-way " if multi_way_spec(config) else "")
+                + " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
+                if config.chain else None}  # fmt: skip
     return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
 

@@ -79,6 +79,8 @@ class Compiled:
     # a chain's joins after the first, each as a join of two would be configured: its table's
     # RIGHT_* variables and its JOIN_TYPE, JOIN_KIND, JOIN_ON
     chain: list[Compiled] = field(default_factory=list)
+    # where the script asks for Flink's multi-way join (its option or its hint), if it does
+    multi_way: str | None = None
 
     def set(self, name: str, value: str, line: int) -> None:
         if name in self.variables and self.variables[name] != value:

@@ -511,12 +511,20 @@ def _set(line: int, statement: str, out: Compiled) -> None:
         out.set("STATE_TTL", duration(value), line)
     elif key in _PARALLELISM:  # a key group is a bucket, a subtask a state partition
         out.set(_PARALLELISM[key], value, line)
+    elif key == MULTI_JOIN_OPTION:
+        if value.lower() == "true":
+            out.multi_way = f"line {line} (SET '{MULTI_JOIN_OPTION}')"
     elif key == "table.local-time-zone":
         if value.upper() not in ("UTC", "Z", "GMT", "+00:00"):
             raise SqlError(line, f"'table.local-time-zone' {value!r}: streamjoin's session is UTC")
     else:
         raise SqlError(line, f"SET '{key}' is not supported (table.exec.state.ttl, "
-                       f"table.local-time-zone, {', '.join(_PARALLELISM)})")  # fmt: skip
+                       f"table.local-time-zone, {', '.join(_PARALLELISM)}, "
+                       f"{MULTI_JOIN_OPTION})")  # fmt: skip
+
+
+MULTI_JOIN_OPTION = "table.optimizer.multi-join.enabled"
+_MULTI_JOIN_HINT = re.compile(r"/\*\+\s*MULTI_JOIN\b", re.I)
 
 
 _WINDOW_TVF = re.compile(r"\bTABLE\s*\(\s*(TUMBLE|HOP|CUMULATE|SESSION)\s*\(", re.I)
@@ -544,7 +552,7 @@ def compile_script(text: str) -> Compiled:
             tables[table.name] = table
         elif head == "INSERT":
             if insert is not None:
-                raise SqlError(line, "a second INSERT: streamjoin runs one join per deployment")
+                raise SqlError(line, "a second INSERT: streamjoin runs one INSERT per deployment")
             insert = (line, statement)
         elif head == "SELECT":
             raise SqlError(line, "a SELECT alone writes nowhere: INSERT INTO <output table> "
@@ -570,6 +578,9 @@ def compile_script(text: str) -> Compiled:
     if output is None:
         raise SqlError(line, f"no table {tree.this.name} to insert into (CREATE TABLE it first)")
     queries, members = compile_query(line, tree.expression, tables, output.columns())
+    hint = _MULTI_JOIN_HINT.search(text)  # hints are comments: `statements` drops them
+    if hint is not None and out.multi_way is None:
+        out.multi_way = f"line {1 + text[: hint.start()].count(chr(10))} (the MULTI_JOIN hint)"
     first, (left, right) = queries[0], members[:2]
     input_table(left, "LEFT", out, first.left_time or _time_of(left, first.type, "LEFT"))
     if first.type == "lookup":

@@ -7,7 +7,7 @@ Every join spec follows `JoinSpec`; each builds the Spark-free operator of its j
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, Protocol
@@ -22,9 +22,11 @@ from state.expr.condition import (
 )
 from state.expr.interval_bounds import IntervalCondition, split_interval
 from state.joins.interval_join import IntervalJoin
+from state.joins.multi_join import MultiJoin
 from state.joins.regular_join import RegularJoin, SemiAntiJoin
 from state.joins.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin
 from state.joins.views import View, new_view
+from state.spark.columns import chained_column
 from state.store.retention import FOREVER, Retention
 
 PROCTIME = "proctime"  # the time attribute of processing time
@@ -109,6 +111,61 @@ class RegularJoinSpec(JoinSpec):
             new_view(left_keys, self.left.fields, self.left.unique_key, retention),
             new_view(right_keys, self.right.fields, self.right.unique_key, retention),
         )
+
+
+@dataclass(frozen=True)
+class MultiJoinSpec:
+    """A chain of INNER and LEFT regular joins whose inputs share one key, as one operator
+    (`state.joins.multi_join`): `joins[j]` joins the result of the joins before it (its left:
+    the earlier inputs' columns, `chained_column`-named past the first join) with input `j + 1`
+    (its right); `keys[i]` is input `i`'s column of the shared key."""
+
+    joins: tuple[RegularJoinSpec, ...]
+    keys: tuple[str, ...]
+
+    @classmethod
+    def of_chain(cls, joins: Sequence[RegularJoinSpec]) -> MultiJoinSpec | None:
+        """The chain's joins as one operator where Flink would build one: INNER and LEFT joins
+        whose inputs all share one join key (each join's equality with a column of that key
+        before it); else None."""
+        if any(join.kind not in ("inner", "left") for join in joins):
+            return None
+        for a, b in joins[0].equi_keys:
+            keys = [a, b]
+            for join in joins[1:]:
+                shared = {chained_column(i, key) for i, key in enumerate(keys)}
+                right = next((r for left, r in join.equi_keys if left in shared), None)
+                if right is None:
+                    break
+                keys.append(right)
+            else:
+                return cls(tuple(joins), tuple(keys))
+        return None
+
+    @property
+    def inputs(self) -> tuple[SideSpec, ...]:
+        return (self.joins[0].left, *(join.right for join in self.joins))
+
+    @property
+    def state_ttl_ms(self) -> int:
+        return self.joins[0].state_ttl_ms
+
+    @property
+    def buckets(self) -> int:
+        return self.joins[0].buckets
+
+    @property
+    def clock(self) -> Clock:
+        return self.joins[0].clock
+
+    def operator(self) -> MultiJoin:
+        return MultiJoin([join.kind for join in self.joins],
+                         [join.matcher() for join in self.joins],
+                         [len(side.fields) for side in self.inputs])  # fmt: skip
+
+    def new_views(self, retention: Retention = FOREVER) -> tuple[View, ...]:
+        return tuple(new_view([key], side.fields, side.unique_key, retention)
+                     for key, side in zip(self.keys, self.inputs, strict=True))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ class SingleRowView:
     def set_associations(self, row: Row, associations: int) -> None:
         self.associations, self.written = associations, self.retention.now
 
+    def holds(self, row: Row) -> bool:
+        """Whether a retraction of `row` has a row to retract: the key's one row."""
+        return self.row is not None and self.retention.alive(self.written)
+
     def prune(self) -> None:
         if self.row is not None and not self.retention.alive(self.written):
             self.retract(self.row)
@@ -73,6 +77,11 @@ class _EntriesView:
         entry = self.rows.get(self._key(row))
         if entry is not None:
             entry[1], entry[2] = associations, self.retention.now
+
+    def holds(self, row: Row) -> bool:
+        """Whether a retraction of `row` has a row to retract (by its unique key, or itself)."""
+        entry = self.rows.get(self._key(row))
+        return entry is not None and self.retention.alive(entry[2])
 
     def prune(self) -> None:
         _prune(self.rows, self.retention)
@@ -204,14 +213,15 @@ def _view(plain: tuple, retention: Retention) -> View:
     return view
 
 
-def views_to_plain(views: tuple[View, View]) -> tuple:
-    """Both sides' views of a key as plain data (`state.store.encoding`)."""
-    return _plain(views[0]), _plain(views[1])
+def views_to_plain(views: tuple[View, ...]) -> tuple:
+    """Each input's view of a key (two for a join of two) as plain data
+    (`state.store.encoding`)."""
+    return tuple(_plain(view) for view in views)
 
 
-def views_size(views: tuple[View, View]) -> tuple[int, int]:
-    return len(views[0]), len(views[1])
+def views_size(views: tuple[View, ...]) -> tuple[int, ...]:
+    return tuple(len(view) for view in views)
 
 
-def views_from_plain(plain: tuple, retention: Retention = FOREVER) -> tuple[View, View]:
-    return _view(plain[0], retention), _view(plain[1], retention)
+def views_from_plain(plain: tuple, retention: Retention = FOREVER) -> tuple[View, ...]:
+    return tuple(_view(view, retention) for view in plain)

@@ -20,9 +20,9 @@ from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from state.changes import Change
+from state.changes import Change, Row
 from state.joins.pages import PagedRows, settle
-from state.joins.specs import Clock, RegularJoinSpec
+from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
 from state.joins.views import (
     MultisetView,
     UniqueKeyView,
@@ -39,11 +39,13 @@ from state.store.retention import Retention
 
 
 class RegularJoinOperator:
-    """`RegularJoin` or `SemiAntiJoin` per join key, over buckets of keys."""
+    """`RegularJoin` or `SemiAntiJoin` per join key, over buckets of keys; `sides` name the
+    inputs whose rows it keeps, a view each per key."""
 
     name = "join"
+    sides: tuple[str, ...] = SIDES
 
-    def __init__(self, spec: RegularJoinSpec) -> None:
+    def __init__(self, spec: RegularJoinSpec | MultiJoinSpec) -> None:
         self.spec = spec
         self.join = spec.operator()
         self.retention = Retention(spec.state_ttl_ms)
@@ -58,14 +60,14 @@ class RegularJoinOperator:
         return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size,
                             ttl)  # fmt: skip
 
-    def _views_from_plain(self, plain: tuple) -> tuple[View, View]:
+    def _views_from_plain(self, plain: tuple) -> tuple[View, ...]:
         return views_from_plain(plain, self.retention)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Rows per side (distinct rows of a side without a unique key), by when Spark's TTL
         drops them: the counts kept in the bucket's own value."""
         ledger = bucket.keys.ledger
-        return {"left": held_by_expiry(ledger, 0), "right": held_by_expiry(ledger, 1)}
+        return {side: held_by_expiry(ledger, i) for i, side in enumerate(self.sides)}
 
     variables = ("bucket", "keys", "pages")
 
@@ -78,7 +80,7 @@ class RegularJoinOperator:
             if plain is None:
                 return
             key = load(name)
-            for side, view in zip(SIDES, self._views_from_plain(plain), strict=True):
+            for side, view in zip(self.sides, self._views_from_plain(plain), strict=True):
                 if isinstance(getattr(view, "rows", None), PagedRows):
                     yield KeyHeld(side, key, len(view))
                     continue
@@ -92,9 +94,9 @@ class RegularJoinOperator:
             entries = [(identity, e) for identity, e in load(value) if alive(e[2])]
             rows = ([e[0] for _identity, e in entries] if isinstance(view, UniqueKeyView)
                     else [identity for identity, e in entries for _ in range(e[0])])  # fmt: skip
-            yield KeyHeld(SIDES[side], key, 0, rows=rows)
+            yield KeyHeld(self.sides[side], key, 0, rows=rows)
 
-    def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, View]:
+    def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, ...]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""
         views = bucket.keys.get(key)
         if views is None:
@@ -112,14 +114,14 @@ class RegularJoinOperator:
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
         self.retention.at(now)
         changes: list[Change] = []
-        touched: dict[Any, tuple[View, View]] = {}
+        touched: dict[Any, tuple[View, ...]] = {}
         bucket.keys.prefetch(rows.keys)
         for i in rows.order():
             key = rows.keys[i]
             views = touched.get(key)
             if views is None:
                 views = touched[key] = bucket.keys[key] = self._views(bucket, key)
-            changes += self.join.process(rows.sides[i], rows.ops[i], rows.row(i), views)
+            changes += self.join.process(rows.sides[i], rows.ops[i], self._row(rows, i), views)
         for key, views in touched.items():
             for side, view in enumerate(views):
                 view.prune()
@@ -128,3 +130,28 @@ class RegularJoinOperator:
             if not any(len(view) for view in views):
                 del bucket.keys[key]  # an emptied key leaves no entry
         return changes
+
+    def _row(self, rows: InputRows, i: int) -> Row:
+        """The input row at position `i` of a micro-batch's rows."""
+        return rows.row(i)
+
+
+class MultiJoinOperator(RegularJoinOperator):
+    """A chain of INNER and LEFT joins over one shared key as one operator
+    (`state.joins.multi_join`): a view per input per key, no join's result kept. Its input
+    comes as a join of two's does, so the frame needs nothing of its own: the `side` column
+    says the input (0 ..), the last input's rows are the right side, each other input's columns
+    are its place in the left side (the earlier inputs' columns, as the chain's last join
+    takes them), the others NULL."""
+
+    def __init__(self, spec: MultiJoinSpec, sides: tuple[str, ...]) -> None:
+        super().__init__(spec)
+        self.sides = sides
+        widths = [len(side.fields) for side in spec.inputs]
+        self.slices = [slice(sum(widths[:i]), sum(widths[: i + 1])) for i in range(len(widths))]
+
+    def _row(self, rows: InputRows, i: int) -> Row:
+        side = rows.sides[i]
+        if side == len(self.sides) - 1:
+            return rows.rights[i]
+        return rows.lefts[i][self.slices[side]]

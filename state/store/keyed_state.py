@@ -96,7 +96,8 @@ def ledger_slot(expires_ms: int, ttl_ms: int) -> int:
 
 def held_by_expiry(ledger: Ledger, side: int) -> tuple[tuple[int | None, int], ...]:
     """One side's rows in a ledger, by when Spark drops the entries holding them."""
-    return tuple((expires, c[side + 1]) for expires, c in ledger.items() if c[side + 1])
+    return tuple((expires, c[side + 1]) for expires, c in ledger.items()
+                 if side + 1 < len(c) and c[side + 1])  # fmt: skip
 
 
 class StoredKeys:
@@ -125,7 +126,7 @@ class StoredKeys:
         from_plain: Callable[[Any], Any],
         timer_of: Callable[[Any], int | None],
         ledger: Ledger | None = None,
-        size_of: Callable[[Any], tuple[int, int]] = unsized,
+        size_of: Callable[[Any], tuple[int, ...]] = unsized,
         ttl_ms: int | None = None,
         now: int = 0,
         known: KeyFilter | None = None,
@@ -138,7 +139,7 @@ class StoredKeys:
         self.size_of = size_of
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         # key -> (key bytes, entry read, its expiry, its size)
-        self.read: dict[Any, tuple[bytes, bytes | None, int | None, tuple[int, int]]] = {}
+        self.read: dict[Any, tuple[bytes, bytes | None, int | None, tuple[int, ...]]] = {}
         self.live: dict[Any, Any] = {}
 
     @property
@@ -147,15 +148,18 @@ class StoredKeys:
         return sum(counts[0] for counts in self.ledger.values())
 
     @property
-    def held(self) -> tuple[int, int]:
-        """What the entries hold, per side."""
-        return (sum(c[1] for c in self.ledger.values()), sum(c[2] for c in self.ledger.values()))
+    def held(self) -> tuple[int, ...]:
+        """What the entries hold, per side (two, or as many as `size_of` counts)."""
+        width = max((len(c) for c in self.ledger.values()), default=3)
+        return tuple(sum(c[i] for c in self.ledger.values() if i < len(c))
+                     for i in range(1, width))  # fmt: skip
 
-    def _count(self, expires: int | None, size: tuple[int, int], sign: int) -> None:
+    def _count(self, expires: int | None, size: tuple[int, ...], sign: int) -> None:
         counts = self.ledger.setdefault(expires, [0, 0, 0])
+        counts.extend([0] * (1 + len(size) - len(counts)))
         counts[0] += sign
-        counts[1] += sign * size[0]
-        counts[2] += sign * size[1]
+        for side, rows in enumerate(size, start=1):
+            counts[side] += sign * rows
         if not any(counts):
             del self.ledger[expires]
 
