@@ -380,12 +380,8 @@ def stateful_operators(config: Config) -> list[PlannedOperator]:
     sides = {source.side: row_type(source) for source in config.inputs()}
     operator = MultiJoinOperator(multi_way, tuple(sides))
     planned.append(PlannedOperator("join", operator, sides))
-    for source in config.inputs():
-        if normalized(source, stages[-1].join):
-            normalizer = NormalizeOperator(source.side, config.join.state_ttl_ms)
-            planned.append(PlannedOperator("normalizer", normalizer,
-                                           {source.side: sides[source.side]}))  # fmt: skip
-    return planned
+    return planned + _normalizers(config, [(s, sides[s.side]) for s in config.inputs()],
+                                  stages[-1].join)  # fmt: skip
 
 
 def _join_operators(config: Config, stages: list[Config], number: int) -> list[PlannedOperator]:
@@ -401,11 +397,17 @@ def _join_operators(config: Config, stages: list[Config], number: int) -> list[P
         inputs = [(config.chain[number - 2].input, types["right"])]
     else:
         inputs = [(config.left, types["left"]), (config.right, types["right"])]
-    for source, row in inputs:
-        if normalized(source, stage.join):
-            normalizer = NormalizeOperator(source.side, config.join.state_ttl_ms)
-            planned.append(PlannedOperator("normalizer", normalizer, {source.side: row}))
-    return planned
+    return planned + _normalizers(config, inputs, stage.join)
+
+
+def _normalizers(config: Config, inputs: list[tuple[InputConfig, StructType]],
+                 join: JoinConfig) -> list[PlannedOperator]:  # fmt: skip
+    """The changelog normalizers of those `inputs` (each with its row type) that `join` needs
+    normalized, in the order given."""
+    return [PlannedOperator("normalizer", NormalizeOperator(source.side,
+                                                            config.join.state_ttl_ms),
+                            {source.side: row})
+            for source, row in inputs if normalized(source, join)]  # fmt: skip
 
 
 @dataclass(frozen=True)
