@@ -32,7 +32,7 @@ from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
 from app.config.env import InputConfig, JoinConfig
-from app.plan.planner import normalized
+from app.plan.planner import JoinSpec, normalized
 from app.run.joins import as_left_input, bucketed_join, multi_way_input, multi_way_join
 from app.run.pipeline import (
     decode_input,
@@ -52,6 +52,7 @@ from serdes.records.values import EPOCH
 from state.changes import RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
 from state.joins.specs import (
+    PROCTIME,
     STATE_BUCKETS,
     IntervalJoinSpec,
     MultiJoinSpec,
@@ -238,11 +239,14 @@ def _join_output(case: dict[str, Any], sides: list[DataFrame],
     for number, (chained, source) in enumerate(zip(join.get("chain", ()), sources[2:],
                                                    strict=True), start=2):  # fmt: skip
         right_type = row_type(source)
-        left, left_type = as_left_input(joined, number, right_type)
-        stage = JoinConfig("regular", chained["kind"].lower(), chained["on"], None, 0)
+        left_time = chained.get("left_time")
+        left, left_type = as_left_input(joined, number, right_type, left_time)
+        stage = JoinConfig(chained.get("type", "regular"), chained["kind"].lower(),
+                           chained["on"], None, 0)  # fmt: skip
         right = join_input(sides[number], source, left_type, right_type, stage, STATE_BUCKETS)
-        spec = RegularJoinSpec(stage.kind, chained["on"], SideSpec(tuple(left_type.names), ()),
-                               SideSpec(tuple(right_type.names), source.primary_key))  # fmt: skip
+        spec = _spec(stage, SideSpec(tuple(left_type.names), ()),
+                     SideSpec(tuple(right_type.names), source.primary_key), left_time,
+                     source.time)  # fmt: skip
         joined = bucketed_join(left.unionByName(right), spec, left_type, right_type,
                                sequenced=True, number=number)  # fmt: skip
     select = join.get("select")
@@ -265,7 +269,7 @@ def multi_way(case: dict[str, Any]) -> MultiJoinSpec | None:
     conf = case.get("options", {}).get("flink_conf", {})
     if str(conf.get(MULTI_JOIN_OPTION, "")).lower() != "true" or not join.get("chain"):
         return None
-    if join.get("type", "regular") != "regular":
+    if any(j.get("type", "regular") != "regular" for j in (join, *join["chain"])):
         return None
     specs = [RegularJoinSpec(join.get("kind", "INNER").lower(), join["on"],
                              *(SideSpec(tuple(row_type(s).names), s.primary_key)
@@ -297,25 +301,24 @@ def _first_join(case: dict[str, Any], changes: DataFrame, left: StructType,
         SideSpec(tuple(left.names), tuple(streams[join["left"]].get("primary_key") or ())),
         SideSpec(tuple(right.names), tuple(streams[join["right"]].get("primary_key") or ())),
     )
-    join_type = join.get("type", "regular")
-    if join_type == "regular":
-        joined = bucketed_join(changes, RegularJoinSpec(kind, join["on"], *sides), left, right,
-                               sequenced=sequenced)  # fmt: skip
-    elif join_type == "interval":
-        times = [streams[join[side]].get("rowtime") for side in ("left", "right")]
-        if not all(times):
-            raise CaseError("an interval join needs a rowtime on both streams")
-        spec = IntervalJoinSpec(kind, join["on"], *sides, *times)
-        joined = bucketed_join(changes, spec, left, right, sequenced=sequenced)
-    elif join_type in ("temporal", "temporal-function"):  # a function's history: versions
-        probe_time = streams[join["left"]].get("rowtime")
-        if not probe_time or not streams[join["right"]].get("rowtime"):
-            raise CaseError("an event-time temporal join needs a rowtime on both streams")
-        temporal = TemporalJoinSpec(kind, join["on"], *sides, probe_time)
-        joined = bucketed_join(changes, temporal, left, right, sequenced=sequenced)
-    else:
-        raise CaseError(f"join type {join_type!r} is not supported yet")
-    return joined
+    stage = JoinConfig(join.get("type", "regular"), kind, join["on"], None, 0)
+    times = [streams[join[side]].get("rowtime") for side in ("left", "right")]
+    spec = _spec(stage, *sides, *times)
+    return bucketed_join(changes, spec, left, right, sequenced=sequenced)
+
+
+def _spec(join: JoinConfig, left: SideSpec, right: SideSpec, left_time: str | None,
+          right_time: str | None) -> JoinSpec:  # fmt: skip
+    """A case's join of two, its inputs' rowtimes (None: none) as `left_time`/`right_time`."""
+    if join.type == "regular":
+        return RegularJoinSpec(join.kind, join.on or "", left, right)
+    if join.type not in ("interval", "temporal", "temporal-function"):
+        raise CaseError(f"join type {join.type!r} is not supported yet")
+    if not left_time or not right_time or right_time == PROCTIME:
+        raise CaseError(f"an event-time {join.type} join needs a rowtime on both streams")
+    if join.type == "interval":
+        return IntervalJoinSpec(join.kind, join.on or "", left, right, left_time, right_time)
+    return TemporalJoinSpec(join.kind, join.on or "", left, right, left_time)  # versions
 
 
 def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, ...]) -> list[list]:
@@ -329,16 +332,15 @@ def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, ...]) -
     while Flink's waits for both. A case's `options.replay_batch_rows` (this service's own
     option) feeds that many rows per batch instead of one.
     """
-    if case["join"].get("type", "regular") == "regular":
+    join = case["join"]
+    if all(j.get("type", "regular") == "regular" for j in (join, *join.get("chain", ()))):
         return [feed]
 
     def marks(ts: int) -> list[RawRow]:
         return [_raw(side, True, (None, None, ts), topic, -1) for side, topic in enumerate(topics)]
 
     streams = case["streams"]
-    row_by_row = any(
-        _watermark_delay(streams[case["join"][side]]) != END_DELAY_MS for side in SIDES
-    )
+    row_by_row = any(_watermark_delay(streams[name]) != END_DELAY_MS for name in topics)
     size = case.get("options", {}).get("replay_batch_rows", 1) if row_by_row else len(feed)
     data = [feed[i : i + size] for i in range(0, len(feed), size)] or [[]]
     return [marks(FAR_PAST_MS) + data[0], *data[1:], marks(FAR_FUTURE_MS), marks(FAR_PAST_MS)]
@@ -409,7 +411,8 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
     except (SqlError, ParseError) as err:
         raise CaseError(f"sql: {err}") from None
     first = queries[0]
-    chain = [{"kind": q.kind.upper(), "right": table.name, "on": q.on}
+    chain = [{"type": q.type, "kind": q.kind.upper(), "right": table.name, "on": q.on,
+              "left_time": q.left_time}
              for q, table in zip(queries[1:], members[2:], strict=True)]  # fmt: skip
     return {
         "type": first.type,

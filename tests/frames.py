@@ -11,11 +11,12 @@ from state.spark.upsert import UpsertMaterializeOperator
 
 
 def join_frame(spec: JoinSpec, kinds: dict[str, str], late_rows: LateRows | None = None,
-               held_rows: HeldRows | None = None) -> StatefulFrame:  # fmt: skip
-    """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`."""
+               held_rows: HeldRows | None = None, number: int = 1) -> StatefulFrame:  # fmt: skip
+    """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`; as the
+    job's `number`-th join (after the first, its left is the result of the one before)."""
     layout = ColumnLayout(max(1, len(spec.equi_keys)), (spec.left.fields, spec.right.fields),
                           kinds, outputs=(0, 1) if spec.projects_right else (0,))  # fmt: skip
-    return StatefulFrame(join_operator(spec), layout, late_rows, held_rows)
+    return StatefulFrame(join_operator(spec, number), layout, late_rows, held_rows, number > 1)
 
 
 def normalizer_frame(fields: tuple[str, ...], kinds: dict[str, str],

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import planned
-from app.config.env import ConfigError, load_config
+from app.config.env import ConfigError, load_config, raise_all
 from app.demo import SCRIPT
-from app.plan.planner import multi_way_refused, multi_way_spec
+from app.plan.planner import join_stages, multi_way_refused, multi_way_spec, plan_errors
 from app.sql.ddl import SqlError, statements
 from app.sql.query import compile_script
 from tests.service import run_to_exit, service_env, streamjoin_command
@@ -196,10 +196,10 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
          "GROUP BY is not supported"),
         ("SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
          "INTERVAL '1' MINUTES))", 25, "the window function TUMBLE is not supported"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON q.product_id = "
-         "p.product_id", 23, "products: a temporal or lookup join after another join is "
-         "supported only where it names no table but the first (orders)"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o RIGHT JOIN products p ON "
+         "o.product_id = p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON "
+         "q.product_id = p.product_id", 23, "FOR SYSTEM_TIME AS OF o.order_time: the RIGHT JOIN "
+         "before it may pad the columns of orders with NULLs"),
         ("SELECT reflect('java.lang.System', 'getenv', 'X'), p.name, p.price FROM orders o "
          "JOIN products p ON o.product_id = p.product_id", 23,
          "function reflect is not supported"),
@@ -214,9 +214,16 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
          "AS p WHERE o.product_id = p.product_id", 23,
          "LATERAL TABLE (Rates(…)): no table Rates: declare the history it is over as CREATE "
          "TABLE Rates"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
+         "p.product_id WHERE o.order_id IN (SELECT q.product_id FROM products q) AND "
+         "o.product_id IN (SELECT q.product_id FROM products q)", 23,
+         "more than one IN / EXISTS (SELECT …) beside JOINs is not supported"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN (products p JOIN products q ON "
+         "p.name = q.name) ON o.product_id = p.product_id", 23,
+         "is not supported: only a table is joined"),
     ],
-    ids=["group-by", "window-tvf", "temporal-after-a-join", "function", "columns", "ambiguous",
-         "where", "table-function"],
+    ids=["group-by", "window-tvf", "temporal-after-a-right-join", "function", "columns",
+         "ambiguous", "where", "table-function", "two-in-beside-a-join", "nested-join"],
 )  # fmt: skip
 def test_what_streamjoin_does_not_run_is_refused_with_its_line(
     query: str, line: int, says: str
@@ -501,13 +508,109 @@ def test_a_temporal_join_after_a_regular_one_on_the_first_tables_columns_runs_fi
     )
     (customers,) = script.chain
     assert customers.variables["JOIN_ON"] == "L.t0_customer_id = R.customer_id"
-    # as of the customer's columns, it cannot run before the join that brings them
-    refused = refusal(CHAIN + temporal.replace("o.product_id = p.product_id",
-                                               "c.customer_id = p.product_id"))  # fmt: skip
-    assert refused.startswith(
-        "line 29: products: a temporal or lookup join after another join "
-        "is supported only where it names no table but the first (orders)"
+    # on the customer's columns, it runs after the join that brings them, as of the orders'
+    # rowtime that join carries (`ms`, read as `order_time`; Flink's plan too)
+    after = compile_script(CHAIN + temporal.replace("o.product_id = p.product_id",
+                                                    "c.customer_id = p.product_id"))  # fmt: skip
+    assert after.variables["JOIN_TYPE"] == "regular"
+    (products,) = after.chain
+    assert (products.variables["JOIN_TYPE"], products.variables["LEFT_TIME"]) == (
+        "temporal", "t0_ms"
+    )  # fmt: skip
+
+
+RATES = """CREATE TABLE rates (currency STRING, rate INT) WITH ('connector' = 'jdbc',
+  'url' = 'jdbc:postgresql://db:5432/shop', 'table-name' = 'rates', 'username' = 'reader');
+"""
+SHIPMENTS = """CREATE TABLE shipments (order_id STRING, shipped TIMESTAMP(3),
+  WATERMARK FOR shipped AS shipped) WITH ('connector' = 'kafka', 'topic' = 'shipments',
+  'format' = 'json');
+"""
+RATED = CHAIN_ORDERS.replace("product_id STRING,", "product_id STRING,\n  currency STRING,")
+
+
+def test_the_issues_enrichment_is_a_temporal_a_regular_and_a_lookup_join_in_that_order() -> None:
+    """The issue's query: the temporal join names only the orders, so it runs first (the
+    orders keep their rowtime); the lookup keys on the product's currency, so it runs after the
+    join that brings it, over the regular join's changelog, as of the orders' PROCTIME()."""
+    query = (
+        "INSERT INTO enriched\nSELECT o.order_id, c.name, p.name, p.price * r.rate\n"
+        "FROM orders AS o\nJOIN customers AS c ON o.customer_id = c.customer_id\n"
+        "LEFT JOIN products FOR SYSTEM_TIME AS OF o.order_time AS p\n"
+        "  ON o.product_id = p.product_id\n"
+        "LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r ON p.name = r.currency;"
     )
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "STREAMJOIN_SQL": CHAIN + RATES + query}
+    stages = join_stages(load_config(env))
+    assert [(s.join.type, s.join.kind, s.left.time, s.join.on) for s in stages] == [
+        ("temporal", "left", "ms", "L.product_id = R.product_id"),
+        ("regular", "inner", "proctime", "L.t0_customer_id = R.customer_id"),
+        ("lookup", "left", "proctime", "L.t1_name = R.currency"),
+    ]  # fmt: skip
+    assert [s.lookup.table if s.lookup else None for s in stages] == [None, None, "rates"]
+    assert stages[-1].join.select == (
+        "L.t0_order_id AS order_id, L.t2_name AS customer, L.t1_name AS product, "
+        "L.t1_price * R.rate AS price"
+    )
+    # a second lookup join: its LOOKUP_* settings would be the first's
+    twice = query.replace(";", "\nLEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS s "
+                          "ON p.name = s.currency;")  # fmt: skip
+    assert refusal(CHAIN + RATES + twice).startswith("line 31: rates: a second lookup join")
+    # a lookup after another join has no Kafka record of its own to dead-letter
+    with pytest.raises(ConfigError, match="LOOKUP_ON_ERROR: expected fail"):
+        planned_joins(env | {"LOOKUP_ON_ERROR": "dead-letter"})
+
+
+def test_an_interval_join_over_a_temporal_joins_result_bounds_the_orders_rowtime() -> None:
+    """A temporal join keeps the orders' rowtime, so after it a condition bounding the
+    shipments' time by it is an interval join (after a regular join it is a plain condition);
+    over a changelog it is refused at the query's line, as Flink refuses it."""
+    query = (
+        "INSERT INTO enriched\nSELECT o.order_id, s.order_id, p.name, p.price\n"
+        "FROM orders AS o\nLEFT JOIN products FOR SYSTEM_TIME AS OF o.order_time AS p\n"
+        "  ON o.product_id = p.product_id\nJOIN shipments AS s ON s.order_id = o.order_id\n"
+        "  AND s.shipped BETWEEN o.order_time AND o.order_time + INTERVAL '1' HOUR;"
+    )
+    tables = CHAIN_ORDERS + PRODUCTS + SHIPMENTS + ENRICHED
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "STREAMJOIN_SQL": tables + query}
+    stages = join_stages(load_config(env))
+    assert [(s.join.type, s.left.time, s.right.time) for s in stages] == [
+        ("temporal", "ms", "ts"), ("interval", "t0_ms", "shipped"),
+    ]  # fmt: skip
+    changelog = tables.replace("'topic' = 'orders', 'format' = 'json'",
+                               "'topic' = 'orders', 'format' = 'debezium-json'")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^STREAMJOIN_SQL line 27 \(LEFT_FORMAT\): expected "
+                       "an insert-only left"):  # fmt: skip
+        planned_joins(env | {"STREAMJOIN_SQL": changelog + query})
+
+
+def test_in_and_not_exists_beside_a_chain_are_a_semi_and_an_anti_join_of_its_result() -> None:
+    """Flink plans the filter over the joins' result: a semi (anti) join of that result with the
+    subquery's table, after every join, an outer one too (the replay fixtures hold Flink's)."""
+    query = CHAIN_QUERY.replace(";", "\nWHERE o.order_id IN (SELECT s.order_id FROM shipments s);")
+    script = compile_script(CHAIN + SHIPMENTS + query)
+    products, shipments = script.chain
+    assert products.variables["JOIN_KIND"] == "left"
+    assert (shipments.variables["JOIN_KIND"], shipments.variables["JOIN_ON"]) == (
+        "semi", "L.t0_order_id = R.order_id"
+    )  # fmt: skip
+    assert shipments.variables["RIGHT_TOPIC"] == "shipments"
+    assert script.variables["JOIN_SELECT"] == (
+        "L.t0_order_id AS order_id, L.t1_name AS customer, L.t2_name AS product, "
+        "L.t2_price AS price"
+    )
+    absent = CHAIN_QUERY.replace(
+        ";", "\nWHERE NOT EXISTS (SELECT * FROM shipments s WHERE s.order_id = o.order_id);"
+    )
+    (_, anti) = compile_script(CHAIN + SHIPMENTS + absent).chain
+    assert (anti.variables["JOIN_KIND"], anti.variables["JOIN_ON"]) == (
+        "anti", "R.order_id = L.t0_order_id"
+    )  # fmt: skip
+
+
+def planned_joins(env: dict[str, str]) -> None:
+    """The joins' checks of `env`'s configuration (no lookup table read)."""
+    raise_all(plan_errors(load_config(env)))
 
 
 def test_flinks_multi_join_option_and_hint_make_a_shared_key_chain_one_operator() -> None:

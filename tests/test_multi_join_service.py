@@ -9,6 +9,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,9 +17,10 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
+from app.replay import stream_input, stream_records
 from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
-from tests.service import run_to_exit, service_env
+from tests.service import Service, run_to_exit, service_env
 from tests.test_faults import commits, killed_runs, product_row
 from tests.test_join_service import (
     debezium_changelog,
@@ -26,6 +28,7 @@ from tests.test_join_service import (
     produce_events,
     state_report,
 )
+from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -261,3 +264,109 @@ def test_a_star_over_one_key_runs_as_one_operator_keeping_only_the_inputs_rows(
         ("join", "input3"): len(accounts), ("normalizer", "left"): len(live_orders),
         ("normalizer", "right"): len(live_users),
     }  # fmt: skip
+
+
+ENRICHMENT = """CREATE TABLE orders (
+  order_id STRING, customer_id STRING, product_id STRING, order_time TIMESTAMP(3),
+  proc_time AS PROCTIME(), WATERMARK FOR order_time AS order_time
+) WITH ('connector' = 'kafka', 'topic' = '{orders}', 'format' = 'json');
+CREATE TABLE customers (
+  customer_id STRING, name STRING, tier STRING, PRIMARY KEY (customer_id) NOT ENFORCED
+) WITH ('connector' = 'upsert-kafka', 'topic' = '{customers}', 'key.format' = 'json',
+        'value.format' = 'json');
+CREATE TABLE products (
+  product_id STRING, name STRING, price DECIMAL(10, 2), currency STRING,
+  update_time TIMESTAMP(3), PRIMARY KEY (product_id) NOT ENFORCED,
+  WATERMARK FOR update_time AS update_time
+) WITH ('connector' = 'kafka', 'topic' = '{products}', 'format' = 'debezium-json');
+CREATE TABLE rates (currency STRING, rate INT) WITH (
+  'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:{port}/postgres',
+  'table-name' = 'rates', 'username' = 'postgres');
+CREATE TABLE enriched (
+  order_id STRING, name STRING, tier STRING, product STRING, price DECIMAL(10, 2), rate INT
+) WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'debezium-json');
+INSERT INTO enriched
+SELECT o.order_id, c.name, c.tier, p.name, p.price, r.rate
+FROM orders AS o
+JOIN customers AS c ON o.customer_id = c.customer_id
+LEFT JOIN products FOR SYSTEM_TIME AS OF o.order_time AS p ON o.product_id = p.product_id
+LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc_time AS r ON p.currency = r.currency;
+"""
+
+
+def at(clock: str) -> int:
+    """Epoch ms of a time of 2026-11-24 (UTC)."""
+    return round(datetime.fromisoformat(f"2026-11-24 {clock}+00:00").timestamp() * 1000)
+
+
+def test_the_issues_enrichment_runs_a_regular_a_temporal_and_a_lookup_join_in_one_query(
+    kafka: str, tmp_path: Path, postgres: PostgresCluster
+) -> None:
+    """The issue's own query: customers (upsert) joined regularly, products (Debezium) as of
+    the order's time, the rate looked up by the product's currency, which only the temporal
+    join brings. The temporal join names only the orders, so it runs first; the lookup then
+    takes the regular join's changelog, a customer's update looked up again."""
+    products = {
+        "fields": [["product_id", "STRING"], ["name", "STRING"], ["price", "DECIMAL(10, 2)"],
+                   ["currency", "STRING"]],
+        "rowtime": "update_time", "primary_key": ["product_id"], "changelog": "all",
+        "rows": [
+            {"op": "+I", "ts": at("10:00"), "v": ["p1", "ball", "10.00", "EUR"]},
+            {"op": "+I", "ts": at("10:00"), "v": ["p2", "scooter", "20.00", "USD"]},
+            {"op": "+I", "ts": at("10:00"), "v": ["p4", "kite", "5.00", "GBP"]},
+            {"op": "-U", "ts": at("10:00"), "v": ["p1", "ball", "10.00", "EUR"]},
+            {"op": "+U", "ts": at("11:00"), "v": ["p1", "ball", "12.00", "USD"]},
+            {"op": "+I", "ts": at("23:00"), "v": ["p9", "closing", "1.00", "EUR"]},
+        ],
+    }  # fmt: skip
+    orders = {
+        "fields": [["order_id", "STRING"], ["customer_id", "STRING"], ["product_id", "STRING"]],
+        "rowtime": "order_time",
+        "rows": [{"op": "+I", "ts": at(clock), "v": [oid, cid, pid]} for oid, cid, pid, clock in (
+            ("o1", "c1", "p1", "10:30"), ("o2", "c2", "p1", "11:30"), ("o3", "c1", "p2", "10:15"),
+            ("o4", "c2", "p3", "10:45"), ("o5", "c3", "p1", "10:40"), ("o6", "c1", "p2", "09:00"),
+            ("o7", "c2", "p4", "10:50"), ("closing", "c9", "p9", "23:00"),
+        )],
+    }  # fmt: skip
+    customers = [("c1", {"customer_id": "c1", "name": "Ann", "tier": "gold"}),
+                 ("c2", {"customer_id": "c2", "name": "Bob", "tier": "silver"}),
+                 ("c3", {"customer_id": "c3", "name": "Cid", "tier": "bronze"}),
+                 ("c1", {"customer_id": "c1", "name": "Anna", "tier": "gold"}),
+                 ("c3", None)]  # fmt: skip
+    topics = {name: unique(name) for name in ("orders", "customers", "products")}
+    create_topics(kafka, list(topics.values()), partitions=2)
+    produce_upserts(kafka, topics["customers"], customers, "customer_id")
+    for name, stream in (("orders", orders), ("products", products)):
+        records = stream_records(stream, stream_input("left", name, stream))
+        produce(kafka, topics[name], [value for _key, value, _ts in records], 2)
+    out = unique("enriched")
+    output_topics(kafka, out)
+    env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+                      STREAMJOIN_SQL=ENRICHMENT.format(out=out, port=postgres.port, **topics),
+                      TRIGGER_INTERVAL="200ms")  # fmt: skip
+    want = Counter({
+        ("o1", "Anna", "gold", "ball", "10.00", 114): 1,  # the ball's euro price at 10:30
+        ("o2", "Bob", "silver", "ball", "12.00", 102): 1,  # its dollar price from 11:00
+        ("o3", "Anna", "gold", "scooter", "20.00", 102): 1,
+        ("o4", "Bob", "silver", None, None, None): 1,  # no such product
+        ("o6", "Anna", "gold", None, None, None): 1,  # before the scooter's first version
+        ("o7", "Bob", "silver", "kite", "5.00", None): 1,  # no rate for GBP
+    })  # fmt: skip
+    service = Service(env, tmp_path / "log")
+    try:
+        wait_for(lambda: enriched(kafka, out) == want, 300, "the output never became the "
+                 "query's", service)  # fmt: skip
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+
+
+def enriched(kafka: str, out: str) -> Counter:
+    """The committed Debezium output of the issue's query, applied."""
+    applied: Counter = Counter()
+    for record in committed_output(kafka, out, f"{out}.markers"):
+        value = json.loads(record.value, parse_float=Decimal)
+        row, sign = (value["after"], 1) if value["after"] else (value["before"], -1)
+        price = None if row["price"] is None else f"{row['price']:.2f}"
+        applied[(row["order_id"], row["name"], row["tier"], row["product"], price,
+                 row["rate"])] += sign  # fmt: skip
+    return applied

@@ -112,6 +112,7 @@ class ChainedJoin:
     input: InputConfig
     join: JoinConfig
     origin: dict[str, str] = field(default_factory=dict)
+    left_time: str = "proctime"  # the column of `L` an event-time join takes as its left time
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,17 @@ class Config:
         partitions = self.state_partitions
         return {**self.spark_conf, **({} if partitions is None else
                                       {SHUFFLE_PARTITIONS: str(partitions)})}  # fmt: skip
+
+    def lookup_table(self) -> InputConfig:
+        """The table a lookup join looks rows up in (its columns: `app.run.lookup.with_table`)."""
+        return next((c.input for c in self.chain if c.join.type == LOOKUP), self.right)
+
+    def with_lookup_table(self, table: InputConfig) -> Config:
+        """The configuration with `table` as the lookup join's table."""
+        if self.join.type == LOOKUP:
+            return replace(self, right=table)
+        chain = tuple(replace(c, input=table) if c.join.type == LOOKUP else c for c in self.chain)
+        return replace(self, chain=chain)
 
     def inputs(self) -> tuple[InputConfig, ...]:
         """The Kafka inputs, in the order the query joins them (a lookup join's right is a
@@ -473,10 +485,10 @@ def _chained_joins(chain: list[Compiled], variable: str
     joins, errors = [], []
     for number, own in enumerate(chain, start=3):
         read, origin = _Reader(own.variables), _origin(own, variable)
-        source = replace(_input(read, "right"), side=f"input{number}")
         join = JoinConfig(read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"),
                           None, 0)  # fmt: skip
-        joins.append(ChainedJoin(source, join, origin))
+        source = replace(_input(read, "right", topic=join.type != LOOKUP), side=f"input{number}")
+        joins.append(ChainedJoin(source, join, origin, read.raw("LEFT_TIME") or "proctime"))
         errors += [traced(error, origin) for error in read.errors.values()]
     return tuple(joins), errors
 
@@ -524,7 +536,8 @@ def load_config(env: Mapping[str, str]) -> Config:
     _distinct_topics(read, topics, output)
     starting_offsets = read.get("STARTING_OFFSETS")
     _starting_topics(read, starting_offsets, topics)
-    lookup = read_lookup(read) if join_type == LOOKUP else None
+    looks_up = LOOKUP in (join_type, *(c.join.type for c in chained))
+    lookup = read_lookup(read) if looks_up else None
     _unknown_variables(read)
     spark_conf = _spark_conf(read)
     _one_partition_count(read, spark_conf)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from app.config.env import Config, InputConfig, JoinConfig, with_sql
 from app.config.redaction import shown_variables, without_user_info
-from app.config.registry import FORWARD, VARIABLES
+from app.config.registry import FORWARD, INSERT_ONLY_FORMATS, LOOKUP, VARIABLES
 from app.plan.planner import (
     join_spec,
     join_stages,
@@ -22,7 +22,7 @@ from app.plan.planner import (
     upsert_materialized,
 )
 from app.run.joins import join_label
-from app.run.lookup import table_lookup
+from app.run.lookup import shuffled, table_lookup
 from app.sql.query import SQL_TEXT
 from state.changes import RowKind
 from state.joins.lookup import LookupJoinSpec
@@ -82,8 +82,9 @@ def _state(config: Config) -> list[str]:
     ]
 
 
-def _lookup(config: Config) -> list[str]:
-    """The lookup join's plan: the query each batch's keys go out in, and the cache."""
+def _lookup(config: Config, number: int | None) -> list[str]:
+    """The lookup join's plan: the query each batch's keys go out in, and the cache;
+    `number`: its place in a chain of joins (None: the only one)."""
     lookup = config.lookup
     assert lookup is not None
     spec = join_spec(config)
@@ -106,14 +107,16 @@ def _lookup(config: Config) -> list[str]:
         if lookup.asynchronous
         else "synchronous, one query per key"
     )
+    append_only = config.left.format in INSERT_ONLY_FORMATS
+    changes = "append-only" if append_only else "each change keeps its kind"
     return [
-        f"join: lookup {config.join.kind.upper()} (processing time), append-only",
+        f"{_head(number)} lookup {config.join.kind.upper()} (processing time), {changes}",
         "  join key: " + " AND ".join(f"L.{a} = R.{b}" for a, b in spec.equi_keys),
         "  query: " + (query.batch_query() if lookup.asynchronous else query.key_query()),
         f"    ({how}; timeout {lookup.timeout_ms} ms, {lookup.max_retries} retries)",
         f"  evaluated after the lookup: {after.sql() if after is not None else 'none'}",
         f"  {kept}",
-        "  input partitioned by the join key: " + ("yes" if lookup.shuffle else "no"),
+        "  input partitioned by the join key: " + ("yes" if shuffled(config) else "no"),
     ]  # fmt: skip
 
 
@@ -125,19 +128,24 @@ ONE_TASK = (
 )
 
 
+def _head(number: int | None) -> str:
+    """How a join's lines start; `number`: its place in a chain of joins (None: the only one),
+    then said with what it joins: the first two inputs, or the result so far."""
+    if number is None:
+        return "join:"
+    left, right = ("left", "right") if number == 1 else (join_label(number - 1),
+                                                         f"input{number + 1}")  # fmt: skip
+    return f"{join_label(number)} ({left} with {right}):"
+
+
 def _join(config: Config, number: int | None) -> list[str]:
     """One join of the job; `number`: its place in a chain of joins (None: the only one)."""
     spec = join_spec(config)
     condition = spec.join_condition
     keys = " AND ".join(f"L.{a} = R.{b}" for a, b in condition.equi) or ONE_TASK
     residual = condition.residual.sql() if condition.residual is not None else "none"
-    head = "join:"
-    if number is not None:  # what it joins: the first two inputs, or the result so far
-        left, right = ("left", "right") if number == 1 else (join_label(number - 1),
-                                                             f"input{number + 1}")  # fmt: skip
-        head = f"{join_label(number)} ({left} with {right}):"
     return [
-        f"{head} {config.join.type} {config.join.kind.upper()}",
+        f"{_head(number)} {config.join.type} {config.join.kind.upper()}",
         f"  join key: {keys}",
         f"  residual condition: {residual}",
         *_state(config),
@@ -174,23 +182,23 @@ def _multi_way(config: Config) -> list[str]:
 def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
-    right = (
-        _input(config.right, join)
-        if config.lookup is None
-        else f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
-    )
-    lines = [f"left:  {_input(config.left, join)}", f"right: {right}"]
-    lines += [f"{c.input.side}: {_input(c.input, c.join)}" for c in config.chain]
-    if config.lookup is not None:
-        lines += _lookup(config)
-    elif join.type == FORWARD:
+
+    def table(source: InputConfig, join: JoinConfig) -> str:
+        if join.type != LOOKUP or config.lookup is None:
+            return _input(source, join)
+        return f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
+
+    lines = [f"left:  {_input(config.left, join)}", f"right: {table(config.right, join)}"]
+    lines += [f"{c.input.side}: {table(c.input, c.join)}" for c in config.chain]
+    if join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
     elif multi_way_spec(config) is not None:
         lines += _multi_way(config)
     else:
         stages = join_stages(config)
         for number, stage in enumerate(stages, start=1):
-            lines += _join(stage, number if len(stages) > 1 else None)
+            place = number if len(stages) > 1 else None
+            lines += _lookup(stage, place) if stage.lookup is not None else _join(stage, place)
         if config.multi_way:
             lines.append(f"  note: {multi_way_refused(config)}")
     if join.type == FORWARD:

@@ -72,18 +72,29 @@ def join_stages(config: Config) -> list[Config]:
     if not config.chain:
         return [config]
     first = config.join
-    stages = [replace(config, chain=(), join=replace(
-        first, select=None, state_ttl_ms=first.state_ttl_ms if first.type == "regular" else 0,
-    ))]  # fmt: skip
+
+    def retention(join: JoinConfig) -> int:
+        return first.state_ttl_ms if join.type == "regular" else 0
+
+    stages = [
+        replace(
+            config,
+            chain=(),
+            lookup=config.lookup if first.type == LOOKUP else None,
+            join=replace(first, select=None, state_ttl_ms=retention(first)),
+        )
+    ]
     for number, chained in enumerate(config.chain, start=2):
         before = stages[-1]
         left = InputConfig("left", "", JOINED if produces_updates(before) else "json",
-                           _result_columns(before, number), (), PROCTIME, 0)  # fmt: skip
+                           _result_columns(before, number), (), chained.left_time,
+                           0)  # fmt: skip
         join = replace(
-            chained.join, state_ttl_ms=first.state_ttl_ms, state_buckets=first.state_buckets
+            chained.join, state_ttl_ms=retention(chained.join), state_buckets=first.state_buckets
         )  # the job's, resolved at its start
+        lookup = config.lookup if chained.join.type == LOOKUP else None
         stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
-                              join=join, chain=(), lookup=None,
+                              join=join, chain=(), lookup=lookup,
                               sql_origin=chained.origin))  # fmt: skip
     stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
     return stages
@@ -127,7 +138,7 @@ def normalized(source: InputConfig, join: JoinConfig) -> bool:
         source.format in CHANGELOG_FORMATS and source.primary_key
     ):
         return False
-    versioned = join.type in TEMPORAL_TYPES and source.side == "right"
+    versioned = join.type in TEMPORAL_TYPES and source.side != "left"  # a later join's: input3…
     return not versioned or join.versions_normalized or join.state_ttl_ms > 0
 
 
@@ -135,9 +146,9 @@ def produces_updates(config: Config) -> bool:
     """Whether the job's result changelog can hold more than inserts."""
     if config.chain:
         return produces_updates(join_stages(config)[-1])
-    if config.join.type in ("interval", LOOKUP):
+    if config.join.type == "interval":
         return False  # outer rows are emitted once, padded, when nothing can match them any more
-    if config.join.type in TEMPORAL_TYPES:
+    if config.join.type in (*TEMPORAL_TYPES, LOOKUP):
         return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
     return inputs_update or config.join.kind != "inner"
@@ -208,7 +219,11 @@ def _interval_errors(config: Config) -> Iterator[ConfigError]:
         yield ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
                           config.join.kind)  # fmt: skip
     for source in (config.left, config.right):
-        if source.format not in INSERT_ONLY_FORMATS:
+        if source.format == JOINED:
+            yield ConfigError("LEFT_FORMAT", "an insert-only left: an interval join cannot take "
+                              "the updates and deletes of the changelog the joins before it "
+                              "give (as Flink)", "a changelog")  # fmt: skip
+        elif source.format not in INSERT_ONLY_FORMATS:
             yield ConfigError(
                 f"{source.side.upper()}_FORMAT",
                 "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + "): an interval "
@@ -266,9 +281,12 @@ def _lookup_errors(config: Config) -> Iterator[ConfigError]:
     if config.join.kind not in ("inner", "left"):
         yield ConfigError("JOIN_KIND", "inner or left, for JOIN_TYPE=lookup (as Flink's lookup "
                           "join)", config.join.kind)  # fmt: skip
-    if config.left.format not in INSERT_ONLY_FORMATS:
+    if config.left.format not in (*INSERT_ONLY_FORMATS, JOINED):
         yield ConfigError("LEFT_FORMAT", "json or avro-confluent: the lookup join takes an "
                           "append-only left input", config.left.format)  # fmt: skip
+    if not config.left.topic and config.lookup.on_error == "dead-letter":  # type: ignore[union-attr]
+        yield ConfigError("LOOKUP_ON_ERROR", "fail: a lookup join after another join has no "
+                          "Kafka record of its own to dead-letter", "dead-letter")  # fmt: skip
     try:
         keyed = bool(join_spec(config).equi_keys)
     except ConditionError:

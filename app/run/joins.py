@@ -82,7 +82,7 @@ def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
     if isinstance(spec, RegularJoinSpec):
         operator = RegularJoinOperator(spec)
     elif isinstance(spec, IntervalJoinSpec):
-        operator = IntervalJoinOperator(spec)
+        operator = IntervalJoinOperator(spec, chained=number > 1)
     elif spec.clock == "processing":
         operator = ProcessingTimeTemporalJoinOperator(spec)
     else:
@@ -103,20 +103,18 @@ def bucketed_join(
         changes, join_operator(spec, number), _join_key(spec, left),
         [(F.col("left"), left), (F.col("right"), right)], spec.buckets,
         outputs=(0, 1) if spec.projects_right else (0,), out_seq=sequenced,
-        late_rows=late_rows, held_rows=held_rows,
+        late_rows=late_rows, held_rows=held_rows, chained=number > 1,
     )  # fmt: skip
 
 
-def as_left_input(joined: DataFrame, number: int, right: StructType
+def as_left_input(joined: DataFrame, number: int, right: StructType, time: str | None = None
                   ) -> tuple[DataFrame, StructType]:  # fmt: skip
     """A join's result (`op`, `seq`, its `L_`/`R_` output columns) as the left side of the
     `number`-th join's unified changelog (`changelog_schema`), and the row type of that side
     (its fields named by `state.spark.columns.chained_names`). Its `seq` orders each task's
     changes, so the next join takes the changes of one key in the order they were made, as
-    Flink's channels keep it (a lookup join's result has none: inserts only, which may come in
-    any order); it carries no event time: a regular join's result has none."""
-    if "seq" not in joined.columns:
-        joined = joined.withColumn("seq", F.lit(0).cast("long"))
+    Flink's channels keep it (a lookup join's are its left's); its event time is its column
+    `time` (a rowtime of a table before it, for an interval or temporal join), else none."""
     sides = [[f for f in joined.schema if f.name.startswith(prefix)] for prefix in SIDE_PREFIXES]
     own = [
         [f.name[len(p) :] for f in fields] for p, fields in zip(SIDE_PREFIXES, sides, strict=True)
@@ -125,8 +123,11 @@ def as_left_input(joined: DataFrame, number: int, right: StructType
     fields = [*sides[0], *sides[1]]
     left = StructType([StructField(n, f.dataType) for n, f in zip(names, fields, strict=True)])
     row = F.struct(*[F.col(f.name).alias(n) for n, f in zip(names, fields, strict=True)])
+    ts = F.lit(None).cast("long")
+    if time in names:
+        ts = F.unix_millis(F.col(fields[names.index(time)].name))
     changes = joined.select(
-        F.lit(0).cast("byte").alias("side"), "op", "seq", F.lit(None).cast("long").alias("ts"),
+        F.lit(0).cast("byte").alias("side"), "op", "seq", ts.alias("ts"),
         row.alias("left"), F.lit(None).cast(right).alias("right"),
     )  # fmt: skip
     return changes, left

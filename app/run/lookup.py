@@ -25,9 +25,10 @@ from pyspark import Accumulator, TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config.env import Config, ConfigError
+from app.config.registry import INSERT_ONLY_FORMATS
 from ops.worker.collector import settle_worker
 from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.produce import OutputRecord
@@ -42,7 +43,6 @@ from serdes.postgres.lookup import (
 from serdes.records.decode import Tally
 from serdes.records.schema import parse_schema
 from serdes.records.values import DecodeError
-from state.changes import RowKind
 from state.joins.lookup import (
     Cache,
     FullCache,
@@ -68,7 +68,7 @@ def with_table(config: Config) -> Config:
         variable = "LOOKUP_TABLE" if str(error).startswith("no table") else "LOOKUP_URL"
         raise ConfigError(variable, "a PostgreSQL table the service can query",
                           seen=str(error)) from None  # fmt: skip
-    declared = config.right.schema
+    declared = config.lookup_table().schema
     if declared is None:
         unsupported = [f"{n} {t}" for n, t in columns.items() if flink_type(t) is None]
         if unsupported:
@@ -83,9 +83,9 @@ def with_table(config: Config) -> Config:
     if missing:
         raise ConfigError("RIGHT_SCHEMA", f"columns of {lookup.table} ("
                           + ", ".join(columns) + ")", ", ".join(missing))  # fmt: skip
-    right = replace(config.right, schema=declared)
+    table = replace(config.lookup_table(), schema=declared)
     types = {c.name: columns[c.name] for c in declared}
-    return replace(config, right=right, lookup=replace(lookup, column_types=types))
+    return replace(config.with_lookup_table(table), lookup=replace(lookup, column_types=types))
 
 
 def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
@@ -122,7 +122,9 @@ def _table_and_cache(config_cache, lookup: TableLookup) -> tuple[PostgresTable, 
 def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: Accumulator[dict],
               latency: Accumulator[dict], letters: DeadLetterTopic | None = None,
               tally: Tally | None = None) -> DataFrame:  # fmt: skip
-    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `L_*`, `R_*`.
+    """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `seq`, `L_*`,
+    `R_*`, each output row with its left change's kind and `seq`, as Flink's lookup join keeps
+    the kind (over a changelog, a retraction is looked up anew, as Flink does by default).
 
     With `letters` (`LOOKUP_ON_ERROR=dead-letter`), the changes also carry their Kafka records
     (`key`, `value`, `topic`, `partition`, `offset`, `headers`), and a row whose lookup failed
@@ -134,20 +136,21 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     left_type = StructType([StructField(c.name, c.spark_type) for c in config.left.schema or ()])
     right_type = StructType([StructField(c.name, c.spark_type) for c in config.right.schema or ()])
     out_type = StructType(
-        [StructField("op", StringType(), False)]
+        [StructField("op", StringType(), False), StructField("seq", LongType(), False)]
         + [StructField(side_column(0, f.name), f.dataType) for f in left_type]
         + [StructField(side_column(1, f.name), f.dataType) for f in right_type]
     )
     arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
                        for f in out_type])  # fmt: skip
     join = spec.operator()
-    right_fields = list(arrow)[1 + len(left_type) :]
+    right_fields = list(arrow)[2 + len(left_type) :]
 
-    def joined_batch(rows: pa.StructArray, keys: list[Key | None],
+    def joined_batch(batch: pa.RecordBatch, keys: list[Key | None],
                      found: dict[Key, list[Row]]) -> pa.RecordBatch:  # fmt: skip
         """The output of a batch: the left columns taken from the input by the matches'
         indices (never turned into Python objects), the table's columns built from the
         distinct rows matched, then taken likewise (a padded row: a null index)."""
+        rows: pa.StructArray = batch.column("row")
         lefts = None
         if join.needs_rows:
             lefts = [tuple(r[f] for f in spec.left.fields) for r in rows.to_pylist()]
@@ -164,7 +167,7 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
                 matched.append(right)
             positions.append(at)
         taken, chosen = pa.array(indices, pa.int64()), pa.array(positions, pa.int64())
-        columns = [pa.array([RowKind.INSERT] * len(indices), pa.string())]
+        columns = [batch.column("op").take(taken), batch.column("seq").take(taken)]
         columns += [column.take(taken) for column in rows.flatten()]
         columns += [pa.array([r[i] for r in matched], f.type).take(chosen)
                     for i, f in enumerate(right_fields)]  # fmt: skip
@@ -198,7 +201,7 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)
-            yield joined_batch(batch.column("row"), keys, found)
+            yield joined_batch(batch, keys, found)
         stats = table.stats
         counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
         stats.queries = stats.retries = stats.errors = 0
@@ -209,10 +212,17 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
             if written and tally is not None:  # an earlier attempt of the batch counted them
                 tally.add({("left", "lookup-failed"): written})
 
-    if config.lookup.shuffle and spec.equi_keys:  # type: ignore[union-attr]
+    if shuffled(config) and spec.equi_keys:
         keys = [F.col("row")[a] for a, _ in spec.equi_keys]
         changes = changes.repartition(*keys)
     return changes.mapInArrow(run, out_type)
+
+
+def shuffled(config: Config) -> bool:
+    """Whether the left input is partitioned by the join key (`LOOKUP_SHUFFLE`): not a
+    changelog, whose changes of a row (-U, +U) may look up other keys, and whose order the
+    next join or the sink relies on, which a shuffle would lose."""
+    return config.lookup.shuffle and config.left.format in INSERT_ONLY_FORMATS  # type: ignore[union-attr]
 
 
 def _dead_lettered(

@@ -275,12 +275,8 @@ def joined_output(
             tuple(s.side for s in config.inputs()), row_type(last.left), row_type(last.right),
             metrics.held_rows.accumulator, sequenced=materialize,
         )  # fmt: skip
-    elif config.lookup is not None:
-        from app.run.lookup import looked_up
-
-        joined = looked_up(changes_of(config.left), config, join_spec(first),
-                           metrics.lookups.events.accumulator, metrics.lookups.latency,
-                           lookup_letters, metrics.dead_letters.accumulator)  # fmt: skip
+    elif first.lookup is not None:
+        joined = _looked_up(changes_of(config.left), first, metrics, lookup_letters)
     else:
         joined = _first_join(first, [changes_of(config.left), changes_of(config.right)],
                              metrics, sequenced=materialize or len(stages) > 1)  # fmt: skip
@@ -288,7 +284,11 @@ def joined_output(
                                                                strict=True))  # fmt: skip
     for number, (stage, chained) in enumerate(chained_stages, 2):
         right_type = row_type(stage.right)
-        left, left_type = as_left_input(joined, number, right_type)
+        left, left_type = as_left_input(joined, number, right_type, stage.left.time)
+        if stage.lookup is not None:
+            changes = left.select("op", "seq", "ts", F.col("left").alias("row"))
+            joined = _looked_up(changes, stage, metrics)
+            continue
         right = join_input(
             changes_of(chained.input),
             chained.input,
@@ -329,6 +329,22 @@ def joined_output(
     if "topic" in records.columns:  # the rows a CAST failed on, counted as dead letters
         records = records.observe(CAST_FAILURES_OBSERVATION, F.count("topic").alias("rows"))
     return records
+
+
+def _looked_up(changes: DataFrame, stage: Config, metrics: ServiceMetrics,
+               letters: DeadLetterTopic | None = None) -> DataFrame:  # fmt: skip
+    """A lookup join of `changes` (`op`, `seq`, `ts`, `row`): `op`, `seq`, `L_*`, `R_*`."""
+    from app.run.lookup import looked_up
+
+    return looked_up(
+        changes,
+        stage,
+        join_spec(stage),
+        metrics.lookups.events.accumulator,
+        metrics.lookups.latency,
+        letters,
+        metrics.dead_letters.accumulator,
+    )
 
 
 def _multi_way_input(changes: DataFrame, index: int, source: InputConfig, spec: MultiJoinSpec,
@@ -387,8 +403,8 @@ def stateful_operators(config: Config) -> list[PlannedOperator]:
 def _join_operators(config: Config, stages: list[Config], number: int) -> list[PlannedOperator]:
     """The `number`-th join's operators (`stateful_operators`); a lookup join has none."""
     stage = stages[number - 1]
-    if stage.lookup is not None:
-        return []
+    if stage.lookup is not None:  # it keeps no state
+        return _join_operators(config, stages, number - 1) if number > 1 else []
     types = {"left": row_type(stage.left), "right": row_type(stage.right)}
     operator = join_operator(join_spec(stage), number)
     planned = [PlannedOperator(join_label(number), operator, types)]

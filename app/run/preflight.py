@@ -88,7 +88,7 @@ def check_kafka(config: Config) -> None:
         ("OUTPUT_TOPIC", config.output.topic, ""),
     ]
     origins = [config.sql_origin] * len(topics)
-    for chained in config.chain:  # a later join's table: its own SQL line
+    for chained in (c for c in config.chain if c.input.topic):  # its own SQL line
         topics.append(("RIGHT_TOPIC", chained.input.topic, ""))
         origins.append(chained.origin)
     if config.join.type != FORWARD:

@@ -58,11 +58,13 @@ def run_stateful(
     out_key: bool = False,
     late_rows: Accumulator[dict] | None = None,
     held_rows: Accumulator[dict] | None = None,
+    chained: bool = False,
 ) -> DataFrame:
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
     by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
     then `seq` / `ts` / the first key if asked, then the `outputs` sides' flat columns
-    (`state.spark.columns.side_column`)."""
+    (`state.spark.columns.side_column`); `chained`: the left side is a join's result in the
+    same query (`state.spark.frame.StatefulFrame`)."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
@@ -82,7 +84,7 @@ def run_stateful(
     fields += [
         StructField(side_column(s, f.name), f.dataType) for s in outputs for f in sides[s][1]
     ]
-    frame = StatefulFrame(operator, layout, late_rows, held_rows)
+    frame = StatefulFrame(operator, layout, late_rows, held_rows, chained)
     bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets)).alias(BUCKET)
     return (
         changes.select(bucket, *key_columns, *head, *flat)

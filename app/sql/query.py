@@ -17,13 +17,14 @@ has them, and the select list takes the output table's column names by position,
 INSERT does.
 
 Three or more tables are a chain of joins, planned as Flink plans a FROM clause (left-deep, in
-the written order): the first join's variables are the variables above; each later join, a
-regular join of the result so far (`L`, its columns `t<i>_<name>`) with its table (`R`), gets a
-set of its own (`Compiled.chain`: its table's `RIGHT_*` and its `JOIN_*`).
+the written order): the first join's variables are the variables above; each later join, of
+the result so far (`L`, its columns `t<i>_<name>`) with its table (`R`), gets a set of its own
+(`Compiled.chain`: its table's `RIGHT_*`, its `JOIN_*`, and `LEFT_TIME`, the result's column a
+time join takes as its left's time). Its form follows Flink's rules on time attributes
+(`_chained_join`); an `IN` / `EXISTS` beside the joins is a semi or anti join of their result.
 
-What Flink accepts and streamjoin does not run (GROUP BY, window functions, a temporal or lookup
-join after another join, an option it does not know, a secret in the text) is refused, naming
-the construct and its line.
+What Flink accepts and streamjoin does not run (GROUP BY, window functions, nested joins, an
+option it does not know, a secret in the text) is refused, naming the construct and its line.
 Secrets stay variables (a ConfigMap holds this text): `'password'`, `'properties.sasl.jaas.config'`
 and the like are refused with the variable to use instead.
 """
@@ -211,9 +212,15 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     joins = query.args.get("joins") or []
     where = _conjuncts(query.args.get("where").this if query.args.get("where") else None)
     if not joins:
-        subquery, _, right = _subquery_join(line, query, tables, left, left_alias, where,
-                                            outputs)  # fmt: skip
-        return [subquery], [left, right]
+        subquery, right, sides = _subquery_join(line, tables, [left], [{left_alias, left.name}],
+                                                where)  # fmt: skip
+        return [replace(subquery, select=_select_list(line, query, sides, outputs))], [left, right]
+    # IN / EXISTS beside joins: a semi or anti join of their result, as Flink plans the filter
+    subqueries = [part for part in where if part.find(exp.Select)]
+    where = [part for part in where if not part.find(exp.Select)]
+    if len(subqueries) > 1:
+        raise SqlError(line, "more than one IN / EXISTS (SELECT …) beside JOINs is not "
+                       "supported")  # fmt: skip
     members, aliases, function_times = [left], [{left_alias, left.name}], []
     for join in joins:
         if isinstance(join.this, exp.Lateral):
@@ -244,6 +251,11 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
         on = _conjuncts(join.args.get("on")) + placed[number]
         queries.append(_join_query(line, sides, join, kinds[number - 1], on,
                                    function_times[number - 1], queries))  # fmt: skip
+    if subqueries:
+        subquery, right, sides = _subquery_join(line, tables, members, aliases, subqueries)
+        queries.append(subquery)
+        members.append(right)
+        written.append(len(written))
     sides.written = written
     last = replace(queries[-1], select=_select_list(line, query, sides, outputs))
     return [*queries[:-1], last], members
@@ -254,9 +266,9 @@ def _run_order(line: int, joins: list[exp.Join], members: list[Table],
                kinds: list[str]) -> list[int]:  # fmt: skip
     """The joins in the order they run: as written, but for a temporal or lookup join after
     regular INNER or LEFT joins that names only the first table's columns (in its condition and
-    its AS OF): it runs first, on the first table's rows, where their time attribute still is.
-    The result is the same (the joins in between keep every row of the first table it reads),
-    and it is Flink's: Flink runs such a query, where a regular join gives up time attributes."""
+    its AS OF): it runs first, on the first table's rows, an append-only input where the
+    written order would give it a changelog to probe and retract. The result is the same (the
+    joins in between keep every row of the first table it reads), as Flink's fixtures show."""
     order = list(range(len(joins)))
 
     def as_of(n: int) -> exp.Expression | None:
@@ -290,8 +302,14 @@ def _join_query(line: int, sides: _Sides, join: exp.Join, kind: str, on: list[ex
         raise SqlError(line, "a join without a condition (a cross join) is not supported")
     version = join.this.args.get("version")
     join_type, left_time = "regular", None
+    if before and function_time is not None:
+        raise SqlError(
+            line,
+            f"{right.name}: a temporal table function (LATERAL TABLE) after "
+            "another join is not supported: write FOR SYSTEM_TIME AS OF",
+        )
     if before:
-        _chained_join(line, sides, right, before, function_time or version, on)
+        join_type, left_time = _chained_join(line, sides, right, before, version, on, kind)
     elif function_time is not None:
         join_type, left_time = "temporal-function", _function_time(line, sides, function_time,
                                                                    kind)  # fmt: skip
@@ -306,25 +324,76 @@ def _join_query(line: int, sides: _Sides, join: exp.Join, kind: str, on: list[ex
 
 
 def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery],
-                  as_of: exp.Expression | None, on: list[exp.Expression]) -> None:  # fmt: skip
-    """A join after another runs as a regular join: Flink's regular joins give up their inputs'
-    time attributes, so after one a condition between two rowtimes is a plain condition. The
-    forms that would keep time (a temporal or interval join over a temporal or interval join's
-    result, a lookup join) are not chained yet."""
-    if as_of is not None or right.options.get("connector") == "jdbc":
-        raise SqlError(line, f"{right.name}: a temporal or lookup join after another join is "
-                       "supported only where it names no table but the first "
-                       f"({sides.members[0].name}), after INNER or LEFT joins: it then runs "
-                       "first")  # fmt: skip
-    if before[0].type == "regular" or right.watermark is None:
-        return
-    rowtimes = {(i, t.watermark[0]) for i, t in enumerate(sides.members) if t.watermark}
+                  version: exp.Expression | None, on: list[exp.Expression],
+                  kind: str) -> tuple[str, str | None]:  # fmt: skip
+    """The type of a join after another, and the result's column it takes as its left time.
+    Flink's rules: a regular join gives up its inputs' time attributes, so after one a
+    condition between two rowtimes is a plain condition; an interval, temporal or lookup join
+    keeps its left's, so after them two rowtimes bound an interval join. A temporal join
+    probes as of a left rowtime after any join (Flink takes the value the regular joins
+    carried, and the watermark that passes through them), a lookup join as of the first
+    table's processing time."""
+    if version is not None:
+        at = version.args.get("expression")
+        if kind not in ("inner", "left"):
+            raise SqlError(line, f"a {kind.upper()} temporal join is not supported (INNER, "
+                           "LEFT), as in Flink")  # fmt: skip
+        if not isinstance(at, exp.Column) or sides.side_of(at) != "L":
+            raise SqlError(line, "FOR SYSTEM_TIME AS OF must name a time column of a table "
+                           "before it")  # fmt: skip
+        index = sides.index_of(at)
+        table = sides.members[index]
+        if at.name == table.proctime:
+            if right.options.get("connector") != "jdbc":
+                raise SqlError(line, f"{right.name}: a processing-time temporal join after "
+                               "another join is not supported: join a jdbc table (a lookup "
+                               "join)")  # fmt: skip
+            if index != 0:
+                raise SqlError(
+                    line,
+                    f"FOR SYSTEM_TIME AS OF {at.sql()}: a lookup join after "
+                    "another is made as of the first table's PROCTIME() column",
+                )
+            return "lookup", None
+        if table.watermark is None or table.watermark[0] != at.name:
+            raise SqlError(line, f"FOR SYSTEM_TIME AS OF {at.sql()}: a rowtime (a WATERMARK "
+                           "column) or a PROCTIME() column")  # fmt: skip
+        if right.options.get("connector") == "jdbc":
+            raise SqlError(line, "a jdbc table is joined as of a PROCTIME() column (a lookup "
+                           "join)")  # fmt: skip
+        _never_padded(line, sides, before, index, at)
+        return "temporal", sides.column(index, at.name).name
+    if right.options.get("connector") == "jdbc":
+        raise SqlError(line, f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
+                       "PROCTIME() column of the left (a lookup join)")  # fmt: skip
+    if right.watermark is None or any(q.type == "regular" for q in before):
+        return "regular", None
+    rowtimes = {(i, t.watermark[0]) for i, t in enumerate(sides.members[:-1]) if t.watermark}
     for part in on:
+        if isinstance(part, exp.EQ | exp.NEQ):
+            continue
         columns = {(sides.index_of(c), c.name) for c in part.find_all(exp.Column)}
-        if not isinstance(part, exp.EQ) and (sides.last, right.watermark[0]) in columns \
-                and len(columns & rowtimes) > 1:  # fmt: skip
-            raise SqlError(line, f"{right.name}: an interval join over the result of a "
-                           f"{before[0].type} join is not supported yet")  # fmt: skip
+        bounded = columns & rowtimes
+        if (sides.last, right.watermark[0]) in columns and bounded:
+            index, name = min(bounded)
+            _never_padded(line, sides, before, index, None)
+            return "interval", sides.column(index, name).name
+    return "regular", None
+
+
+def _never_padded(line: int, sides: _Sides, before: list[JoinQuery], index: int,
+                  at: exp.Column | None) -> None:  # fmt: skip
+    """Refuse a time join over a table whose rows an outer join before it may pad with NULLs
+    (their time would be NULL)."""
+    for number, query in enumerate(before, start=1):
+        pads = (index < number and query.kind in ("right", "full")) or (
+            index == number and query.kind in ("left", "full")
+        )
+        if pads:
+            what = f"FOR SYSTEM_TIME AS OF {at.sql()}" if at is not None else "an interval join"
+            raise SqlError(line, f"{what}: the {query.kind.upper()} JOIN before it may pad "
+                           f"the columns of {sides.members[index].name} with NULLs, its time "
+                           "too: time it by a table no join pads")  # fmt: skip
 
 
 def _temporal_function(line: int, lateral: exp.Lateral, tables: dict[str, Table]
@@ -441,10 +510,12 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
     )
 
 
-def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left: Table,
-                   left_alias: str, where: list[exp.Expression],
-                   outputs: list[str] | None) -> tuple[JoinQuery, Table, Table]:  # fmt: skip
-    """`WHERE x IN (SELECT …)` / `EXISTS (…)`: a semi join; negated, an anti join."""
+def _subquery_join(line: int, tables: dict[str, Table], members: list[Table],
+                   aliases: list[set[str]], where: list[exp.Expression]
+                   ) -> tuple[JoinQuery, Table, _Sides]:  # fmt: skip
+    """`WHERE x IN (SELECT …)` / `EXISTS (…)` over `members` (one table, or the result of their
+    joins): a semi join; negated, an anti join (its select list to fill); the subquery's
+    table; the names of the join."""
     found = [p for p in where if isinstance(p.unnest(), exp.In | exp.Exists | exp.Not)
              and p.find(exp.Subquery, exp.Exists)]  # fmt: skip
     if len(found) != 1:
@@ -464,7 +535,7 @@ def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left:
     _refuse_clauses(line, inner)
     inner_from = inner.args.get("from_") or inner.args.get("from")
     right, right_alias = _table_of(line, inner_from.this, tables)
-    sides = _Sides(line, [left, right], [{left_alias, left.name}, {right_alias, right.name}])
+    sides = _Sides(line, [*members, right], [*aliases, {right_alias, right.name}])
     within = sides.inner()
     sides.visible = "L"  # the subquery's table is not the outer query's
     on = [within.rewrite(p) for p in
@@ -475,8 +546,8 @@ def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left:
         [selected] = inner.expressions
         outer, chosen = sides.rewrite(part.this), within.rewrite(selected)
         equal: exp.Expression = exp.EQ(this=outer, expression=chosen)
-        pairs = ((part.this, sides.side_of(part.this)), (selected, within.side_of(selected)))
-        nullable = [c for c, side in pairs if c.name not in sides.tables[side].not_null]
+        pairs = ((part.this, sides.index_of(part.this)), (selected, within.index_of(selected)))
+        nullable = [c for c, index in pairs if c.name not in sides.members[index].not_null]
         if negated and nullable:
             # Flink's NOT IN is null-aware (Calcite: `(a = d) IS NOT FALSE` under the anti
             # join): a NULL on either side matches, so no left row passes a right NULL
@@ -487,10 +558,9 @@ def _subquery_join(line: int, query: exp.Select, tables: dict[str, Table], left:
         raise SqlError(line, "the subquery needs a condition on the outer table")
     condition = _and(on + [sides.rewrite(p) for p in rest])
     assert condition is not None
-    select = _select_list(line, query, sides, outputs)
     kind = "anti" if negated else "semi"
-    return JoinQuery("regular", kind, left.name, right.name, condition.sql(FLINK_LEXICON),
-                     select), left, right  # fmt: skip
+    return JoinQuery("regular", kind, members[0].name, right.name, condition.sql(FLINK_LEXICON),
+                     ""), right, sides  # fmt: skip
 
 
 # --- the script ----------------------------------------------------------------------------
@@ -590,6 +660,10 @@ def compile_script(text: str) -> Compiled:
                        "PROCTIME() column of the left (a lookup join)")  # fmt: skip
     else:
         input_table(right, "RIGHT", out, _time_of(right, first.type, "RIGHT"))
+    lookups = [q for q in queries if q.type == "lookup"]
+    if len(lookups) > 1:
+        raise SqlError(line, f"{lookups[1].right}: a second lookup join: streamjoin runs one "
+                       "lookup join per query (its LOOKUP_* settings are the job's)")  # fmt: skip
     for query, table in zip(queries[1:], members[2:], strict=True):
         out.chain.append(_chained(line, query, table, out))
     starting_offsets(out)
@@ -609,11 +683,18 @@ def _chained(line: int, query: JoinQuery, table: Table, out: Compiled) -> Compil
     variables; what its table sets for the whole job (Kafka properties, the registry, its start)
     set in `out`, where it must agree with the other tables."""
     own = Compiled()
-    input_table(table, "RIGHT", own, _time_of(table, query.type, "RIGHT"))
+    if query.type == "lookup":  # its LOOKUP_* settings are the job's
+        jdbc_table(table, own)
+    else:
+        input_table(table, "RIGHT", own, _time_of(table, query.type, "RIGHT"))
     for name in [n for n in own.variables if not n.startswith("RIGHT_")]:
         out.set(name, own.variables.pop(name), own.lines.pop(name))
     out.starts |= own.starts
     for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
                         ("JOIN_ON", query.on)):  # fmt: skip
         own.set(name, value, line)
+    if query.left_time is not None:  # the result's column a time join takes as its left time
+        own.set("LEFT_TIME", query.left_time, line)
+    for name in ("LEFT_FORMAT", "LEFT_SCHEMA"):  # the result so far's: told at this join
+        own.lines.setdefault(name, line)
     return own

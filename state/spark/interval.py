@@ -25,9 +25,13 @@ class IntervalJoinOperator:
 
     name = "join"
 
-    def __init__(self, spec: IntervalJoinSpec) -> None:
+    def __init__(self, spec: IntervalJoinSpec, chained: bool = False) -> None:
+        """`chained`: the left input is the result of an interval or temporal join before
+        this one, whose rows of a batch come before the batch's watermark (in Flink, before
+        the watermark that released them reaches this join): none of them is late here."""
         self.spec = spec
         self.join = spec.operator()
+        self.chained = chained
 
     @property
     def clock(self) -> Clock:
@@ -61,6 +65,8 @@ class IntervalJoinOperator:
         proctime = self.clock == "processing"
         for i in rows.order():
             time = now if proctime else rows.times[i]
-            changes += self.join.process(bucket, rows.keys[i], rows.sides[i], rows.row(i), time,
-                                         now)  # fmt: skip
+            side = rows.sides[i]
+            operator_time = 0 if self.chained and side == 0 else now
+            changes += self.join.process(bucket, rows.keys[i], side, rows.row(i), time,
+                                         operator_time)  # fmt: skip
         return changes
