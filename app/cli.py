@@ -39,7 +39,7 @@ def _refused(err: Exception) -> int:
 def planned(env: Mapping[str, str]) -> Config:
     """The configuration whose plan holds: the variables (or the SQL), a lookup join's table."""
     config = load_config(env)
-    if config.lookup is not None:  # the right side's columns are the table's
+    if config.lookup is not None or any(c.lookup for c in config.chain):  # the tables' columns
         from app.run.lookup import with_table
 
         config = with_table(config)

@@ -218,9 +218,9 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
          "p.product_id WHERE o.order_id IN (SELECT q.product_id FROM products q) AND "
          "o.product_id IN (SELECT q.product_id FROM products q)", 23,
          "more than one IN / EXISTS (SELECT …) beside JOINs is not supported"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN (products p JOIN products q ON "
-         "p.name = q.name) ON o.product_id = p.product_id", 23,
-         "is not supported: only a table is joined"),
+        ("SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN (products p JOIN products "
+         "q ON p.name = q.name) ON o.product_id = p.product_id", 23,
+         "a nested join is supported as an INNER JOIN of INNER and LEFT joins"),
     ],
     ids=["group-by", "window-tvf", "temporal-after-a-right-join", "function", "columns",
          "ambiguous", "where", "table-function", "two-in-beside-a-join", "nested-join"],
@@ -552,10 +552,19 @@ def test_the_issues_enrichment_is_a_temporal_a_regular_and_a_lookup_join_in_that
         "L.t0_order_id AS order_id, L.t2_name AS customer, L.t1_name AS product, "
         "L.t1_price * R.rate AS price"
     )
-    # a second lookup join: its LOOKUP_* settings would be the first's
-    twice = query.replace(";", "\nLEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS s "
-                          "ON p.name = s.currency;")  # fmt: skip
-    assert refusal(CHAIN + RATES + twice).startswith("line 31: rates: a second lookup join")
+    # a second lookup join, into a table of its own options; the environment's LOOKUP_* (the
+    # password) are both's
+    tiers = RATES.replace("rates (currency STRING, rate INT)", "tiers (name STRING, cut INT)")
+    tiers = tiers.replace("'rates'", "'tiers', 'lookup.cache' = 'PARTIAL'")
+    twice = query.replace(";", "\nLEFT JOIN tiers FOR SYSTEM_TIME AS OF o.proc AS t "
+                          "ON c.name = t.name;")  # fmt: skip
+    secret = {"LOOKUP_PASSWORD": "pw", "STREAMJOIN_SQL": CHAIN + RATES + tiers + twice}
+    rates, tiers_stage = join_stages(load_config(env | secret))[-2:]
+    assert [(s.join.type, s.lookup.table, s.lookup.cache.kind, s.lookup.password)
+            for s in (rates, tiers_stage) if s.lookup] == [
+        ("lookup", "rates", "NONE", "pw"), ("lookup", "tiers", "PARTIAL", "pw"),
+    ]  # fmt: skip
+    assert tiers_stage.join.on == "L.t2_name = R.name"
     # a lookup after another join has no Kafka record of its own to dead-letter
     with pytest.raises(ConfigError, match="LOOKUP_ON_ERROR: expected fail"):
         planned_joins(env | {"LOOKUP_ON_ERROR": "dead-letter"})
@@ -606,6 +615,23 @@ def test_in_and_not_exists_beside_a_chain_are_a_semi_and_an_anti_join_of_its_res
     assert (anti.variables["JOIN_KIND"], anti.variables["JOIN_ON"]) == (
         "anti", "R.order_id = L.t0_order_id"
     )  # fmt: skip
+
+
+def test_a_left_join_nested_in_an_inner_one_is_the_chain_of_the_two() -> None:
+    """`o JOIN (c LEFT JOIN p ON …) ON o.x = c.y`: the same rows as `o JOIN c … LEFT JOIN p …`
+    (Flink's final table in the replay fixtures)."""
+    query = (
+        "INSERT INTO enriched\nSELECT o.order_id, c.name, p.name, p.price\nFROM orders AS o\n"
+        "JOIN (customers AS c LEFT JOIN products AS p ON c.customer_id = p.product_id)\n"
+        "  ON o.customer_id = c.customer_id;"
+    )
+    script = compile_script(CHAIN + query)
+    joins = [script.variables, *(chained.variables for chained in script.chain)]
+    assert [(join["JOIN_KIND"], join["JOIN_ON"]) for join in joins] == [
+        ("inner", "L.customer_id = R.customer_id"), ("left", "L.t1_customer_id = R.product_id"),
+    ]  # fmt: skip
+    inward = query.replace("ON o.customer_id = c.customer_id", "ON o.product_id = p.product_id")
+    assert refusal(CHAIN + inward).endswith("may name only its first table among the nested ones")
 
 
 def planned_joins(env: dict[str, str]) -> None:

@@ -136,6 +136,8 @@ def postgres() -> Iterator[PostgresCluster]:
         cluster.sql(
             "INSERT INTO rates VALUES " + ", ".join(f"('{c}', {r})" for c, r in RATES.items())
         )
+        cluster.sql("CREATE TABLE tiers (tier text PRIMARY KEY, cut integer)")
+        cluster.sql("INSERT INTO tiers VALUES ('gold', 10), ('silver', 5), ('bronze', 2)")
         yield cluster
 
 
@@ -282,15 +284,20 @@ CREATE TABLE products (
 CREATE TABLE rates (currency STRING, rate INT) WITH (
   'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:{port}/postgres',
   'table-name' = 'rates', 'username' = 'postgres');
+CREATE TABLE tiers (tier STRING, cut INT) WITH (
+  'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:{port}/postgres',
+  'table-name' = 'tiers', 'username' = 'postgres', 'lookup.cache' = 'PARTIAL');
 CREATE TABLE enriched (
-  order_id STRING, name STRING, tier STRING, product STRING, price DECIMAL(10, 2), rate INT
+  order_id STRING, name STRING, tier STRING, product STRING, price DECIMAL(10, 2), rate INT,
+  cut INT
 ) WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'debezium-json');
 INSERT INTO enriched
-SELECT o.order_id, c.name, c.tier, p.name, p.price, r.rate
+SELECT o.order_id, c.name, c.tier, p.name, p.price, r.rate, t.cut
 FROM orders AS o
 JOIN customers AS c ON o.customer_id = c.customer_id
 LEFT JOIN products FOR SYSTEM_TIME AS OF o.order_time AS p ON o.product_id = p.product_id
-LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc_time AS r ON p.currency = r.currency;
+LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc_time AS r ON p.currency = r.currency
+JOIN tiers FOR SYSTEM_TIME AS OF o.proc_time AS t ON c.tier = t.tier;
 """
 
 
@@ -299,13 +306,14 @@ def at(clock: str) -> int:
     return round(datetime.fromisoformat(f"2026-11-24 {clock}+00:00").timestamp() * 1000)
 
 
-def test_the_issues_enrichment_runs_a_regular_a_temporal_and_a_lookup_join_in_one_query(
+def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in_one_query(
     kafka: str, tmp_path: Path, postgres: PostgresCluster
 ) -> None:
     """The issue's own query: customers (upsert) joined regularly, products (Debezium) as of
     the order's time, the rate looked up by the product's currency, which only the temporal
-    join brings. The temporal join names only the orders, so it runs first; the lookup then
-    takes the regular join's changelog, a customer's update looked up again."""
+    join brings; and an INNER lookup of the customer's tier in a second table (a cache of its
+    own). The temporal join names only the orders, so it runs first; the lookups then take the
+    regular join's changelog, a customer's update looked up again."""
     products = {
         "fields": [["product_id", "STRING"], ["name", "STRING"], ["price", "DECIMAL(10, 2)"],
                    ["currency", "STRING"]],
@@ -325,14 +333,18 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_a_lookup_join_in_on
         "rows": [{"op": "+I", "ts": at(clock), "v": [oid, cid, pid]} for oid, cid, pid, clock in (
             ("o1", "c1", "p1", "10:30"), ("o2", "c2", "p1", "11:30"), ("o3", "c1", "p2", "10:15"),
             ("o4", "c2", "p3", "10:45"), ("o5", "c3", "p1", "10:40"), ("o6", "c1", "p2", "09:00"),
-            ("o7", "c2", "p4", "10:50"), ("closing", "c9", "p9", "23:00"),
+            ("o7", "c2", "p4", "10:50"), ("o8", "c4", "p1", "11:40"),
+            ("closing", "c9", "p9", "23:00"),
         )],
     }  # fmt: skip
-    customers = [("c1", {"customer_id": "c1", "name": "Ann", "tier": "gold"}),
-                 ("c2", {"customer_id": "c2", "name": "Bob", "tier": "silver"}),
-                 ("c3", {"customer_id": "c3", "name": "Cid", "tier": "bronze"}),
-                 ("c1", {"customer_id": "c1", "name": "Anna", "tier": "gold"}),
-                 ("c3", None)]  # fmt: skip
+    customers = [
+        ("c1", {"customer_id": "c1", "name": "Ann", "tier": "gold"}),
+        ("c2", {"customer_id": "c2", "name": "Bob", "tier": "silver"}),
+        ("c3", {"customer_id": "c3", "name": "Cid", "tier": "bronze"}),
+        ("c1", {"customer_id": "c1", "name": "Anna", "tier": "gold"}),
+        ("c3", None),
+        ("c4", {"customer_id": "c4", "name": "Dee", "tier": "platinum"}),
+    ]
     topics = {name: unique(name) for name in ("orders", "customers", "products")}
     create_topics(kafka, list(topics.values()), partitions=2)
     produce_upserts(kafka, topics["customers"], customers, "customer_id")
@@ -344,13 +356,13 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_a_lookup_join_in_on
     env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
                       STREAMJOIN_SQL=ENRICHMENT.format(out=out, port=postgres.port, **topics),
                       TRIGGER_INTERVAL="200ms")  # fmt: skip
-    want = Counter({
-        ("o1", "Anna", "gold", "ball", "10.00", 114): 1,  # the ball's euro price at 10:30
-        ("o2", "Bob", "silver", "ball", "12.00", 102): 1,  # its dollar price from 11:00
-        ("o3", "Anna", "gold", "scooter", "20.00", 102): 1,
-        ("o4", "Bob", "silver", None, None, None): 1,  # no such product
-        ("o6", "Anna", "gold", None, None, None): 1,  # before the scooter's first version
-        ("o7", "Bob", "silver", "kite", "5.00", None): 1,  # no rate for GBP
+    want = Counter({  # Dee's platinum tier has no row: her order is not joined
+        ("o1", "Anna", "gold", "ball", "10.00", 114, 10): 1,  # the ball's euro price at 10:30
+        ("o2", "Bob", "silver", "ball", "12.00", 102, 5): 1,  # its dollar price from 11:00
+        ("o3", "Anna", "gold", "scooter", "20.00", 102, 10): 1,
+        ("o4", "Bob", "silver", None, None, None, 5): 1,  # no such product
+        ("o6", "Anna", "gold", None, None, None, 10): 1,  # before the scooter's first version
+        ("o7", "Bob", "silver", "kite", "5.00", None, 5): 1,  # no rate for GBP
     })  # fmt: skip
     service = Service(env, tmp_path / "log")
     try:
@@ -368,5 +380,5 @@ def enriched(kafka: str, out: str) -> Counter:
         row, sign = (value["after"], 1) if value["after"] else (value["before"], -1)
         price = None if row["price"] is None else f"{row['price']:.2f}"
         applied[(row["order_id"], row["name"], row["tier"], row["product"], price,
-                 row["rate"])] += sign  # fmt: skip
+                 row["rate"], row["cut"])] += sign  # fmt: skip
     return applied

@@ -64,7 +64,8 @@ def test_chains_of_joins_over_three_and_four_tables_end_in_flinks_final_tables(
     condition there), an event-time temporal join written after a regular one; joins over a time
     join's result (temporal after temporal, interval, regular; interval after temporal and
     interval), the left's rowtime kept, or carried as a value by a regular join; IN and NOT
-    EXISTS beside a chain (a semi and an anti join of its result): each as SQL,
+    EXISTS beside a chain (a semi and an anti join of its result); a LEFT join nested in an
+    INNER one: each as SQL,
     equal to Flink 2.3's final table (the regular chains' also Flink's with
     `table.optimizer.multi-join.enabled`)."""
     cases = load_cases(FIXTURES / "multi_join.json")

@@ -113,6 +113,7 @@ class ChainedJoin:
     join: JoinConfig
     origin: dict[str, str] = field(default_factory=dict)
     left_time: str = "proctime"  # the column of `L` an event-time join takes as its left time
+    lookup: LookupConfig | None = None  # a lookup join's: `input` is its table
 
 
 @dataclass(frozen=True)
@@ -167,17 +168,6 @@ class Config:
         partitions = self.state_partitions
         return {**self.spark_conf, **({} if partitions is None else
                                       {SHUFFLE_PARTITIONS: str(partitions)})}  # fmt: skip
-
-    def lookup_table(self) -> InputConfig:
-        """The table a lookup join looks rows up in (its columns: `app.run.lookup.with_table`)."""
-        return next((c.input for c in self.chain if c.join.type == LOOKUP), self.right)
-
-    def with_lookup_table(self, table: InputConfig) -> Config:
-        """The configuration with `table` as the lookup join's table."""
-        if self.join.type == LOOKUP:
-            return replace(self, right=table)
-        chain = tuple(replace(c, input=table) if c.join.type == LOOKUP else c for c in self.chain)
-        return replace(self, chain=chain)
 
     def inputs(self) -> tuple[InputConfig, ...]:
         """The Kafka inputs, in the order the query joins them (a lookup join's right is a
@@ -477,18 +467,23 @@ def _origin(compiled: Compiled, variable: str) -> dict[str, str]:
     return {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
 
 
-def _chained_joins(chain: list[Compiled], variable: str
+def _chained_joins(chain: list[Compiled], variable: str, lookups: Mapping[str, str]
                    ) -> tuple[tuple[ChainedJoin, ...], list[ConfigError]]:  # fmt: skip
     """The joins after the first, read from their own variables as the first join's right
     input and join are (the job's retention and buckets are the first join's:
-    `app.plan.planner.join_stages`)."""
+    `app.plan.planner.join_stages`); a lookup join's table options over `lookups`, the
+    `LOOKUP_*` variables the environment gives every lookup (`LOOKUP_PASSWORD`, say)."""
     joins, errors = [], []
     for number, own in enumerate(chain, start=3):
-        read, origin = _Reader(own.variables), _origin(own, variable)
+        origin = _origin(own, variable)
+        read = _Reader({**lookups, **own.variables} if "LOOKUP_URL" in own.variables
+                       else own.variables)  # fmt: skip
         join = JoinConfig(read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"),
                           None, 0)  # fmt: skip
         source = replace(_input(read, "right", topic=join.type != LOOKUP), side=f"input{number}")
-        joins.append(ChainedJoin(source, join, origin, read.raw("LEFT_TIME") or "proctime"))
+        lookup = read_lookup(read) if join.type == LOOKUP else None
+        joins.append(ChainedJoin(source, join, origin, read.raw("LEFT_TIME") or "proctime",
+                                 lookup))  # fmt: skip
         errors += [traced(error, origin) for error in read.errors.values()]
     return tuple(joins), errors
 
@@ -505,6 +500,7 @@ def traced(error: ConfigError, origin: Mapping[str, str]) -> ConfigError:
 def load_config(env: Mapping[str, str]) -> Config:
     """Build the whole configuration from `env`, or raise ConfigError (ConfigErrors: several)
     naming every bad variable."""
+    lookups = {name: value for name, value in env.items() if name.startswith("LOOKUP_")}
     env, compiled, sql_variable = _compiled_sql(env)
     origin = _origin(compiled, sql_variable)
     read = _Reader(env)
@@ -531,13 +527,12 @@ def load_config(env: Mapping[str, str]) -> Config:
         transactional_id=read.get("OUTPUT_TRANSACTIONAL_ID",
                                   f"streamjoin-{output_topic}-{query_id}") or "",
     )  # fmt: skip
-    chained, chain_errors = _chained_joins(compiled.chain, sql_variable)
+    chained, chain_errors = _chained_joins(compiled.chain, sql_variable, lookups)
     topics = {left.topic, right.topic, *(c.input.topic for c in chained)} - {""}
     _distinct_topics(read, topics, output)
     starting_offsets = read.get("STARTING_OFFSETS")
     _starting_topics(read, starting_offsets, topics)
-    looks_up = LOOKUP in (join_type, *(c.join.type for c in chained))
-    lookup = read_lookup(read) if looks_up else None
+    lookup = read_lookup(read) if join_type == LOOKUP else None
     _unknown_variables(read)
     spark_conf = _spark_conf(read)
     _one_partition_count(read, spark_conf)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.config.env import Config, InputConfig, JoinConfig, with_sql
+from app.config.lookup import LookupConfig
 from app.config.redaction import shown_variables, without_user_info
-from app.config.registry import FORWARD, INSERT_ONLY_FORMATS, LOOKUP, VARIABLES
+from app.config.registry import FORWARD, INSERT_ONLY_FORMATS, VARIABLES
 from app.plan.planner import (
     join_spec,
     join_stages,
@@ -183,13 +184,14 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     """The plan of `config` (read from `env`), line by line."""
     join, output = config.join, config.output
 
-    def table(source: InputConfig, join: JoinConfig) -> str:
-        if join.type != LOOKUP or config.lookup is None:
+    def table(source: InputConfig, join: JoinConfig, lookup: LookupConfig | None) -> str:
+        if lookup is None:
             return _input(source, join)
-        return f"table {config.lookup.table} (PostgreSQL, {without_user_info(config.lookup.url)})"
+        return f"table {lookup.table} (PostgreSQL, {without_user_info(lookup.url)})"
 
-    lines = [f"left:  {_input(config.left, join)}", f"right: {table(config.right, join)}"]
-    lines += [f"{c.input.side}: {table(c.input, c.join)}" for c in config.chain]
+    lines = [f"left:  {_input(config.left, join)}",
+             f"right: {table(config.right, join, config.lookup)}"]  # fmt: skip
+    lines += [f"{c.input.side}: {table(c.input, c.join, c.lookup)}" for c in config.chain]
     if join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
     elif multi_way_spec(config) is not None:

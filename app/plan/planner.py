@@ -92,9 +92,8 @@ def join_stages(config: Config) -> list[Config]:
         join = replace(
             chained.join, state_ttl_ms=retention(chained.join), state_buckets=first.state_buckets
         )  # the job's, resolved at its start
-        lookup = config.lookup if chained.join.type == LOOKUP else None
         stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
-                              join=join, chain=(), lookup=lookup,
+                              join=join, chain=(), lookup=chained.lookup,
                               sql_origin=chained.origin))  # fmt: skip
     stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
     return stages

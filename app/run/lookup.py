@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from app.config.env import Config, ConfigError
+from app.config.env import Config, ConfigError, InputConfig, traced
+from app.config.lookup import LookupConfig
 from app.config.registry import INSERT_ONLY_FORMATS
 from ops.worker.collector import settle_worker
 from serdes.kafka.dead_letters import DeadLetterTopic
@@ -56,11 +57,27 @@ from state.spark.columns import side_column
 
 
 def with_table(config: Config) -> Config:
-    """The configuration with the table's columns as the right side: `RIGHT_SCHEMA`'s (each
-    checked against the table), or every column of the table. Raises ConfigError naming
-    LOOKUP_URL / LOOKUP_TABLE / RIGHT_SCHEMA."""
-    lookup = config.lookup
-    assert lookup is not None
+    """The configuration with each lookup join's table columns as its right side:
+    `RIGHT_SCHEMA`'s (each checked against the table), or every column of the table. Raises
+    ConfigError naming LOOKUP_URL / LOOKUP_TABLE / RIGHT_SCHEMA (as the SQL's line, for a
+    later join's table)."""
+    if config.lookup is not None:
+        right, lookup = _typed(config.right, config.lookup)
+        config = replace(config, right=right, lookup=lookup)
+    chain = []
+    for chained in config.chain:
+        if chained.lookup is not None:
+            try:
+                table, lookup = _typed(chained.input, chained.lookup)
+            except ConfigError as error:
+                raise traced(error, chained.origin) from None
+            chained = replace(chained, input=table, lookup=lookup)
+        chain.append(chained)
+    return replace(config, chain=tuple(chain))
+
+
+def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, LookupConfig]:
+    """A lookup join's table with its columns, and its lookup with their PostgreSQL types."""
     try:
         columns = dict(table_columns(lookup.url, lookup.password, lookup.table,
                                      lookup.timeout_ms / 1000))  # fmt: skip
@@ -68,7 +85,7 @@ def with_table(config: Config) -> Config:
         variable = "LOOKUP_TABLE" if str(error).startswith("no table") else "LOOKUP_URL"
         raise ConfigError(variable, "a PostgreSQL table the service can query",
                           seen=str(error)) from None  # fmt: skip
-    declared = config.lookup_table().schema
+    declared = table.schema
     if declared is None:
         unsupported = [f"{n} {t}" for n, t in columns.items() if flink_type(t) is None]
         if unsupported:
@@ -83,9 +100,8 @@ def with_table(config: Config) -> Config:
     if missing:
         raise ConfigError("RIGHT_SCHEMA", f"columns of {lookup.table} ("
                           + ", ".join(columns) + ")", ", ".join(missing))  # fmt: skip
-    table = replace(config.lookup_table(), schema=declared)
     types = {c.name: columns[c.name] for c in declared}
-    return replace(config.with_lookup_table(table), lookup=replace(lookup, column_types=types))
+    return replace(table, schema=declared), replace(lookup, column_types=types)
 
 
 def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:

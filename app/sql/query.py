@@ -19,12 +19,14 @@ INSERT does.
 Three or more tables are a chain of joins, planned as Flink plans a FROM clause (left-deep, in
 the written order): the first join's variables are the variables above; each later join, of
 the result so far (`L`, its columns `t<i>_<name>`) with its table (`R`), gets a set of its own
-(`Compiled.chain`: its table's `RIGHT_*`, its `JOIN_*`, and `LEFT_TIME`, the result's column a
-time join takes as its left's time). Its form follows Flink's rules on time attributes
-(`_chained_join`); an `IN` / `EXISTS` beside the joins is a semi or anti join of their result.
+(`Compiled.chain`: its table's `RIGHT_*` or, a jdbc table's, `LOOKUP_*`, its `JOIN_*`, and
+`LEFT_TIME`, the result's column a time join takes as its left's time). Its form follows
+Flink's rules on time attributes (`_chained_join`); an `IN` / `EXISTS` beside the joins is a
+semi or anti join of their result.
 
-What Flink accepts and streamjoin does not run (GROUP BY, window functions, nested joins, an
-option it does not know, a secret in the text) is refused, naming the construct and its line.
+What Flink accepts and streamjoin does not run (GROUP BY, window functions, most nested joins,
+an option it does not know, a secret in the text) is refused, naming the construct and its
+line.
 Secrets stay variables (a ConfigMap holds this text): `'password'`, `'properties.sasl.jaas.config'`
 and the like are refused with the variable to use instead.
 """
@@ -221,6 +223,7 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     if len(subqueries) > 1:
         raise SqlError(line, "more than one IN / EXISTS (SELECT …) beside JOINs is not "
                        "supported")  # fmt: skip
+    joins = _flattened(line, joins)
     members, aliases, function_times = [left], [{left_alias, left.name}], []
     for join in joins:
         if isinstance(join.this, exp.Lateral):
@@ -259,6 +262,42 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     sides.written = written
     last = replace(queries[-1], select=_select_list(line, query, sides, outputs))
     return [*queries[:-1], last], members
+
+
+def _flattened(line: int, joins: list[exp.Join]) -> list[exp.Join]:
+    """The joins with a nested join (`a JOIN (b LEFT JOIN c ON p) ON q`) flattened into the
+    chain (`a JOIN b ON q LEFT JOIN c ON p`): the same rows where the outer join is INNER, the
+    nested ones INNER or LEFT, and `q` names no table of the nested join but its first (an
+    INNER join is associative, and a LEFT join keeps every row of its left, whatever was
+    joined to that left before). Flink joins the nested result instead; its final tables are
+    these (the replay fixtures hold them). Other nestings are refused."""
+    flat: list[exp.Join] = []
+    for join in joins:
+        group = join.this
+        if not (isinstance(group, exp.Subquery) and isinstance(group.this, exp.Table)
+                and group.this.args.get("joins")):  # fmt: skip
+            flat.append(join)
+            continue
+        nested = group.this.args["joins"]
+        kinds = [(join.side or "inner").lower(), *((j.side or "inner").lower() for j in nested)]
+        if join.kind or kinds[0] != "inner" or any(k not in ("inner", "left") for k in kinds):
+            raise SqlError(line, f"{group.sql(FLINK_LEXICON)}: a nested join is supported as "
+                           "an INNER JOIN of INNER and LEFT joins (a JOIN (b LEFT JOIN c ON …) "
+                           "ON …)")  # fmt: skip
+        later = {name.lower() for j in nested for name in (j.this.alias_or_name, j.this.name)}
+        on = join.args.get("on")
+        named = {c.table.lower() for c in on.find_all(exp.Column)} if on is not None else set()
+        if named & later:
+            raise SqlError(
+                line,
+                f"{group.sql(FLINK_LEXICON)}: the condition of a nested join "
+                "(ON …) may name only its first table among the nested ones",
+            )
+        first = group.this.copy()
+        first.set("joins", None)
+        flat.append(exp.Join(this=first, on=on))
+        flat += _flattened(line, nested)
+    return flat
 
 
 def _run_order(line: int, joins: list[exp.Join], members: list[Table],
@@ -660,10 +699,6 @@ def compile_script(text: str) -> Compiled:
                        "PROCTIME() column of the left (a lookup join)")  # fmt: skip
     else:
         input_table(right, "RIGHT", out, _time_of(right, first.type, "RIGHT"))
-    lookups = [q for q in queries if q.type == "lookup"]
-    if len(lookups) > 1:
-        raise SqlError(line, f"{lookups[1].right}: a second lookup join: streamjoin runs one "
-                       "lookup join per query (its LOOKUP_* settings are the job's)")  # fmt: skip
     for query, table in zip(queries[1:], members[2:], strict=True):
         out.chain.append(_chained(line, query, table, out))
     starting_offsets(out)
@@ -683,11 +718,11 @@ def _chained(line: int, query: JoinQuery, table: Table, out: Compiled) -> Compil
     variables; what its table sets for the whole job (Kafka properties, the registry, its start)
     set in `out`, where it must agree with the other tables."""
     own = Compiled()
-    if query.type == "lookup":  # its LOOKUP_* settings are the job's
+    if query.type == "lookup":
         jdbc_table(table, own)
     else:
         input_table(table, "RIGHT", own, _time_of(table, query.type, "RIGHT"))
-    for name in [n for n in own.variables if not n.startswith("RIGHT_")]:
+    for name in [n for n in own.variables if not n.startswith(("RIGHT_", "LOOKUP_"))]:
         out.set(name, own.variables.pop(name), own.lines.pop(name))
     out.starts |= own.starts
     for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
