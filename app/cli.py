@@ -95,7 +95,12 @@ def run(env: Mapping[str, str]) -> int:
     from app.run import pipeline
     from app.run.checkpoint import HeldRowsRecord
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
-    from app.run.session import SparkStartError, build_session, quiet_shutdown
+    from app.run.session import (
+        SparkStartError,
+        build_session,
+        fork_workers_early,
+        quiet_shutdown,
+    )
     from ops.metrics import ServiceMetrics
     from serdes.kafka.group_offsets import GroupCommitter
 
@@ -108,6 +113,7 @@ def run(env: Mapping[str, str]) -> int:
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
+    fork_workers_early(spark)
     exit_code = 1
     committer = (  # the offsets read, committed to the consumer group, as Flink does
         GroupCommitter(config.kafka_client_config(), config.group_id,

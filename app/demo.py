@@ -190,7 +190,7 @@ def table_lines(values: list[bytes]) -> list[str]:
 
 def demo(env: Mapping[str, str]) -> int:
     from app.run import pipeline
-    from app.run.session import build_session
+    from app.run.session import build_session, fork_workers_early
 
     with ExitStack() as stack:
         bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS")
@@ -219,6 +219,7 @@ def demo(env: Mapping[str, str]) -> int:
             config.spark_master, config.spark_conf, checkpoint=config.checkpoint_location
         )
         stack.callback(spark.stop)
+        fork_workers_early(spark)
         metrics = ServiceMetrics(spark.sparkContext)
         port = metrics.serve(config.metrics_port)
         query = pipeline.start(spark, config, metrics)

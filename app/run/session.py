@@ -10,7 +10,8 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -146,6 +147,29 @@ def worker_python() -> str:
     """`streamjoin-python` beside this interpreter (see `ops.worker.interpreter`), else this one."""
     wrapper = Path(sys.executable).with_name("streamjoin-python")
     return str(wrapper) if wrapper.is_file() else sys.executable
+
+
+def _passed_through(batches: Iterable) -> Iterator:
+    yield from batches
+
+
+def fork_workers_early(spark: SparkSession) -> None:
+    """Have every task slot's Python worker started while the query is being set up.
+
+    Spark starts a worker daemon, and forks workers from it, only when a stage first needs
+    them: in the first micro-batch, on its critical path, after the query's set-up and
+    planning, during which the cores are mostly idle. A tiny job of the SQL kind the query runs
+    (its workers come from the same daemon, as the daemon is Spark's per worker environment)
+    started now leaves the daemon up and a worker per slot idle for the first batch to take
+    (`docs/performance.md`). It runs beside the set-up, in a thread; whatever it meets (the
+    session stopped under it) is of no consequence and is not reported."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            slots = task_slots(spark)
+            spark.range(slots, numPartitions=slots).mapInArrow(_passed_through, "id long").collect()
+
+    threading.Thread(target=run, name="fork-workers-early", daemon=True).start()
 
 
 class SparkStartError(RuntimeError):
