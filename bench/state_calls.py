@@ -1,0 +1,124 @@
+"""What an entry costs through PySpark's state API, by the kind of call, in a running query.
+
+Usage: python bench/state_calls.py [ENTRIES_PER_BATCH] [BATCHES]
+
+One `transformWithStateInPandas` query over parquet files read as a stream (a file a
+micro-batch), its rows hashed into 32 buckets over the session's state partitions, as the
+joins' buckets are. In each bucket and micro-batch, every row's key and a 60-byte value are
+written and read back, each kind of call timed on its own:
+
+- `map put`, `map get`: a `MapState` entry a key, many calls in one exchange
+  (`state.spark.pipelined`), as the keyed joins write and read their keys;
+- `list append`: the batch's values appended to the bucket's `ListState` in one call
+  (`appendList`), as a log of the bucket's changes would be written;
+- `list read`: the whole list read back, as such a log would be replayed.
+
+It prints µs per entry for each, summed over the tasks (what the state server and the worker
+spend together), for the batches after the first.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from app.run.session import build_session
+from state.spark.pipelined import wire
+
+BUCKETS = 32
+VALUE = b"v" * 60
+KINDS = ("map put", "map get", "list append", "list read")
+ENTRY = StructType([StructField("value", BinaryType())])
+TIMINGS = StructType([StructField("kind", StringType()), StructField("entries", LongType()),
+                      StructField("seconds", StringType())])  # fmt: skip
+
+
+class CallTimer(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        key = StructType([StructField("key", BinaryType())])
+        self.map = handle.getMapState("entries", key, ENTRY)
+        self.list = handle.getListState("log", ENTRY)
+
+    def handleInputRows(self, key: tuple, rows: Iterator[pd.DataFrame], timer_values: object
+                        ) -> Iterator[pd.DataFrame]:  # fmt: skip
+        ids = [i for frame in rows for i in frame["id"].tolist()]
+        names = [str(i).encode() for i in ids]
+        spent: dict[str, float] = {}
+        state = wire(self.map)
+        assert state is not None
+        started = time.perf_counter()
+        state.write_values([(name, VALUE) for name in names], [])
+        spent["map put"] = time.perf_counter() - started
+        started = time.perf_counter()
+        state.get_values(names)
+        spent["map get"] = time.perf_counter() - started
+        started = time.perf_counter()
+        self.list.appendList([(VALUE,) for _ in names])
+        spent["list append"] = time.perf_counter() - started
+        started = time.perf_counter()
+        logged = sum(1 for _ in self.list.get())
+        spent["list read"] = time.perf_counter() - started
+        yield pd.DataFrame({
+            "kind": list(spent),
+            "entries": [len(names), len(names), len(names), logged],
+            "seconds": [repr(s) for s in spent.values()],
+        })  # fmt: skip
+
+    def close(self) -> None:
+        pass
+
+
+def main() -> None:
+    per_batch = int(sys.argv[1]) if len(sys.argv) > 1 else 25_000
+    batches = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    spark: SparkSession = build_session("local[2]")
+    with tempfile.TemporaryDirectory() as work:
+        inputs = Path(work) / "in"
+        for b in range(batches):
+            spark.range(b * per_batch, (b + 1) * per_batch, numPartitions=1).write.mode(
+                "append"
+            ).parquet(str(inputs))
+        rows = (
+            spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
+            .parquet(str(inputs)).withColumn("bucket", F.col("id") % BUCKETS)
+        )  # fmt: skip
+        timed = rows.groupBy("bucket").transformWithStateInPandas(
+            CallTimer(), TIMINGS, "append", "None"
+        )
+        sums: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+
+        def collect(frame, batch_id: int) -> None:
+            for row in frame.collect():
+                total = sums[batch_id][row["kind"]]
+                total[0] += row["entries"]
+                total[1] += float(row["seconds"])
+
+        query = (
+            timed.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(Path(work) / "checkpoint"))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination()
+    for batch in sorted(sums):
+        line = ", ".join(
+            f"{kind} {sums[batch][kind][1] / max(sums[batch][kind][0], 1) * 1e6:.1f}"
+            for kind in KINDS
+        )
+        print(f"batch {batch}: µs per entry, tasks summed: {line} "
+              f"(list read over {sums[batch]['list read'][0]:,} entries)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
