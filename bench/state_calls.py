@@ -14,7 +14,7 @@ written and read back, each kind of call timed on its own:
 - `list read`: the whole list read back, as such a log would be replayed.
 
 It prints µs per entry for each, summed over the tasks (what the state server and the worker
-spend together), for the batches after the first.
+spend together), for every batch: the first ones warm up (workers, the JIT).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, DoubleType, LongType, StringType, StructField, StructType
 
 from app.run.session import build_session
 from state.spark.pipelined import wire
@@ -42,7 +42,7 @@ VALUE = b"v" * 60
 KINDS = ("map put", "map get", "list append", "list read")
 ENTRY = StructType([StructField("value", BinaryType())])
 TIMINGS = StructType([StructField("kind", StringType()), StructField("entries", LongType()),
-                      StructField("seconds", StringType())])  # fmt: skip
+                      StructField("seconds", DoubleType())])  # fmt: skip
 
 
 class CallTimer(StatefulProcessor):
@@ -73,7 +73,7 @@ class CallTimer(StatefulProcessor):
         yield pd.DataFrame({
             "kind": list(spent),
             "entries": [len(names), len(names), len(names), logged],
-            "seconds": [repr(s) for s in spent.values()],
+            "seconds": list(spent.values()),
         })  # fmt: skip
 
     def close(self) -> None:
@@ -103,7 +103,7 @@ def main() -> None:
             for row in frame.collect():
                 total = sums[batch_id][row["kind"]]
                 total[0] += row["entries"]
-                total[1] += float(row["seconds"])
+                total[1] += row["seconds"]
 
         query = (
             timed.writeStream.foreachBatch(collect)
