@@ -121,3 +121,23 @@ def test_each_debezium_key_file_decodes_as_an_upsert_key(path: Path) -> None:
     fmt = UpsertJsonFormat(parse_schema("id INT, name STRING"), ["id"])
     key = json.loads(path.read_text())
     assert fmt.decode(path.read_bytes(), None) == [("-D", (key["payload"]["id"], None))]
+
+
+@pytest.mark.parametrize(
+    ("schema", "key", "expected"),
+    [
+        ("id STRING, name STRING", b"p17", "p17"),  # a bare key, not JSON
+        ("id STRING, name STRING", b'"p17"', "p17"),  # the same as a JSON string
+        ("id STRING, name STRING", b"temp", "temp"),  # starts as `true` would, is not JSON
+        ("id INT, name STRING", b"17", 17),
+        ("id INT, name STRING", b" 17\n", 17),  # JSON with whitespace around
+        ("id INT, name STRING", b"\xef\xbb\xbf17", 17),  # UTF-8 with a byte-order mark
+        ("id INT, name STRING", b'{"id": 17}', 17),
+        ("id DOUBLE, name STRING", b"-Infinity", float("-inf")),
+    ],
+)
+def test_an_upsert_key_is_read_as_json_where_it_is_json_else_as_its_text(
+    schema: str, key: bytes, expected: object
+) -> None:
+    fmt = UpsertJsonFormat(parse_schema(schema), ["id"])
+    assert fmt.decode(key, None) == [("-D", (expected, None))]

@@ -45,6 +45,24 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
     return data
 
 
+# The bytes a text `json.loads` reads can start with (whitespace, a value's first character,
+# `NaN` and `Infinity` included), and NUL and the non-ASCII bytes, which it may take for another
+# encoding or a byte-order mark.
+_MAY_START_JSON = frozenset(b' \t\n\r{["-0123456789tfnNI\x00') | frozenset(range(0x80, 0x100))
+
+
+def _json_key(key: bytes) -> Any:
+    """A record key's JSON value, or None where it is none: a bare key (`p17`, an id of any
+    kind) is told from its first byte, without raising and catching the parser's error per
+    record, a cost like the rest of the record's decoding (`docs/performance.md`)."""
+    if key[:1] and key[0] not in _MAY_START_JSON:
+        return None
+    try:
+        return json.loads(key)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
 class RowBuilder:
     """Builds a typed row tuple from a JSON object, in the declared column order."""
 
@@ -159,10 +177,7 @@ class UpsertJsonFormat:
     def _key(self, key: bytes | None) -> dict[str, Any]:
         if key is None:
             raise DecodeError("missing-key", "an upsert record needs its primary key as key")
-        try:
-            parsed = json.loads(key)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            parsed = None
+        parsed = _json_key(key)
         if isinstance(parsed, dict):
             # Kafka Connect's JsonConverter with schemas: {"schema": ..., "payload": {...}}
             inner = parsed.get("payload") if "schema" in parsed else None
