@@ -6,10 +6,12 @@ laid out with other settings, is refused before the query starts."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app.config.env import load_config
 from app.run import checkpoint as checkpoints
@@ -21,6 +23,7 @@ from app.run.checkpoint import (
     shuffle_partitions,
     state_buckets,
 )
+from app.run.key_buckets import spread_ids
 from app.run.pipeline import writers
 from app.run.preflight import StartupError
 from app.run.rescale import rescale
@@ -152,6 +155,40 @@ def test_a_temporal_join_made_behind_a_versioned_table_normalizer_keeps_it(
     checkpoint_of_a_stateful_query(spark, tmp_path / "old", partitions=2)
     assert checkpoints.normalizes_versions(spark, old)
     check_state_record(spark, old, layout)  # a restart with the normalizer
+
+
+def test_a_new_checkpoint_groups_its_buckets_by_spread_ids_an_old_one_by_their_index(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Buckets grouped by the ids of `app.run.key_buckets` land in other state partitions than
+    by their index: a checkpoint made before the ids keeps its state where it is."""
+    layout = {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 16}
+    new = str(tmp_path / "new" / "checkpoint")
+    assert checkpoints.spreads_buckets(spark, new)
+    check_state_record(spark, new, layout | checkpoints.SPREAD_BUCKETS)
+    checkpoint_of_a_stateful_query(spark, tmp_path / "new", partitions=2)
+    assert checkpoints.spreads_buckets(spark, new)
+    check_state_record(spark, new, layout | checkpoints.SPREAD_BUCKETS)  # a restart
+
+    old = str(tmp_path / "old" / "checkpoint")
+    check_state_record(spark, old, layout)  # recorded by an earlier version
+    checkpoint_of_a_stateful_query(spark, tmp_path / "old", partitions=2)
+    assert not checkpoints.spreads_buckets(spark, old)
+    check_state_record(spark, old, layout)  # a restart, grouped by the index
+
+
+@pytest.mark.parametrize("buckets", [32, 48, 128])
+def test_spread_bucket_ids_fill_every_state_partition_alike(
+    spark: SparkSession, buckets: int
+) -> None:
+    """Spark places a bucket in partition `pmod(hash(id), partitions)`: every partition count
+    that divides the buckets gets as many buckets in each partition (by the index, 32 buckets
+    on 2 partitions are 12 and 20)."""
+    ids = spark.createDataFrame([(i,) for i in spread_ids(buckets)], "id BIGINT")
+    counts = [n for n in range(1, buckets + 1) if buckets % n == 0]
+    placed = ids.select(*[F.pmod(F.hash("id"), F.lit(n)).alias(str(n)) for n in counts]).collect()
+    for n in counts:
+        assert Counter(row[str(n)] for row in placed) == dict.fromkeys(range(n), buckets // n)
 
 
 def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(

@@ -90,7 +90,10 @@ def join_stages(config: Config) -> list[Config]:
                            _result_columns(before, number), (), chained.left_time,
                            0)  # fmt: skip
         join = replace(
-            chained.join, state_ttl_ms=retention(chained.join), state_buckets=first.state_buckets
+            chained.join,
+            state_ttl_ms=retention(chained.join),
+            state_buckets=first.state_buckets,
+            spread_buckets=first.spread_buckets,
         )  # the job's, resolved at its start
         stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
                               join=join, chain=(), lookup=chained.lookup,

@@ -152,6 +152,20 @@ def normalizes_versions(spark: SparkSession, location: str) -> bool:
     return all(record.get(k) != v for k, v in VERSIONS_AS_IS.items())
 
 
+# Recorded by checkpoints whose buckets are grouped by their ids (`app.run.key_buckets`); one
+# made before keeps grouping by the bucket's index.
+SPREAD_BUCKETS = {"KEY_BUCKET_IDS": "spread"}
+
+
+def spreads_buckets(spark: SparkSession, location: str) -> bool:
+    """Whether the checkpoint at `location` groups its buckets by their ids: a new one, or one
+    that records `SPREAD_BUCKETS`."""
+    if last_batch(spark, location) is None:
+        return True
+    record = _record(spark, location) or {}
+    return all(record.get(k) == v for k, v in SPREAD_BUCKETS.items())
+
+
 def check_state_record(
     spark: SparkSession, location: str, settings: dict[str, Any], inputs: int = 1
 ) -> None:

@@ -94,16 +94,17 @@ def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
 def bucketed_join(
     changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
     late_rows: Accumulator[dict] | None = None, held_rows: Accumulator[dict] | None = None,
-    sequenced: bool = False, number: int = 1,
+    sequenced: bool = False, number: int = 1, spread: bool = True,
 ) -> DataFrame:  # fmt: skip
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
-    in its task's order, for `materialized_upserts` or a next join (`as_left_input`)."""
+    in its task's order, for `materialized_upserts` or a next join (`as_left_input`); `spread`
+    as `run_stateful` takes it."""
     return run_stateful(
         changes, join_operator(spec, number), _join_key(spec, left),
         [(F.col("left"), left), (F.col("right"), right)], spec.buckets,
         outputs=(0, 1) if spec.projects_right else (0,), out_seq=sequenced,
-        late_rows=late_rows, held_rows=held_rows, chained=number > 1,
+        late_rows=late_rows, held_rows=held_rows, chained=number > 1, spread=spread,
     )  # fmt: skip
 
 
@@ -154,10 +155,10 @@ def multi_way_input(changes: DataFrame, index: int, spec: MultiJoinSpec, row: St
 def multi_way_join(changes: DataFrame, spec: MultiJoinSpec, sides: tuple[str, ...],
                    left: StructType, right: StructType,
                    held_rows: Accumulator[dict] | None = None,
-                   sequenced: bool = False) -> DataFrame:  # fmt: skip
+                   sequenced: bool = False, spread: bool = True) -> DataFrame:  # fmt: skip
     """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
-    inputs' labels."""
+    inputs' labels; `spread` as `run_stateful` takes it."""
     key_type = left[chained_column(0, spec.keys[0])].dataType
     key = F.when(F.col("side") == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
     for index, name in enumerate(spec.keys[:-1]):
@@ -165,23 +166,24 @@ def multi_way_join(changes: DataFrame, spec: MultiJoinSpec, sides: tuple[str, ..
     return run_stateful(
         changes, MultiJoinOperator(spec, sides), [(key.cast(key_type), key_type)],
         [(F.col("left"), left), (F.col("right"), right)], spec.buckets, outputs=(0, 1),
-        out_seq=sequenced, held_rows=held_rows,
+        out_seq=sequenced, held_rows=held_rows, spread=spread,
     )  # fmt: skip
 
 
 def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,
-                         held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+                         held_rows: Accumulator[dict] | None = None,
+                         spread: bool = True) -> DataFrame:  # fmt: skip
     """An upsert output's changes (`op`, `seq`, the record key `KEY_COLUMN`, the row's
     columns) applied per record key as Flink's sink upsert materializer does
     (`state.joins.materialize`): `op`, `KEY_COLUMN` and the row's columns, the keys hashed
-    into `buckets`."""
+    into `buckets` (`spread` as `run_stateful` takes it)."""
     names = [c for c in changes.columns if c not in ("op", "seq", KEY_COLUMN)]
     # the row's columns by position: an output column's name may be anything
     row = StructType([StructField(str(i), changes.schema[n].dataType) for i, n in enumerate(names)])
     struct = F.struct(*[F.col(f"`{name}`").alias(str(i)) for i, name in enumerate(names)])
     materialized = run_stateful(
         changes, UpsertMaterializeOperator(ttl_ms), [(F.col(KEY_COLUMN), BinaryType())],
-        [(struct, row)], buckets, times=False, out_key=True, held_rows=held_rows,
+        [(struct, row)], buckets, times=False, out_key=True, held_rows=held_rows, spread=spread,
     )  # fmt: skip
     values = [F.col(side_column(0, str(i))).alias(name) for i, name in enumerate(names)]
     return materialized.select("op", F.col(key_column(0)).alias(KEY_COLUMN), *values)

@@ -34,12 +34,14 @@ from app.plan.planner import (
     upsert_materialized,
 )
 from app.run.checkpoint import (
+    SPREAD_BUCKETS,
     VERSIONS_AS_IS,
     HeldRowsRecord,
     check_state_record,
     normalizes_versions,
     read_tasks,
     shuffle_partitions,
+    spreads_buckets,
     state_buckets,
 )
 from app.run.joins import (
@@ -180,15 +182,16 @@ def decode_input(
 
 def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
                       held_rows: Accumulator[dict] | None = None,
-                      ttl_ms: int = 0) -> DataFrame:  # fmt: skip
+                      ttl_ms: int = 0, spread: bool = True) -> DataFrame:  # fmt: skip
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
-    in `buckets` (see `state.joins.normalize`); `held_rows` takes the keys held; `ttl_ms` is
-    the job's state retention, which the normalizer keeps as the join does."""
+    in `buckets` (see `state.joins.normalize`, and `run_stateful` for `spread`); `held_rows`
+    takes the keys held; `ttl_ms` is the job's state retention, which the normalizer keeps as
+    the join does."""
     row_schema = row_type(source)
     keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
     normalized_rows = run_stateful(
         changes, NormalizeOperator(source.side, ttl_ms), keys, [(F.col("row"), row_schema)],
-        buckets, out_seq=True, out_ts=True, held_rows=held_rows,
+        buckets, out_seq=True, out_ts=True, held_rows=held_rows, spread=spread,
     )  # fmt: skip
     return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
 
@@ -218,7 +221,8 @@ def join_input(changes: DataFrame, source: InputConfig, left: StructType, right:
     join's state retention), as one side of the unified changelog the joins take (`side`,
     `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source, join):
-        changes = normalize_changes(changes, source, buckets, held_rows, join.state_ttl_ms)
+        changes = normalize_changes(changes, source, buckets, held_rows, join.state_ttl_ms,
+                                    join.spread_buckets)  # fmt: skip
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
@@ -274,6 +278,7 @@ def joined_output(
             functools.reduce(DataFrame.unionByName, inputs), multi_way,
             tuple(s.side for s in config.inputs()), row_type(last.left), row_type(last.right),
             metrics.held_rows.accumulator, sequenced=materialize,
+            spread=config.join.spread_buckets,
         )  # fmt: skip
     elif first.lookup is not None:
         joined = _looked_up(changes_of(config.left), first, metrics, lookup_letters)
@@ -301,7 +306,7 @@ def joined_output(
         joined = bucketed_join(left.unionByName(right), join_spec(stage), left_type, right_type,
                                metrics.late_rows.accumulator, metrics.held_rows.accumulator,
                                sequenced=materialize or stage is not last,
-                               number=number)  # fmt: skip
+                               number=number, spread=stage.join.spread_buckets)  # fmt: skip
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
@@ -317,7 +322,7 @@ def joined_output(
     if materialize:
         joined = materialized_upserts(
             joined, config.join.state_buckets, config.join.state_ttl_ms,
-            metrics.held_rows.accumulator,
+            metrics.held_rows.accumulator, config.join.spread_buckets,
         )  # fmt: skip
     records = encode(joined, config.output.encoding)
     if config.output.format == "avro-confluent":
@@ -353,7 +358,8 @@ def _multi_way_input(changes: DataFrame, index: int, source: InputConfig, spec: 
     have it, then placed as `multi_way_input` says."""
     if normalized(source, last.join):
         changes = normalize_changes(changes, source, spec.buckets,
-                                    metrics.held_rows.accumulator, spec.state_ttl_ms)  # fmt: skip
+                                    metrics.held_rows.accumulator, spec.state_ttl_ms,
+                                    last.join.spread_buckets)  # fmt: skip
     return multi_way_input(changes, index, spec, row_type(source), row_type(last.left),
                            row_type(last.right))  # fmt: skip
 
@@ -369,7 +375,8 @@ def _first_join(config: Config, sides: list[DataFrame], metrics: ServiceMetrics,
     )  # fmt: skip
     return bucketed_join(left_changes.unionByName(right_changes), join_spec(config), left_type,
                          right_type, metrics.late_rows.accumulator,
-                         metrics.held_rows.accumulator, sequenced=sequenced)  # fmt: skip
+                         metrics.held_rows.accumulator, sequenced=sequenced,
+                         spread=config.join.spread_buckets)  # fmt: skip
 
 
 def on_wall_clock(config: Config) -> bool:
@@ -467,6 +474,7 @@ def state_settings(config: Config) -> dict[str, object]:
                 "JOIN_CHAIN": ("multi-way " if multi_way_spec(config) else "")
                 + " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
                 if config.chain else None}  # fmt: skip
+    settings |= SPREAD_BUCKETS if config.join.spread_buckets else {}
     return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
 
@@ -512,6 +520,8 @@ def start(
         config = replace(config, join=replace(config.join, state_buckets=buckets))
     if normalizes_versions(spark, config.checkpoint_location):
         config = replace(config, join=replace(config.join, versions_normalized=True))
+    if not spreads_buckets(spark, config.checkpoint_location):
+        config = replace(config, join=replace(config.join, spread_buckets=False))
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     check_state_record(spark, config.checkpoint_location, state_settings(config),
                        len(config.inputs()))  # fmt: skip

@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app.run.key_buckets import spread_ids
 from state.spark.columns import (
     BUCKET,
     OP,
@@ -59,12 +60,14 @@ def run_stateful(
     late_rows: Accumulator[dict] | None = None,
     held_rows: Accumulator[dict] | None = None,
     chained: bool = False,
+    spread: bool = True,
 ) -> DataFrame:
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
     by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
     then `seq` / `ts` / the first key if asked, then the `outputs` sides' flat columns
     (`state.spark.columns.side_column`); `chained`: the left side is a join's result in the
-    same query (`state.spark.frame.StatefulFrame`)."""
+    same query (`state.spark.frame.StatefulFrame`); `spread`: each bucket grouped by its id of
+    `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it)."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
@@ -85,7 +88,11 @@ def run_stateful(
         StructField(side_column(s, f.name), f.dataType) for s in outputs for f in sides[s][1]
     ]
     frame = StatefulFrame(operator, layout, late_rows, held_rows, chained)
-    bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets)).alias(BUCKET)
+    bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets))
+    if spread:
+        ids = F.array(*[F.lit(i) for i in spread_ids(buckets)]).cast("array<bigint>")
+        bucket = F.element_at(ids, (bucket + 1).cast("int"))
+    bucket = bucket.alias(BUCKET)
     return (
         changes.select(bucket, *key_columns, *head, *flat)
         .groupBy(BUCKET)
