@@ -1,5 +1,6 @@
 """The requests `StateWire` writes for the JVM's state server are, byte for byte, what pyspark's
-own protobuf messages serialize to, for every length a varint of one to three bytes holds."""
+own protobuf messages serialize to, for every length a varint of one to three bytes holds; the
+values it reads back are what pyspark's own unpickling gives."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from types import SimpleNamespace
 import pyspark.sql.streaming.proto.StateMessage_pb2 as m
 import pytest
 from pyspark.serializers import PickleSerializer, write_int
+from pyspark.sql import SparkSession
 
-from state.spark.pipelined import StateWire
+from state.spark.layouts import BUCKET_STATE
+from state.spark.pipelined import BinaryValues, StateWire
 
 SIZES = (1, 100, 126, 127, 128, 16_370, 16_384, 200_000)
 
@@ -72,3 +75,17 @@ def test_puts_removes_and_gets_are_pyspark_s_own_requests(size: int) -> None:
         expected(name, removeKey=m.RemoveKey(userKey=pickled_key)),
         expected(name, getValue=m.GetValue(userKey=pickled_key)),
     ]
+
+
+@pytest.mark.spark
+def test_a_value_the_jvm_answers_with_reads_as_pyspark_unpickles_it(spark: SparkSession) -> None:
+    """Every byte value, of any length, comes out as pyspark's own unpickling gives it; a row
+    of another shape (a NULL field) too, by that unpickling."""
+    values = [bytes(range(256)) * 3, b"\x00", b"x" * 127, b"\xff" * 128, bytes(70_000), None]
+    rows = spark.createDataFrame([(v,) for v in values], BUCKET_STATE)._jdf.collectAsList()
+    to_py = spark._jvm.org.apache.spark.sql.api.python.PythonSQLUtils.toPyRow  # type: ignore[attr-defined]
+    pickled = [bytes(to_py(rows.get(i))) for i in range(len(values))]
+    loads = PickleSerializer().loads
+    read = BinaryValues(loads)
+    assert [read(p) for p in reversed(pickled)] == [loads(p)[0] for p in reversed(pickled)]
+    assert [read(p) for p in pickled] == values

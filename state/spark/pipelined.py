@@ -39,6 +39,35 @@ _USER_KEY = b"\x0a"  # GetValue / UpdateValue / RemoveKey.userKey = 1
 _VALUE = b"\x12"  # UpdateValue.value = 2
 
 
+# How the JVM's state server pickles a value of one BINARY field (Pyrolite, as pyspark's
+# `toPyRow` does): the row's converter and its schema as JSON, then the bytes as the text of their
+# Latin-1 characters (`bytes(bytearray(text, "latin-1"))`), UTF-8 on the wire, then a fixed end.
+_BYTES_TEXT = b"(cbuiltins\nbytes\nc__builtin__\nbytearray\nX"
+_BYTES_END = b"q\x03X\x07\x00\x00\x00latin-1q\x04\x86Rq\x05\x85Rq\x06tRq\x07."
+
+
+class BinaryValues:
+    """The BINARY field of the one-field rows the JVM answers with, read straight from the
+    pickle where it has the shape above, else by unpickling as pyspark does: that builds a
+    `Row` and parses its schema's JSON for every value, several times the cost of the
+    bytes' own decoding (`docs/performance.md`). The head before the text (the schema's JSON
+    included) is taken from the first value and must then match byte for byte."""
+
+    def __init__(self, loads: Callable[[bytes], Any]) -> None:
+        self.loads = loads
+        self.head: bytes | None = None
+
+    def __call__(self, pickled: bytes) -> bytes:
+        if self.head is None and (at := pickled.find(_BYTES_TEXT)) >= 0:
+            self.head = pickled[: at + len(_BYTES_TEXT)]
+        if self.head is not None and pickled.startswith(self.head):
+            start = len(self.head) + 4
+            end = start + int.from_bytes(pickled[start - 4 : start], "little")
+            if pickled[end:] == _BYTES_END:
+                return pickled[start:end].decode("utf-8", "surrogatepass").encode("latin-1")
+        return self.loads(pickled)[0]
+
+
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited protobuf field: its tag, the payload's length as a varint, the payload."""
     size, varint = len(payload), bytearray()
@@ -60,7 +89,7 @@ class StateWire:
         self.name: str = state._stateName  # type: ignore[attr-defined]
         self.file = client.sockfile
         self.dumps: Callable[[Any], bytes] = client.pickleSer.dumps
-        self.loads: Callable[[bytes], Any] = client.pickleSer.loads
+        self.value = BinaryValues(client.pickleSer.loads)
         self.state_name = _field(_STATE_NAME, self.name.encode())
 
     def request(self, call: bytes, *fields: bytes) -> bytes:
@@ -87,11 +116,11 @@ class StateWire:
 
     def get_values(self, keys: list[bytes]) -> list[bytes | None]:
         """The values at `keys` (None: absent)."""
-        dumps, loads = self.dumps, self.loads
+        dumps, value_of = self.dumps, self.value
         answers = self.exchange(
             self.request(_GET_VALUE, _field(_USER_KEY, dumps((k,)))) for k in keys
         )
-        return [loads(value)[0] if value else None for value in answers]
+        return [value_of(value) if value else None for value in answers]
 
     def write_values(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
         """Put `puts`, then remove `removes`."""
