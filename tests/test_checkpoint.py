@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from app.config.env import load_config
 from app.run import checkpoint as checkpoints
@@ -23,12 +24,14 @@ from app.run.checkpoint import (
     shuffle_partitions,
     state_buckets,
 )
+from app.run.joins import bucketed_join
 from app.run.key_buckets import spread_ids
 from app.run.pipeline import writers
 from app.run.preflight import StartupError
 from app.run.rescale import rescale
 from app.run.session import CHECKPOINT_MANAGER, FILE_SYSTEM_MANAGER, checkpoint_conf, task_slots
 from serdes.kafka.transactions import ExactlyOnce
+from state.joins.specs import RegularJoinSpec, SideSpec
 from state.store.encoding import FORMAT
 from tests.kafka_io import committed_output, died_mid_transaction, join_topics
 
@@ -189,6 +192,26 @@ def test_spread_bucket_ids_fill_every_state_partition_alike(
     placed = ids.select(*[F.pmod(F.hash("id"), F.lit(n)).alias(str(n)) for n in counts]).collect()
     for n in counts:
         assert Counter(row[str(n)] for row in placed) == dict.fromkeys(range(n), buckets // n)
+
+
+def test_a_join_s_rows_reach_its_two_state_partitions_in_halves(spark: SparkSession) -> None:
+    """Through the join's own wiring (32 buckets, 2 partitions): its stateful stage's tasks
+    take half of 4,000 keys each, give or take the keys' own spread over the buckets (by the
+    buckets' index, 1,504 and 2,496)."""
+    left = StructType([StructField("id", StringType())])
+    right = StructType([StructField("id", StringType()), StructField("v", IntegerType())])
+    key = F.concat(F.lit("k"), F.col("id").cast("string"))
+    changes = spark.range(4000).select(
+        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"), F.col("id").alias("seq"),
+        F.lit(None).cast("long").alias("ts"), F.struct(key.alias("id")).alias("left"),
+        F.lit(None).cast(right).alias("right"),
+    )  # fmt: skip
+    spec = RegularJoinSpec("left", "L.id = R.id", SideSpec(("id",)), SideSpec(("id", "v")),
+                           buckets=32)  # fmt: skip
+    joined = bucketed_join(changes, spec, left, right)
+    per_task = joined.groupBy(F.spark_partition_id().alias("task")).count().collect()
+    assert sorted(row["task"] for row in per_task) == [0, 1]
+    assert all(1900 <= row["count"] <= 2100 for row in per_task)
 
 
 def test_a_checkpoint_written_before_the_state_format_was_recorded_is_refused(
