@@ -1,13 +1,19 @@
 """`streamjoin-python`, the interpreter of Spark's Python workers: pyspark from its installed
-package (bytecode cached), not from the zip Spark puts first on their PYTHONPATH."""
+package (bytecode cached), not from the zip Spark puts first on their PYTHONPATH; the workers are
+forked from one daemon that imported the service's modules."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 import pyspark
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from app.run.session import worker_python
 from ops.worker.interpreter import without_bundled_zips
@@ -45,3 +51,31 @@ def test_workers_are_forked_with_the_service_modules_already_imported(spark) -> 
     parent, preloaded = spark.sparkContext.parallelize([0], 1).map(_worker_facts).collect()[0]
     assert "-m ops.worker.daemon" in parent
     assert preloaded
+
+
+def _daemon_of_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"daemon": [os.getppid()]})
+
+
+class DaemonOfGroups(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Any:
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"daemon": [os.getppid()]})
+
+
+def test_stateful_stages_fork_their_workers_from_the_daemon_the_sources_use(spark) -> None:
+    """One daemon for every worker a query runs: a second one would import the service's
+    modules again and fork its workers during the first micro-batch."""
+    (arrow,) = spark.range(1).mapInArrow(_daemon_of_batches, "daemon long").collect()
+    (stateful,) = (
+        spark.range(1)
+        .groupBy("id")
+        .transformWithStateInPandas(DaemonOfGroups(), "daemon long", "Append", "None")
+        .collect()
+    )
+    assert stateful.daemon == arrow.daemon

@@ -34,6 +34,11 @@ DEFAULT_CONF = {
     "spark.python.worker.reuse": "true",
     # Workers forked with the modules they run already imported (`ops.worker.daemon`).
     "spark.python.daemon.module": "ops.worker.daemon",
+    # Spark starts a daemon per distinct worker environment, and its Arrow UDFs (the sources'
+    # decoding) add SPARK_SIMPLIFIED_TRACEBACK=1 where transformWithState adds nothing: set for
+    # every worker, the stateful stages fork from the daemon the others use, already running,
+    # instead of starting a second one (its imports, its idle workers) in the first batch.
+    "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
     # No byte limit on the Arrow batches sent to Python workers (the record limit stays): with
     # one, Spark asks the Arrow writer its size after every row, which for a column holding a
     # list (the Kafka headers) walks the whole batch so far: a large share of the JVM's time
