@@ -31,11 +31,14 @@ def streamjoin_command() -> list[str]:
 class Service:
     """`streamjoin run` in its own process group, its output kept in a log file."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], log_path: Path, command: list[str] | None = None
+    ) -> None:
+        """`command`: what starts it, if not `streamjoin run` (an earlier version, say)."""
         self.log_path = log_path
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [*streamjoin_command(), "run"],
+                command or [*streamjoin_command(), "run"],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import sys
 import urllib.request
 from collections import Counter
 from decimal import Decimal
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from app.cli import main
+from app.run.checkpoint import SPREAD_BUCKETS, STATE_RECORD
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, run_to_exit, service_env
 from tests.test_service import wait_for
@@ -211,9 +213,42 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
     run_until_materialized(kafka, out, env, tmp_path / "second.log", expected)
 
 
-def run_until_materialized(kafka: str, out: str, env: dict, log: Path, expected: Counter) -> None:
-    """Run the service until its output materializes to `expected`, then stop it (SIGTERM)."""
-    service = Service(env, log)
+# `streamjoin run` as the versions before the spread bucket ids ran it: every key bucket
+# grouped by its index (`app.run.key_buckets`), and a checkpoint record that does not say so
+BEFORE_SPREAD_IDS = [
+    sys.executable, "-c", "import sys; import app.run.pipeline as p; from app.cli import main; "
+    "p.spreads_buckets = lambda spark, location: False; sys.exit(main(['run']))",
+]  # fmt: skip
+
+
+def test_a_checkpoint_made_before_the_spread_bucket_ids_resumes_with_its_state_in_place(
+    kafka: str, tmp_path: Path, changelogs
+) -> None:
+    """Restarted by this version, a checkpoint whose buckets an earlier one grouped by their
+    index keeps them so: grouped by the spread ids, a bucket's keys would be looked for in
+    another state partition, and the orders after the restart would miss their products."""
+    orders_events, products_events = changelogs
+    orders, products, out = join_topics(kafka, partitions=3)
+    half = len(orders_events) // 2
+    produce_events(kafka, products, products_events, "product_id")
+    produce_events(kafka, orders, orders_events[:half], "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    products_table = final_table(products_events, "product_id")
+    first_half = expected_left_join(final_table(orders_events[:half], "order_id"), products_table)
+    run_until_materialized(kafka, out, env, tmp_path / "first.log", first_half, BEFORE_SPREAD_IDS)
+    record = json.loads((tmp_path / "ck" / STATE_RECORD).read_text())
+    assert not set(SPREAD_BUCKETS) & set(record)
+    produce_events(kafka, orders, orders_events[half:], "order_id")
+    expected = expected_left_join(final_table(orders_events, "order_id"), products_table)
+    run_until_materialized(kafka, out, env, tmp_path / "second.log", expected)
+
+
+def run_until_materialized(
+    kafka: str, out: str, env: dict, log: Path, expected: Counter, command: list[str] | None = None
+) -> None:
+    """Run the service (by `command`, if given) until its output materializes to `expected`,
+    then stop it (SIGTERM)."""
+    service = Service(env, log, command)
     try:
         wait_for(
             lambda: materialized(read_topic(kafka, out)) == expected,
