@@ -196,21 +196,7 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
 def test_restart_mid_stream_ends_in_the_same_final_table(
     kafka: str, tmp_path: Path, changelogs
 ) -> None:
-    orders_events, products_events = changelogs
-    orders, products, out = join_topics(kafka, partitions=3)
-    half = len(orders_events) // 2
-    produce_events(kafka, products, products_events, "product_id")
-    produce_events(kafka, orders, orders_events[:half], "order_id")
-    env = join_env(kafka, orders, products, out, tmp_path / "ck")
-    first_half = expected_left_join(
-        final_table(orders_events[:half], "order_id"), final_table(products_events, "product_id")
-    )
-    run_until_materialized(kafka, out, env, tmp_path / "first.log", first_half)
-    produce_events(kafka, orders, orders_events[half:], "order_id")
-    expected = expected_left_join(
-        final_table(orders_events, "order_id"), final_table(products_events, "product_id")
-    )
-    run_until_materialized(kafka, out, env, tmp_path / "second.log", expected)
+    restart_mid_stream(kafka, tmp_path, changelogs)
 
 
 # `streamjoin run` as the versions before the spread bucket ids ran it: every key bucket
@@ -227,20 +213,31 @@ def test_a_checkpoint_made_before_the_spread_bucket_ids_resumes_with_its_state_i
     """Restarted by this version, a checkpoint whose buckets an earlier one grouped by their
     index keeps them so: grouped by the spread ids, a bucket's keys would be looked for in
     another state partition, and the orders after the restart would miss their products."""
+    checkpoint = restart_mid_stream(kafka, tmp_path, changelogs, BEFORE_SPREAD_IDS)
+    record = json.loads((checkpoint / STATE_RECORD).read_text())
+    assert not set(SPREAD_BUCKETS) & set(record)
+
+
+def restart_mid_stream(
+    kafka: str, tmp_path: Path, changelogs, first_run: list[str] | None = None
+) -> Path:
+    """The service (the first time by `first_run`, if given) joins half the orders, is stopped,
+    and restarted on its checkpoint joins the rest: each time its output must materialize to
+    the join of the final tables so far. Returns the checkpoint."""
     orders_events, products_events = changelogs
     orders, products, out = join_topics(kafka, partitions=3)
     half = len(orders_events) // 2
     produce_events(kafka, products, products_events, "product_id")
     produce_events(kafka, orders, orders_events[:half], "order_id")
-    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    checkpoint = tmp_path / "ck"
+    env = join_env(kafka, orders, products, out, checkpoint)
     products_table = final_table(products_events, "product_id")
     first_half = expected_left_join(final_table(orders_events[:half], "order_id"), products_table)
-    run_until_materialized(kafka, out, env, tmp_path / "first.log", first_half, BEFORE_SPREAD_IDS)
-    record = json.loads((tmp_path / "ck" / STATE_RECORD).read_text())
-    assert not set(SPREAD_BUCKETS) & set(record)
+    run_until_materialized(kafka, out, env, tmp_path / "first.log", first_half, first_run)
     produce_events(kafka, orders, orders_events[half:], "order_id")
     expected = expected_left_join(final_table(orders_events, "order_id"), products_table)
     run_until_materialized(kafka, out, env, tmp_path / "second.log", expected)
+    return checkpoint
 
 
 def run_until_materialized(
