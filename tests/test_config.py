@@ -184,10 +184,12 @@ def test_spark_keys_written_with_underscores_are_spelled_as_spark_spells_them() 
     """Spark's keys are case-sensitive: `spark.driver.extrajavaoptions` would be ignored."""
     config = load_config({
         **BASE, "SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": "-Dx=1",
+        "SPARK_CONF_SPARK_DRIVER_DEFAULTJAVAOPTIONS": "-Dy=1",
         "SPARK_CONF_SPARK_SQL_STREAMING_STATESTORE_PROVIDERCLASS": "p",
     })  # fmt: skip
     assert config.spark_conf == {
         "spark.driver.extraJavaOptions": "-Dx=1",
+        "spark.driver.defaultJavaOptions": "-Dy=1",
         "spark.sql.streaming.stateStore.providerClass": "p",
     }
 
