@@ -29,11 +29,14 @@ def test_the_driver_compiles_with_c2_thresholds_ten_times_java_s(spark) -> None:
 
 def _driver_command(conf: dict[str, str]) -> list[str]:
     """The driver's Java command as Spark's launcher builds it when PySpark starts a session
-    with `conf` (what `spark-submit` runs; `spark-class` reads it from the launcher)."""
+    with `conf` (what `spark-submit` runs; `spark-class` reads it from the launcher, run by the
+    Java it finds as `spark-class` does)."""
     home = Path(pyspark.__file__).parent
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
     settings = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
     printed = subprocess.run(
-        ["java", "-Xmx128m", "-cp", f"{home / 'jars'}/*", "org.apache.spark.launcher.Main",
+        [java, "-Xmx128m", "-cp", f"{home / 'jars'}/*", "org.apache.spark.launcher.Main",
          "org.apache.spark.deploy.SparkSubmit", "--master", "local", *settings, "pyspark-shell"],
         env={**os.environ, "SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.13"},
         capture_output=True, text=True, check=True,
