@@ -25,11 +25,6 @@ from serdes.kafka.datasource import KafkaDataSource
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
-# Java's four Tier4 (C2) thresholds, ten times their defaults.
-C2_LATER = (
-    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
-)
 DEFAULT_CONF = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -44,13 +39,6 @@ DEFAULT_CONF = {
     # every worker, the stateful stages fork from the daemon the others use, already running,
     # instead of starting a second one (its imports, its idle workers) in the first batch.
     "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
-    # Spark's analyzer, optimizer and planner run once a micro-batch, so with Java's compile
-    # thresholds their methods reach C2 one after another all through a long run, and compiling
-    # them keeps a core the query needs busy; at ten times C2's thresholds that code stays with
-    # C1's, while what runs per row still reaches C2 within a batch or two (`docs/performance.md`).
-    # The driver's JVM only (a local master's tasks run in it): an executor plans nothing.
-    # Spark puts these before `spark.driver.extraJavaOptions`, so an operator's own flags win.
-    "spark.driver.defaultJavaOptions": C2_LATER,
     # No byte limit on the Arrow batches sent to Python workers (the record limit stays): with
     # one, Spark asks the Arrow writer its size after every row, which for a column holding a
     # list (the Kafka headers) walks the whole batch so far: a large share of the JVM's time
@@ -193,12 +181,6 @@ class SparkStartError(RuntimeError):
     """Spark did not start; the message is the first line of why (the JVM's, or Spark's)."""
 
 
-def session_conf(conf: dict[str, str] | None, checkpoint: str | None) -> dict[str, str]:
-    """The service's defaults, those of the `checkpoint` location's file system, then `conf`."""
-    local = checkpoint_conf(checkpoint) if checkpoint else {}
-    return jvm_options({**DEFAULT_CONF, **local, **(conf or {})})
-
-
 def build_session(
     master: str, conf: dict[str, str] | None = None, checkpoint: str | None = None
 ) -> SparkSession:
@@ -212,7 +194,8 @@ def build_session(
         # Everything runs on this host: keep Spark's own sockets on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
-    for key, value in session_conf(conf, checkpoint).items():
+    local = checkpoint_conf(checkpoint) if checkpoint else {}
+    for key, value in jvm_options({**DEFAULT_CONF, **local, **(conf or {})}).items():
         builder = builder.config(key, value)
     try:
         with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it
