@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,68 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
     rows = output()
     assert sorted((r for r in rows if r[0] != "o9"), key=str) == sorted(expected, key=str)
     assert all(r.header("op") == b"+I" for r in read_topic(kafka, out))
+
+
+def skewed_backlog(partitions: int, per_partition: int, behind: int) -> tuple[list, list]:
+    """Orders and their shipments (30 minutes later), one every 10 minutes in each partition,
+    produced so that record `i` lands in partition `i % partitions` (`produce`): the last
+    partition's run `behind` hours behind the others' in event time."""
+    orders, shipments = [], []
+    for n in range(per_partition):
+        for p in range(partitions):
+            minutes = n * 10 - (behind * 60 if p == partitions - 1 else 0)
+            ordered = datetime(2026, 11, 22, 12) + timedelta(minutes=minutes)
+            shipped = ordered + timedelta(minutes=30)
+            orders.append({"order_id": f"o{p}-{n}", "ot": f"{ordered:%Y-%m-%d %H:%M:%S}.000"})
+            shipments.append({"ship_id": f"s{p}-{n}", "order_id": f"o{p}-{n}",
+                              "st": f"{shipped:%Y-%m-%d %H:%M:%S}.000"})  # fmt: skip
+    return orders, shipments
+
+
+def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
+    kafka: str, tmp_path: Path
+) -> None:
+    """A backlog of 4 partitions read 40 records a micro-batch, one partition five hours behind
+    the others in event time. Flink's Kafka source keeps a watermark per partition, the input's
+    the least of them, so none of that partition's rows is late and every pair joins; a
+    watermark over the whole topic would pass its rows at the second micro-batch."""
+    partitions, per_partition = 4, 40
+    orders, shipments, out = join_topics(kafka, partitions)
+    order_rows, shipment_rows = skewed_backlog(partitions, per_partition, behind=5)
+    produce(kafka, orders, [json.dumps(r).encode() for r in order_rows], partitions)
+    produce(kafka, shipments, [json.dumps(r).encode() for r in shipment_rows], partitions)
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
+        MAX_RECORDS_PER_TRIGGER="40", STATE_PARTITIONS="2",
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
+        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)", RIGHT_TIME="st",
+        JOIN_TYPE="interval", JOIN_KIND="inner", OUTPUT_ENCODING="append",
+        JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '1' HOUR AND R.st",
+        JOIN_SELECT="L.order_id, R.ship_id",
+    )  # fmt: skip
+    expected = {(s["order_id"], s["ship_id"]) for s in shipment_rows}
+
+    def joined() -> set[tuple]:
+        return {(v["order_id"], v["ship_id"]) for v in map(json.loads, (
+            r.value for r in read_topic(kafka, out)))}  # fmt: skip
+
+    def late() -> float:
+        return sum(metric(service, f'streamjoin_late_rows_total{{side="{side}"}}') or 0
+                   for side in ("left", "right"))  # fmt: skip
+
+    service = Service(env, tmp_path / "log")
+    try:
+        wait_for(lambda: joined() == expected or late() > 0, 300,
+                 "the pairs never all came", service)  # fmt: skip
+        assert late() == 0
+        # every partition moved the watermark: it stands at the lagging partition's rows
+        watermark = metric(service, "streamjoin_watermark_seconds")
+        lagging = datetime(2026, 11, 22, 7, tzinfo=timezone.utc).timestamp()
+        assert watermark is not None and lagging < watermark < lagging + per_partition * 600
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert joined() == expected
 
 
 def state_rows(service: Service) -> float:

@@ -9,6 +9,7 @@ reads it here, not from the session.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any, NoReturn
 
 from pyspark.sql import SparkSession
@@ -20,6 +21,7 @@ from state.store.encoding import FORMAT
 STATE_RECORD = "streamjoin-state.json"  # beside Spark's own logs in the checkpoint
 HELD_ROWS = "streamjoin-held-rows.json"  # see `HeldRowsRecord`
 READ_TASKS = "read_tasks"  # in the state record, see `read_tasks`
+JOB = "job"  # in the state record, see `job_id`
 
 
 def _filesystem(spark: SparkSession, path: Any) -> Any:
@@ -211,6 +213,17 @@ def set_read_tasks(spark: SparkSession, location: str, tasks: int) -> None:
     """Record how many tasks read each input from now on: after a rescale, whose batch leaves
     no batch pending that the old tasks would have to re-run (`read_tasks`)."""
     _write_record(spark, location, {**(_record(spark, location) or {}), READ_TASKS: tasks})
+
+
+def job_id(spark: SparkSession, location: str) -> str:
+    """The id of the job whose checkpoint is at `location`: made with its state record and
+    kept for its life, so that what the job keeps outside the checkpoint (each input
+    partition's largest event time, `serdes.kafka.event_times`) is never an earlier job's."""
+    record = _record(spark, location) or {}
+    if not isinstance(record.get(JOB), str):
+        record[JOB] = uuid.uuid4().hex[:16]
+        _write_record(spark, location, record)
+    return record[JOB]
 
 
 def _shown(value: Any) -> Any:

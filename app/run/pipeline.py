@@ -38,6 +38,7 @@ from app.run.checkpoint import (
     VERSIONS_AS_IS,
     HeldRowsRecord,
     check_state_record,
+    job_id,
     normalizes_versions,
     read_tasks,
     shuffle_partitions,
@@ -63,6 +64,7 @@ from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION, EVENT_T
 from ops.state_report import PlannedOperator
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
 from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.avro_out import as_avro
@@ -88,10 +90,11 @@ FORMATS = {  # the decoder of each input format, in the registry's order
 
 
 def read_input(spark: SparkSession, config: Config, source: InputConfig,
-               drain_marker: Path | None, tasks: int | None,
-               name: str = NAME) -> DataFrame:  # fmt: skip
+               drain_marker: Path | None, tasks: int | None, name: str = NAME,
+               marks_group: str | None = None) -> DataFrame:  # fmt: skip
     """The input's Kafka records, from the data source registered as `name`, read by `tasks`
-    tasks a micro-batch (one per partition if None)."""
+    tasks a micro-batch (one per partition if None); with `marks_group`, their watermark
+    column filled as `serdes.kafka.event_times` says."""
     reader = (
         spark.readStream.format(name)
         .option("topic", source.topic)
@@ -102,6 +105,8 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
         reader = reader.option("drainMarker", str(drain_marker))
     if tasks is not None:
         reader = reader.option("readTasks", str(tasks))
+    if marks_group is not None:
+        reader = reader.option("marksGroup", marks_group)
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     if on_wall_clock(config):
@@ -114,17 +119,20 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
 
 
 def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
-                 letters: DeadLetterTopic, keep_records: bool,
-                 drain_marker: Path | None, tasks: int | None) -> DataFrame:  # fmt: skip
+                 letters: DeadLetterTopic, keep_records: bool, drain_marker: Path | None,
+                 tasks: Writers, job: str) -> DataFrame:  # fmt: skip
     """The input's changes as `decode_input` gives them, decoded by the tasks that read the
     topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
-    own; its dead letters written by those tasks."""
+    own; its dead letters written by those tasks; the watermark column filled where the input
+    has event time and several partitions (`watermarked`), its marks kept for the `job`."""
     make_format = format_factory(config, source)
     decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
                      keep_records, source.metadata)  # fmt: skip
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
-    return read_input(spark, config, source, drain_marker, tasks, name)
+    per_partition = source.time != "proctime" and tasks.partitions[source.topic] > 1
+    group = marks_group(job, source.side) if per_partition else None
+    return read_input(spark, config, source, drain_marker, tasks.read, name, group)
 
 
 _SOURCE_NAMES = itertools.count()
@@ -196,15 +204,26 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
     return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
 
 
-def timed_changes(decoded: DataFrame, source: InputConfig, records: bool = False) -> DataFrame:
-    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark; with
-    `records`, each with its Kafka record's columns (kept by `decode_input`)."""
+def watermarked(changes: DataFrame, delay_ms: int, partitions: int) -> DataFrame:
+    """`changes` under their input's watermark, as Flink's Kafka source makes it: each
+    partition's own (the largest event time it has shown, less `delay_ms`), the input's the
+    least of its topic's `partitions`' (a partition behind the others in event time holds the
+    input back, and none of its rows falls behind a watermark the others moved). With one
+    partition that is Spark's own, of the event time; with several, of the column the reading
+    tasks fill with the least of the partitions' largest event times (`serdes.kafka.
+    event_times`). The query's watermark is the least of its inputs' (Spark's `min` policy)."""
+    column = "event_time" if partitions <= 1 else WATERMARK_COLUMN
+    return changes.withWatermark(column, f"{delay_ms} milliseconds")
+
+
+def timed_changes(decoded: DataFrame, source: InputConfig, partitions: int = 1,
+                  records: bool = False) -> DataFrame:  # fmt: skip
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`,
+    over its topic's `partitions`); with `records`, each with its Kafka record's columns (kept
+    by `decode_input`)."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
-        # The input's watermark: the largest event time seen, minus the configured delay.
-        good = good.withWatermark(
-            "event_time", f"{source.watermark_delay_ms} milliseconds"
-        ).observe(
+        good = watermarked(good, source.watermark_delay_ms, partitions).observe(
             EVENT_TIME_OBSERVATION.format(side=source.side),
             F.max(F.unix_millis("event_time")).alias("max_ms"),
         )
@@ -252,6 +271,7 @@ def joined_output(
     metrics: ServiceMetrics,
     tasks: Writers,
     drain_marker: Path | None,
+    job: str,
 ) -> DataFrame:
     stages = join_stages(config)
     first, last = stages[0], stages[-1]
@@ -266,8 +286,10 @@ def joined_output(
         letters = DeadLetterTopic(config.output.dlq_topic, config.kafka_client_config(),
                                   exactly_once, tasks.first[source.side])  # fmt: skip
         decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
-                               lookup_letters is not None, drain_marker, tasks.read)  # fmt: skip
-        return timed_changes(decoded, source, records=lookup_letters is not None)
+                               lookup_letters is not None, drain_marker, tasks, job)  # fmt: skip
+        return timed_changes(
+            decoded, source, tasks.partitions[source.topic], records=lookup_letters is not None
+        )
 
     materialize = upsert_materialized(config)
     multi_way = multi_way_spec(config)
@@ -439,26 +461,29 @@ class Writers:
     one per state partition (the joined changes, `0 ..`), then one per partition of each input
     (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
     one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on. `read`
-    tasks read each input's partitions (`app.run.checkpoint.read_tasks`)."""
+    tasks read each input's partitions (`app.run.checkpoint.read_tasks`); `partitions` is how
+    many each input topic has."""
 
     count: int
     first: dict[str, int]
     read: int | None
+    partitions: dict[str, int]
 
 
 def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
     topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
+    partitions = {s.topic: len(topics[s.topic].partitions) for s in config.inputs()}
     count = shuffle_partitions(spark, config.checkpoint_location)
     first = {}
     for source in config.inputs():
         first[source.side] = count
-        count += len(topics[source.topic].partitions)
+        count += partitions[source.topic]
     if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
         first[LOOKUP] = count
         count += max(shuffle_partitions(spark, config.checkpoint_location),
                      len(topics[config.left.topic].partitions))  # fmt: skip
-    return Writers(count, first, read_tasks(spark, config.checkpoint_location))
+    return Writers(count, first, read_tasks(spark, config.checkpoint_location), partitions)
 
 
 def state_settings(config: Config) -> dict[str, object]:
@@ -537,7 +562,9 @@ def start(
     if held is not None:
         metrics.held_rows.accumulator.add(held.restored())
     if config.join.type != FORWARD:
-        output = joined_output(spark, config, metrics, tasks, drain_marker)
+        output = joined_output(
+            spark, config, metrics, tasks, drain_marker, job_id(spark, config.checkpoint_location)
+        )
     else:
         left, right = (
             read_input(spark, config, s, drain_marker, tasks.read)

@@ -12,6 +12,8 @@ partition if unset); `drainmarker` (a file whose existence means: offer no more 
 `boundedatstart` (`true`: offer only what the topic held when the query started, as Spark's
 available-now trigger does, under any trigger); `wakeatstart` (`true`: the first plan of every start
 is a micro-batch, new records or none: see `KafkaStreamReader`);
+`marksgroup` (the consumer group where the reading tasks keep each partition's largest event
+time, for an input whose watermark is its partitions' least: see `serdes.kafka.event_times`);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka.transactions`); and `kafka.<property>` for every librdkafka client property.
 """
@@ -69,6 +71,7 @@ class KafkaDataSource(DataSource):
             wake=self.options.get("wakeatstart") == "true",
             transform=self.transform,
             tasks=int(tasks) if (tasks := self.options.get("readtasks")) else None,
+            marks_group=self.options.get("marksgroup"),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

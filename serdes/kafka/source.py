@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from ops.worker.collector import settle_worker
+from serdes.kafka.event_times import EVENT_TIMES, Marks, PartitionMarks, planned_marks
 from serdes.kafka.offsets import PartitionBounds
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -61,11 +62,12 @@ class OffsetRanges(InputPartition):
     topic: str
     ranges: dict[int, tuple[int, int]]
     client_config: dict[str, str]
+    marks: PartitionMarks | None = None  # to fill the watermark column (`event_times`)
 
 
 def task_ranges(
     topic: str, start: dict[str, int], end: dict[str, int], tasks: int | None,
-    client_config: dict[str, str],
+    client_config: dict[str, str], marks: PartitionMarks | None = None,
 ) -> list[OffsetRanges]:  # fmt: skip
     """The micro-batch's reading tasks: partition `p` read by task `p % tasks`, or each
     partition by a task of its own when `tasks` is None; partitions with nothing new, and
@@ -83,7 +85,7 @@ def task_ranges(
         if stop > first:
             group = partition % tasks if tasks else partition
             groups.setdefault(group, {})[partition] = (first, stop)
-    return [OffsetRanges(topic, groups[g], client_config) for g in sorted(groups)]
+    return [OffsetRanges(topic, groups[g], client_config, marks) for g in sorted(groups)]
 
 
 def split_limit(available: dict[int, int], limit: int) -> dict[int, int]:
@@ -113,8 +115,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                  max_records: int | None, drain_marker: str | None = None,
                  transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
                  | None = None, tasks: int | None = None,
-                 bounded: bool = False, wake: bool = False) -> None:  # fmt: skip
+                 bounded: bool = False, wake: bool = False,
+                 marks_group: str | None = None) -> None:  # fmt: skip
         self.topic = topic
+        # where the reading tasks commit each partition's largest event time, for an input
+        # whose watermark is its partitions' least (`serdes.kafka.event_times`); None: none
+        self.marks_group = marks_group
         self.tasks = tasks  # reading tasks a micro-batch (see `task_ranges`)
         self.transform = transform  # what a task's batches go through (decoding), if anything
         self.drain_marker = drain_marker
@@ -172,30 +178,54 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         available = {p: max(0, ends[p] - starts[p]) for p in ends}
         if isinstance(limit, ReadMaxRows):
             available = split_limit(available, limit.max_rows)
-        return self._as_offsets({p: starts[p] + available.get(p, 0) for p in ends})
+        planned = {p: starts[p] + available.get(p, 0) for p in ends}
+        if self.marks_group is None or planned == begun:
+            return self._as_offsets(planned, _marks(start))  # nothing to read: start unchanged
+        marks = planned_marks(self.client_config, self.marks_group, self.topic, ends,
+                              _marks(start))  # fmt: skip
+        return self._as_offsets(planned, marks)
 
     def reportLatestOffset(self) -> Offsets:
         return self._as_offsets(self.bounds.ends())
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRanges]:
+        marks = None
+        if self.marks_group is not None:
+            known = _marks(end)
+            marks = PartitionMarks(
+                self.marks_group, {int(p): known.get(int(p)) for p in end.get(self.topic, {})}
+            )
         return task_ranges(self.topic, start.get(self.topic, {}), end.get(self.topic, {}),
-                           self.tasks, self.client_config)  # fmt: skip
+                           self.tasks, self.client_config, marks)  # fmt: skip
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRanges)
         settle_worker()
         batches = read_range(partition)
-        return batches if self.transform is None else self.transform(batches)
+        if self.transform is None:
+            return batches
+        decoded = self.transform(batches)
+        if partition.marks is None:
+            return decoded
+        return partition.marks.stamped(decoded, partition.ranges, partition.topic,
+                                       partition.client_config)  # fmt: skip
 
     def stop(self) -> None:
         if self._bounds is not None:
             self._bounds.close()
 
-    def _as_offsets(self, offsets: dict[int, int]) -> Offsets:
+    def _as_offsets(self, offsets: dict[int, int], marks: Marks | None = None) -> Offsets:
         planned: Offsets = {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
         if self.started is not None:
             planned[STARTED] = {"ns": self.started}  # no topic has this name: it holds a space
+        if marks:
+            planned[EVENT_TIMES] = {str(p): m for p, m in sorted(marks.items()) if m is not None}
         return planned
+
+
+def _marks(offsets: Offsets) -> Marks:
+    """The partition marks a micro-batch's offsets carry (`serdes.kafka.event_times`)."""
+    return {int(p): m for p, m in offsets.get(EVENT_TIMES, {}).items()}
 
 
 def record_batch(messages: list, topic: str) -> pa.RecordBatch:

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 
 from ops.worker.collector import settle_worker
 from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.event_times import WATERMARK_COLUMN
 from serdes.kafka.produce import OutputRecord
 from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
 from serdes.records.formats import Change
@@ -46,6 +47,7 @@ def decoded_schema(row_type: StructType) -> StructType:
             StructField("row", row_type),
             StructField("timestamp", TimestampType()),
             StructField("event_time", TimestampType()),
+            StructField(WATERMARK_COLUMN, TimestampType()),  # see `serdes.kafka.event_times`
             StructField("reason", StringType()),
             StructField("error", StringType()),
             StructField("key", BinaryType()),
@@ -123,8 +125,11 @@ class _Output:
             "op": decoded("op", self.ops), "seq": decoded("seq", self.seqs),
             "row": decoded("row", self.rows), "timestamp": self.batch.column("timestamp").take(src),
             "event_time": decoded("event_time", self.event_times),
+            WATERMARK_COLUMN: pa.nulls(n, schema.field(WATERMARK_COLUMN).type),
             "reason": of_error("reason"), "error": of_error("error"),
         } | {name: of_record(name) for name in RECORD_COLUMNS}  # fmt: skip
+        # every change's partition: the input's watermark is its partitions' least
+        columns["partition"] = self.batch.column("partition").take(src)
         return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 

@@ -1,0 +1,112 @@
+"""An input's watermark as Flink's Kafka source makes it: each partition's own, the least of them.
+
+Flink keeps a watermark per Kafka partition (its largest event time so far, less the delay) and
+an input's is their least, so a partition behind the others in event time (a backlog read a
+micro-batch at a time, a producer that lags) holds the input back and none of its rows is late.
+Spark keeps one watermark per `withWatermark`, from the largest value its column takes in a
+micro-batch, and forbids a second one on the same rows. So the reading tasks of an input with
+several partitions fill that column (`WATERMARK_COLUMN`, of the decoded rows) themselves: with
+the least, over all the topic's partitions, of each one's largest event time so far, counting
+what the task read for its own partitions and what earlier micro-batches left for the others.
+Until every partition has shown a row the column is null (Spark counts it as 0): the input's
+watermark waits, as Flink's does.
+
+What earlier micro-batches left travels through Kafka: each task commits, for each partition it
+read, that partition's largest event time (epoch ms) as the offset of a consumer group of the
+job's own (`marks_group`; the offset, not its metadata, which not every broker keeps). The
+driver's reader fetches them when it plans a micro-batch with records and writes them into that
+micro-batch's offsets (`EVENT_TIMES`), which Spark checkpoints: a micro-batch run again after a
+restart sees what it saw the first time. A commit that failed leaves an older, smaller mark:
+the watermark waits longer, it never passes a row it should not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from serdes.kafka.group_offsets import committed
+
+# The decoded rows' column an input with several partitions takes its watermark from
+WATERMARK_COLUMN = "watermark_time"
+# In a micro-batch's offsets beside the topic's: each partition's largest event time before it
+# (no topic has this name: it holds a space)
+EVENT_TIMES = "event times"
+
+log = logging.getLogger(__name__)
+
+Marks = dict[int, int | None]  # partition -> largest event time so far, epoch ms (None: none)
+
+
+def marks_group(job: str, side: str) -> str:
+    """The consumer group an input's partition marks are committed to: the job's own (`job`
+    is made with its checkpoint), so that a new checkpoint never starts from an old job's."""
+    return f"streamjoin-event-times-{job}-{side}"
+
+
+def _highest(*marks: int | None) -> int | None:
+    known = [m for m in marks if m is not None]
+    return max(known) if known else None
+
+
+def planned_marks(client_config: dict[str, str], group: str, topic: str,
+                  partitions: Iterable[int], before: Marks) -> Marks:  # fmt: skip
+    """The marks a micro-batch starts from: those of the micro-batch before (`before`) raised
+    to what its tasks committed to `group`."""
+    partitions = list(partitions)
+    fetched = committed(client_config, group, topic, partitions)
+    return {p: _highest(before.get(p), fetched.get(p)) for p in partitions}
+
+
+@dataclass(frozen=True)
+class PartitionMarks:
+    """What a reading task needs to fill the watermark column: every partition of the topic
+    with its mark before this micro-batch (`known`), and where to commit its own."""
+
+    group: str
+    known: Marks
+
+    def stamped(self, batches: Iterator[pa.RecordBatch], own: Iterable[int], topic: str,
+                client_config: dict[str, str]) -> Iterator[pa.RecordBatch]:  # fmt: skip
+        """The decoded `batches` of partitions `own`, each with the watermark column set to the
+        least mark so far over all partitions; the own partitions' marks committed at the end."""
+        highest = {p: self.known.get(p) for p in own}
+        for batch in batches:
+            times = pc.cast(batch.column("event_time"), pa.int64())
+            partition = batch.column("partition")
+            for p in highest:
+                latest = pc.max(pc.filter(times, pc.equal(partition, p))).as_py()
+                highest[p] = _highest(highest[p], None if latest is None else latest // 1000)
+            marks = [highest.get(p, m) for p, m in self.known.items()]
+            least = None if None in marks else min(marks, default=None)
+            yield _with_watermark(batch, least)
+        self._commit(highest, topic, client_config)
+
+    def _commit(self, highest: Marks, topic: str, client_config: dict[str, str]) -> None:
+        offsets = [TopicPartition(topic, p, max(m, 0)) for p, m in highest.items() if m is not None]
+        if not offsets:
+            return
+        consumer = Consumer({**client_config, "group.id": self.group, "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as err:
+            log.warning("could not record the event times read from %s (group %s): %s; the "
+                        "watermark waits for the next micro-batch's", topic, self.group,
+                        err.args[0].str() if err.args else err)  # fmt: skip
+        finally:
+            consumer.close()
+
+
+def _with_watermark(batch: pa.RecordBatch, ms: int | None) -> pa.RecordBatch:
+    column = batch.schema.get_field_index(WATERMARK_COLUMN)
+    field = batch.schema.field(column)
+    value = pa.nulls(batch.num_rows, field.type) if ms is None else pa.array(
+        [ms * 1000] * batch.num_rows, pa.int64()).cast(field.type)  # fmt: skip
+    columns = list(batch.columns)
+    columns[column] = value
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
