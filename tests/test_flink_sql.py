@@ -245,8 +245,12 @@ def test_what_streamjoin_does_not_run_is_refused_with_its_line(
         ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
          "'timestamp'", "'scan.startup.mode' 'timestamp' is not supported"),
         ("'connector' = 'filesystem', 'path' = '/x'", "'connector' 'filesystem'"),
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'value.fields-include' = "
+         "'EXCEPT_KEY'", "'value.fields-include' 'EXCEPT_KEY' is not supported"),
+        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'sink.partitioner' = "
+         "'round-robin'", "'sink.partitioner' 'round-robin' is not supported"),
     ],
-    ids=["format", "option", "secret", "startup", "connector"],
+    ids=["format", "option", "secret", "startup", "connector", "fields-include", "partitioner"],
 )  # fmt: skip
 def test_connector_options_streamjoin_does_not_know_are_refused(table: str, says: str) -> None:
     script = (f"CREATE TABLE a (k STRING)\n  WITH ({table});\n{PRODUCTS}{OUT}"
@@ -254,6 +258,33 @@ def test_connector_options_streamjoin_does_not_know_are_refused(table: str, says
               "p.product_id;")  # fmt: skip
     message = refusal(script)
     assert message.startswith("line 1: ") and says in message, message
+
+
+HINTED = (
+    "\nINSERT INTO out\nSELECT {hint} o.order_id, p.name, p.price FROM orders o JOIN "
+    "products FOR SYSTEM_TIME AS OF o.order_time AS p ON o.product_id = p.product_id;"
+)
+
+
+@pytest.mark.parametrize(
+    ("hint", "name"),
+    [
+        ("/*+ STATE_TTL('o' = '2 min') */", "STATE_TTL"),
+        ("/*+ LOOKUP('table' = 'p', 'retry-predicate' = 'lookup_miss') */", "LOOKUP"),
+        ("/*+ MULTI_JOIN(o, p), BROADCAST(p) */", "BROADCAST"),
+        ("/*+ OPTIONS('scan.startup.mode' = 'latest-offset') */", "OPTIONS"),
+    ],
+    ids=["state-ttl", "lookup", "second-of-two", "options"],
+)  # fmt: skip
+def test_a_hint_streamjoin_does_not_run_is_refused_not_dropped(hint: str, name: str) -> None:
+    message = refusal(ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint))
+    assert message == (f"line 24: the hint {name} is not supported: the job would run without "
+                       "it (hints streamjoin runs: MULTI_JOIN)")  # fmt: skip
+
+
+def test_comments_that_are_not_hints_are_comments() -> None:
+    script = ORDERS + PRODUCTS + OUT + HINTED.format(hint="/* STATE_TTL('o' = '2 min') */")
+    assert compile_script(script).variables["JOIN_TYPE"] == "temporal"
 
 
 def test_statements_keep_their_lines_past_comments_and_quoted_semicolons() -> None:
@@ -320,6 +351,19 @@ def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) ->
     assert result.stderr.splitlines() == [
         "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 23: GROUP BY is "
         "not supported: streamjoin runs joins only"
+    ]
+
+
+def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
+    hint = "/*+ STATE_TTL('o' = '2 min') */"
+    env = service_env(STREAMJOIN_SQL=ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint),
+                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
+    result = run_to_exit(env, timeout_s=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 24: the hint "
+        "STATE_TTL is not supported: the job would run without it (hints streamjoin runs: "
+        "MULTI_JOIN)"
     ]
 
 

@@ -30,7 +30,10 @@ _STARTUP = {
     "group-offsets": "group-offsets",
 }
 # Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
-_IGNORED = {"value.fields-include", "sink.partitioner"}
+# Options whose only value streamjoin runs is Flink's default: any other is refused
+_DEFAULT_ONLY = {"value.fields-include": "ALL", "sink.partitioner": "default"}
+# Flink's query hints (`/*+ NAME(…) */`) streamjoin runs; any other is refused, never dropped
+HINTS = ("MULTI_JOIN",)
 
 
 class SqlError(ValueError):
@@ -93,8 +96,38 @@ class Compiled:
 # --- statements ---------------------------------------------------------------------------
 
 
+def _hint_names(body: str) -> list[str]:
+    """The names of the hints in a hint comment's `body` (`NAME(…), NAME(…)`): the words
+    outside parentheses and quotes."""
+    names, depth, quote, word = [], 0, "", ""
+    for char in body + " ":
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'`\"":
+            quote = char
+        elif char.isalnum() or char == "_":
+            word += char if depth == 0 else ""
+            continue
+        else:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+        if word:
+            names.append(word)
+            word = ""
+    return names
+
+
+def _check_hints(line: int, body: str) -> None:
+    """Refuse a hint streamjoin would not run: the job would run without it, silently."""
+    for name in _hint_names(body):
+        if name.upper() not in HINTS:
+            raise SqlError(line, f"the hint {name.upper()} is not supported: the job would run "
+                           f"without it (hints streamjoin runs: {', '.join(HINTS)})")  # fmt: skip
+
+
 def statements(text: str) -> Iterator[tuple[int, str]]:
-    """Each statement without its comments, with the line it starts on."""
+    """Each statement without its comments, with the line it starts on; a hint streamjoin
+    does not run (`HINTS`) is refused, since dropped with its comment the job would run
+    without it."""
     current: list[str] = []
     line, start, i, quote = 1, 0, 0, ""
     while i < len(text):
@@ -114,6 +147,8 @@ def statements(text: str) -> Iterator[tuple[int, str]]:
         elif text.startswith("/*", i):
             end = text.find("*/", i + 2)
             skipped = text[i : len(text) if end < 0 else end + 2]
+            if skipped.startswith("/*+"):
+                _check_hints(line, skipped[3:].removesuffix("*/"))
             line += skipped.count("\n")
             i += len(skipped)
             current.append(" ")
@@ -334,8 +369,12 @@ class _Options:
         return self.left.pop(key, None)
 
     def refuse_rest(self) -> None:
-        for key in _IGNORED:
-            self.left.pop(key, None)
+        for key, default in _DEFAULT_ONLY.items():
+            value = self.left.pop(key, default)
+            if value.lower() != default.lower():
+                raise SqlError(self.table.line, f"CREATE TABLE {self.table.name}: '{key}' "
+                               f"{value!r} is not supported (only Flink's default, "
+                               f"{default!r})")  # fmt: skip
         if self.left:
             key = sorted(self.left)[0]
             raise SqlError(self.table.line, f"CREATE TABLE {self.table.name}: the option "
