@@ -139,6 +139,41 @@ def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
         check_state_record(spark, checkpoint, {**layout, "OUTPUT_KEY": "id"})
 
 
+def test_a_checkpoint_made_before_what_its_state_means_was_recorded_takes_it_at_a_restart(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An earlier version recorded no join kind, keys nor columns: its checkpoint resumes and
+    records them, and from then on a change of them is refused."""
+    checkpoint = str(tmp_path / "checkpoint")
+    layout = {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 32}
+    check_state_record(spark, checkpoint, layout)  # as the earlier version recorded it
+    checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2)
+    meaning = {"JOIN_KIND": "left", "LEFT_PRIMARY_KEY": "order_id"}
+    check_state_record(spark, checkpoint, layout, meaning=meaning)
+    check_state_record(spark, checkpoint, layout, meaning=meaning)
+    with pytest.raises(StartupError, match=r"^JOIN_KIND: inner, .*JOIN_KIND=left: set it back"):
+        check_state_record(spark, checkpoint, layout, meaning=meaning | {"JOIN_KIND": "inner"})
+
+
+def test_a_record_whose_replacement_a_kill_cut_between_its_two_steps_is_read_whole(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A record is replaced in two steps: the new one written to a file of its own, the old one
+    removed, the new renamed into place. Killed between the last two, the checkpoint had no
+    record and every later start was refused; the new one is now taken from where it was
+    written."""
+    checkpoint = tmp_path / "checkpoint"
+    layout = {"JOIN_TYPE": "regular", "JOIN_STATE_BUCKETS": 32}
+    check_state_record(spark, str(checkpoint), layout)
+    checkpoint_of_a_stateful_query(spark, tmp_path, partitions=2, checkpoint=str(checkpoint))
+    record = checkpoint / STATE_RECORD
+    (checkpoint / f"{STATE_RECORD}.tmp").write_text(record.read_text())  # the first step done
+    record.unlink()  # the second: the kill comes before the third
+    check_state_record(spark, str(checkpoint), layout)
+    assert state_buckets(spark, str(checkpoint)) == 32
+    assert json.loads(record.read_text())["JOIN_STATE_BUCKETS"] == 32
+
+
 def test_a_temporal_join_made_behind_a_versioned_table_normalizer_keeps_it(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -415,3 +415,66 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
     }  # fmt: skip
     assert letter.header("streamjoin.error") == b"CAST(L.qty AS INT) failed on the value lots"
     assert letter.header("streamjoin.error.reason") == b"cast"
+
+
+@pytest.mark.parametrize(
+    ("changed", "refusal"),
+    [
+        ({"JOIN_ON": "L.order_id = R.product_id"},
+         "JOIN_ON's keys: L.order_id = R.product_id, but the checkpoint at CHECKPOINT_LOCATION "
+         "holds state made with JOIN_ON's keys=L.product_id = R.product_id"),
+        ({"JOIN_KIND": "inner"},
+         "JOIN_KIND: inner, but the checkpoint at CHECKPOINT_LOCATION holds state made with "
+         "JOIN_KIND=left"),
+        ({"RIGHT_PRIMARY_KEY": "name"},
+         "RIGHT_PRIMARY_KEY: name, but the checkpoint at CHECKPOINT_LOCATION holds state made "
+         "with RIGHT_PRIMARY_KEY=product_id"),
+        ({"LEFT_SCHEMA": "order_id STRING, product_id STRING, qty BIGINT"},
+         "LEFT_SCHEMA: order_id string, product_id string, qty bigint, but the checkpoint at "
+         "CHECKPOINT_LOCATION holds state made with LEFT_SCHEMA=order_id string, product_id "
+         "string, qty int"),
+    ],
+    ids=["join-keys", "join-kind", "input-key", "column-type"],
+)  # fmt: skip
+def test_a_restart_that_changes_what_the_state_means_is_refused_naming_the_change(
+    kafka: str, tmp_path_factory: pytest.TempPathFactory, changed: dict, refusal: str
+) -> None:
+    """State laid out by one join key read as another's (or as another kind of join, other
+    keys of an input, other column types) would join the wrong rows without a word: the
+    restart is refused before anything is read, exit 2, one line naming the change; the same
+    configuration resumes."""
+    checkpoint = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)
+    env = json.loads((checkpoint.parent / "env.json").read_text())
+    before = (checkpoint / STATE_RECORD).read_text()
+    result = run_to_exit(env | changed, timeout_s=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    # the log's lines before it are the metrics endpoint's, served as Spark started
+    assert [line for line in result.stderr.splitlines() if " INFO " not in line] == [
+        f"streamjoin: {refusal}: set it back, or give a new CHECKPOINT_LOCATION"
+    ]
+    assert (checkpoint / STATE_RECORD).read_text() == before
+
+
+_finished: dict[str, Path] = {}
+
+
+def _checkpoint_of_a_finished_join(kafka: str, factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint of a LEFT join of orders and products run to its end once (shared by
+    the cases of a test), its configuration beside it (`env.json`); the first call also checks
+    that the same configuration restarts on it."""
+    if kafka in _finished:
+        return _finished[kafka]
+    work = factory.mktemp("finished")
+    orders, products, out = join_topics(kafka)
+    produce_events(kafka, products, [{"before": None, "op": "c", "after": {
+        "product_id": "p1", "name": "n1", "price": "1.50"}}], "product_id")  # fmt: skip
+    produce_events(kafka, orders, [{"before": None, "op": "c", "after": {
+        "order_id": "o1", "product_id": "p1", "qty": 1}}], "order_id")  # fmt: skip
+    env = join_env(kafka, orders, products, out, work / "ck") | {
+        "TRIGGER_INTERVAL": "available-now"}  # fmt: skip
+    for _ in range(2):  # the first run makes the checkpoint; the second restarts on it
+        done = run_to_exit(env, timeout_s=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    (work / "env.json").write_text(json.dumps(env))
+    _finished[kafka] = work / "ck"
+    return work / "ck"

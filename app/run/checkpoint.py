@@ -87,12 +87,16 @@ def shuffle_partitions(spark: SparkSession, location: str, batch: int | None = N
 
 
 def _record(spark: SparkSession, location: str, name: str = STATE_RECORD) -> Any:
-    """The checkpoint's state record (or its file `name`), None if it has none."""
+    """The checkpoint's state record (or its file `name`), None if it has none. A record
+    found only as the new one `_write_record` had written whole (a kill came between its
+    removing the old and renaming the new) is renamed into place and read."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     path = jvm.org.apache.hadoop.fs.Path(location, name)
     fs = _filesystem(spark, path)
     if not fs.exists(path):
-        return None
+        written = jvm.org.apache.hadoop.fs.Path(location, f"{name}.tmp")
+        if not fs.exists(written) or not fs.rename(written, path):
+            return None
     stream = fs.open(path)
     try:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
@@ -107,8 +111,9 @@ def _write_record(
     spark: SparkSession, location: str, record: Any, name: str = STATE_RECORD
 ) -> None:
     """Write the record (or the file `name`) whole or not at all: to a file of its own, then
-    renamed over the old one, so a crash leaves the old record, or none, never a part of one
-    (which made every later start fail)."""
+    renamed over the old one, so a crash leaves the old record or the new one whole (read from
+    where it was written, `_record`), never a part of one, nor none (either made every later
+    start fail)."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     path = jvm.org.apache.hadoop.fs.Path(location, name)
     written = jvm.org.apache.hadoop.fs.Path(location, f"{name}.tmp")
@@ -169,21 +174,29 @@ def spreads_buckets(spark: SparkSession, location: str) -> bool:
 
 
 def check_state_record(
-    spark: SparkSession, location: str, settings: dict[str, Any], inputs: int = 1
+    spark: SparkSession,
+    location: str,
+    settings: dict[str, Any],
+    inputs: int = 1,
+    meaning: dict[str, str] | None = None,
 ) -> None:
-    """Resume only state this code can read, partitioned as the configuration says.
+    """Resume only state this code can read, partitioned and meaning what the configuration
+    says.
 
-    The checkpoint records the state format (`state.store.encoding.FORMAT`) and the variables that
-    decide how the state is laid out (`settings`, by variable name) while its query has planned
-    no batch yet (a first start that failed early may be retried with other values); a later
-    start with another format or another value is refused with StartupError, before any record
-    is read. A checkpoint with batches but no record was written before the format was recorded
-    (format 1, pickled objects).
+    The checkpoint records the state format (`state.store.encoding.FORMAT`), the variables that
+    decide how the state is laid out (`settings`, by variable name) and what its rows mean
+    (`meaning`: the joins' kinds and keys, the inputs' keys and columns) while its query has
+    planned no batch yet (a first start that failed early may be retried with other values); a
+    later start with another format or another value is refused with StartupError, before any
+    record is read. A checkpoint with batches but no record was written before the format was
+    recorded (format 1, pickled objects); one whose record lacks what the state means was made
+    before that was recorded, and takes it from this start.
     """
     tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
-    wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings}
+    meaning = meaning or {}
+    wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings, **meaning}
     if last_batch(spark, location) is None:
-        _write_record(spark, location, wanted)
+        _write_record(spark, location, {**(_record(spark, location) or {}), **wanted})
         return
     recorded = _record(spark, location)
     if recorded is None:
@@ -192,11 +205,19 @@ def check_state_record(
         _refuse_format(recorded.get("state_format"))
     for variable, value in settings.items():
         if recorded.get(variable) != value:  # a setting recorded later than others was None
-            raise StartupError(
-                f"{variable}: {_shown(value)}, but the checkpoint at CHECKPOINT_LOCATION holds "
-                f"state made with {variable}={_shown(recorded.get(variable))}: set it back, or "
-                "give a new CHECKPOINT_LOCATION"
-            )
+            _refuse_change(variable, value, recorded.get(variable))
+    for what, value in meaning.items():
+        if what in recorded and recorded[what] != value:
+            _refuse_change(what, value, recorded[what])
+    if any(what not in recorded for what in meaning):
+        _write_record(spark, location, {**meaning, **recorded})
+
+
+def _refuse_change(variable: str, value: Any, recorded: Any) -> NoReturn:
+    raise StartupError(
+        f"{variable}: {_shown(value)}, but the checkpoint at CHECKPOINT_LOCATION holds state made "
+        f"with {variable}={_shown(recorded)}: set it back, or give a new CHECKPOINT_LOCATION"
+    )
 
 
 def read_tasks(spark: SparkSession, location: str) -> int | None:

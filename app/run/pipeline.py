@@ -503,6 +503,30 @@ def state_settings(config: Config) -> dict[str, object]:
     return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
 
+def state_meaning(config: Config) -> dict[str, str]:
+    """What the rows a checkpoint's state holds mean, by what decides it: each stateful join's
+    kind and keys (the columns its `ON` equates), each input's unique key and the columns its
+    rows hold, with their types. A restart that changes any of it is refused before anything
+    is read (`check_state_record`): the state would be read as what it is not."""
+    if not stateful_operators(config):
+        return {}
+    meaning = {}
+    for number, stage in enumerate(join_stages(config), 1):
+        if stage.lookup is not None:  # it keeps no state
+            continue
+        of = "" if number == 1 else f" of join {number}"
+        keys = join_spec(stage).equi_keys
+        meaning[f"JOIN_KIND{of}"] = stage.join.kind
+        meaning[f"JOIN_ON's keys{of}"] = " AND ".join(f"L.{a} = R.{b}" for a, b in keys)
+    for source in config.inputs():
+        side = source.side.upper()
+        meaning[f"{side}_PRIMARY_KEY"] = ",".join(source.primary_key)
+        meaning[f"{side}_SCHEMA"] = ", ".join(
+            f"{c.name} {c.spark_type.simpleString()}" for c in source.schema or ()
+        )
+    return meaning
+
+
 def _exactly_once(config: Config) -> ExactlyOnce | None:
     if config.output.delivery != "exactly-once":
         return None
@@ -549,7 +573,7 @@ def start(
         config = replace(config, join=replace(config.join, spread_buckets=False))
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     check_state_record(spark, config.checkpoint_location, state_settings(config),
-                       len(config.inputs()))  # fmt: skip
+                       len(config.inputs()), state_meaning(config))  # fmt: skip
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
