@@ -4,9 +4,12 @@ check that the series their expressions read are the ones the service serves."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import helm_python as helm
+import pytest
 import yaml
 
 CHART = Path(__file__).parent.parent / "helm" / "streamjoin"
@@ -52,3 +55,13 @@ def assert_monitoring_reads_what_is_served(page: str) -> None:
         if names <= served.keys():
             have = set().union(*(served[name] for name in names))
             assert labels - TARGET_LABELS <= have, (what, labels - have)
+
+
+def assert_promtool_accepts(exposition: bytes) -> None:
+    """Prometheus' own check of a metrics page finds nothing to say (Debian's `prometheus`
+    gives `promtool`; `.ci/run` installs it, and where it is missing the test says so)."""
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool (Debian prometheus) is not installed")
+    checked = subprocess.run(["promtool", "check", "metrics"], input=exposition,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0 and not checked.stdout + checked.stderr, checked
