@@ -15,9 +15,10 @@ COPY app ./app
 COPY serdes ./serdes
 COPY state ./state
 COPY ops ./ops
+# The dependencies at the versions the tests ran (ops/image-constraints.txt), not the newest.
 RUN python3 -m venv /opt/streamjoin \
     && /opt/streamjoin/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --find-links /src . \
+        --find-links /src --constraint ops/image-constraints.txt . \
     && find /opt/streamjoin -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}

@@ -22,6 +22,7 @@ BASE_IMAGE = "streamjoin-base:bookworm"
 IMAGE = "streamjoin:ci"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
+CONSTRAINTS = "ops/image-constraints.txt"  # the versions the image installs
 CONTEXT = ("Dockerfile", "pyproject.toml", "README.md", "app", "serdes", "state", "ops")
 
 
@@ -78,7 +79,8 @@ def service_image() -> str:
                 shutil.copy2(source, context / name)
         _run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
-             str(context / "wheels"), str(ROOT), "setuptools>=68"],
+             str(context / "wheels"), "--constraint", str(ROOT / CONSTRAINTS), str(ROOT),
+             "setuptools>=68"],
             "building the wheelhouse", 900,
         )  # fmt: skip
         _run(
