@@ -103,9 +103,12 @@ def run(env: Mapping[str, str]) -> int:
     )
     from ops.metrics import ServiceMetrics
     from serdes.kafka.group_offsets import GroupCommitter
+    from state.spark.pipelined import untested_pyspark
 
     if config.multi_way and multi_way_spec(config) is None:
         log.warning("%s", multi_way_refused(config))
+    if (unpipelined := untested_pyspark()) is not None:
+        log.warning("%s", unpipelined)
     stop = install_stop_signals()
     try:
         spark = build_session(config.spark_master, config.session_conf(),
@@ -124,7 +127,8 @@ def run(env: Mapping[str, str]) -> int:
         drain_marker = Path(runtime) / "draining"
         try:
             metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000,
-                                     config.join.state_ttl_ms / 1000)  # fmt: skip
+                                     config.join.state_ttl_ms / 1000,
+                                     pipelined=unpipelined is None)  # fmt: skip
             metrics.serve(config.metrics_port)
             held = HeldRowsRecord(spark, config.checkpoint_location)
             query = pipeline.start(spark, config, metrics, drain_marker, held)

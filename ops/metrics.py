@@ -134,9 +134,20 @@ class ServiceMetrics:
     """Everything `/metrics` shows, and the readiness `/readyz` reports."""
 
     def __init__(
-        self, context: SparkContext, stall_timeout_s: float = 600.0, state_ttl_s: float = 0.0
+        self,
+        context: SparkContext,
+        stall_timeout_s: float = 600.0,
+        state_ttl_s: float = 0.0,
+        pipelined: bool = True,
     ) -> None:
+        """`pipelined`: whether state calls go many to a round trip (`state.spark.pipelined`)."""
         self.registry = CollectorRegistry()
+        Gauge(
+            "streamjoin_state_calls_pipelined",
+            "1: the state's entries are read and written many to a round trip with Spark's "
+            "state server; 0: one call each (another pyspark than the one tested: slower)",
+            registry=self.registry,
+        ).set(1 if pipelined else 0)
         # process_start_time_seconds and the like: restarts, for the dashboard
         ProcessCollector(registry=self.registry)
         # what tells state that grows for ever from state a TTL bounds (the alerts' rule)

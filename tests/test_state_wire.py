@@ -5,6 +5,7 @@ values it reads back are what pyspark's own unpickling gives."""
 from __future__ import annotations
 
 import io
+import logging
 from types import SimpleNamespace
 
 import pyspark.sql.streaming.proto.StateMessage_pb2 as m
@@ -12,6 +13,8 @@ import pytest
 from pyspark.serializers import PickleSerializer, write_int
 from pyspark.sql import SparkSession
 
+from ops.metrics import ServiceMetrics
+from state.spark import pipelined
 from state.spark.layouts import BUCKET_STATE
 from state.spark.pipelined import BinaryValues, StateWire
 
@@ -89,3 +92,24 @@ def test_a_value_the_jvm_answers_with_reads_as_pyspark_unpickles_it(spark: Spark
     read = BinaryValues(loads)
     assert [read(p) for p in reversed(pickled)] == [loads(p)[0] for p in reversed(pickled)]
     assert [read(p) for p in pickled] == values
+
+
+def test_state_calls_are_pipelined_only_with_the_pyspark_they_were_tested_with(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wire speaks pyspark's private protocol: with another pyspark each entry is its own
+    call, and the service says so at start and on `/metrics`."""
+    assert pipelined.untested_pyspark() is None  # the project pins the tested one
+    why = pipelined.untested_pyspark("4.4.0")
+    assert why is not None and why.startswith("pyspark 4.4.0 is not the one")
+    state = SimpleNamespace(_stateName="keys")  # no pyspark socket client behind it
+    pipelined._told.clear()
+    with caplog.at_level(logging.WARNING):
+        assert pipelined.wire(state) is None and pipelined.wire(state) is None
+    assert [r.message for r in caplog.records] == [
+        "this state object has no pyspark socket client: one call per state entry"
+    ]  # said once
+    for gauge, pipelined_calls in ((1.0, True), (0.0, False)):
+        metrics = ServiceMetrics(spark.sparkContext, pipelined=pipelined_calls)
+        found = metrics.registry.get_sample_value("streamjoin_state_calls_pipelined")
+        assert found == gauge

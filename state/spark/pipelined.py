@@ -8,9 +8,11 @@ reading any answer: the same messages, the same state, the same order, without t
 (`docs/performance.md` has what it saves).
 
 This speaks pyspark's own wire format (`StateMessage.proto`, entries pickled as the API
-pickles them) through the API client's socket, which pyspark does not make public: it holds
-for the pyspark the project pins, and a state object without that client (`TwsTester`'s, in
-tests) is called one entry at a time.
+pickles them) through the API client's socket, which pyspark does not make public: it is used
+only with the pyspark it was tested with (`TESTED_PYSPARK`); with another, and for a state
+object without that client (`TwsTester`'s, in tests), entries are read and written one call
+each, said once in each worker's log (the service says it at start and on `/metrics`:
+`streamjoin_state_calls_pipelined`).
 
 No deadlock: a chunk's requests are written only up to `CHUNK_BYTES` before its answers are
 read, well under what the socket's buffers hold, so writing never waits on a server that
@@ -19,13 +21,21 @@ waits on us to read; the answers may be any size.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pyspark
 from pyspark.serializers import read_int, write_int
 from pyspark.sql.streaming.stateful_processor import MapState
 
 CHUNK_BYTES = 32 * 1024
+# The pyspark whose private state protocol this module was tested against
+# (`tests/test_state_wire.py` holds the tags below to its messages).
+TESTED_PYSPARK = "4.3.0"
+
+log = logging.getLogger(__name__)
+_told: list[str] = []  # the fallback, said once in a worker's log
 
 # The tags (field number << 3 | 2, a length-delimited field) of the `StateMessage.proto` fields
 # a request is made of; `tests/test_state_wire.py` holds them to pyspark's own messages.
@@ -152,9 +162,25 @@ class StateWire:
         return values
 
 
-def wire(state: MapState) -> StateWire | None:
-    """The wire behind `state`, or None when it is not pyspark's socket client."""
-    try:
-        return StateWire(state)
-    except AttributeError:
+def untested_pyspark(version: str = pyspark.__version__) -> str | None:
+    """Why state calls are not pipelined with this pyspark (None: they are)."""
+    if version == TESTED_PYSPARK:
         return None
+    return (f"pyspark {version} is not the one the pipelined state calls were tested with "
+            f"({TESTED_PYSPARK}): each state entry is read and written with a call of its own, "
+            "several times slower on large state")  # fmt: skip
+
+
+def wire(state: MapState) -> StateWire | None:
+    """The wire behind `state`, or None when it is not pyspark's socket client, or not the
+    pyspark it was tested with."""
+    why = untested_pyspark()
+    if why is None:
+        try:
+            return StateWire(state)
+        except AttributeError:
+            why = "this state object has no pyspark socket client: one call per state entry"
+    if not _told:
+        _told.append(why)
+        log.warning("%s", why)
+    return None
