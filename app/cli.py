@@ -95,6 +95,7 @@ def run(env: Mapping[str, str]) -> int:
     from app.run import pipeline
     from app.run.checkpoint import HeldRowsRecord
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
+    from app.run.operators import on_wall_clock
     from app.run.session import (
         SparkStartError,
         build_session,
@@ -145,7 +146,7 @@ def run(env: Mapping[str, str]) -> int:
             exit_code = supervise(query, stop, drain_marker, on_poll=poll,
                                   on_stop=lambda: quiet_shutdown(spark),
                                   until_dry=config.trigger_interval_ms is None
-                                  and pipeline.on_wall_clock(config))  # fmt: skip
+                                  and on_wall_clock(config))  # fmt: skip
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:
@@ -183,7 +184,7 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
 
     from app.config.redaction import without_user_info
     from app.run.lifecycle import stop_session
-    from app.run.pipeline import stateful_operators
+    from app.run.operators import stateful_operators
     from app.run.session import SparkStartError, build_session
     from ops.state_report import READ_ONLY_STATE, NoStateError, report, table
 
@@ -239,7 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("run", help="run the service, configured by environment variables")
     commands.add_parser("check", help="run every start-up check and print the plan; exit 0 or 2")
     commands.add_parser("explain", help="print the plan the variables or the SQL compile to")
-    commands.add_parser("demo", help="the seed's orders/product_changelog demo, self-contained")
+    commands.add_parser(
+        "demo",
+        help="Flink's temporal join example (orders priced as of their "
+        "time from a product changelog), self-contained",
+    )
     commands.add_parser("executor", help="a Spark executor (what Spark on Kubernetes runs)")
     inspect = commands.add_parser(
         "state", help="what a stopped job's checkpoint holds: rows per side, largest keys"

@@ -1,11 +1,12 @@
-"""`streamjoin demo`: the seed's orders / product_changelog example, end to end through Kafka.
+"""`streamjoin demo`: Flink's documentation example of the event-time temporal join, orders
+enriched with their product's price as of the order, end to end through Kafka.
 
 It starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names one), writes exactly the
-seed's rows (orders as JSON, the products table's changes as Debezium JSON, whose `source.ts_ms`
-is when each change happened), runs the service's own pipeline with the seed's event-time
-temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is processed, and prints
-the result table read back from the output topic, as the seed shows it. The job is given as the
-seed gives it, Flink SQL (`SCRIPT`, the seed's DDL with its connector options, through
+example's rows (orders as JSON, the products table's changes as Debezium JSON, whose
+`source.ts_ms` is when each change happened), runs the service's own pipeline with the
+example's temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is processed,
+and prints the result table read back from the output topic, as the documentation shows it.
+The job is given as Flink SQL (`SCRIPT`: the example's DDL with its connector options, through
 `STREAMJOIN_SQL`), and printed first.
 """
 
@@ -40,7 +41,7 @@ ORDERS = [
     ("o_005", "p_001", 18 * HOUR_MS),
 ]
 # (Debezium op, before, after, source.ts_ms) for the products table, whose rows keep the time
-# of their last update (the seed's update_time)
+# of their last update (the example's update_time)
 _SCOOTER, _BASKETBALL = ("p_001", "scooter"), ("p_002", "basketball")
 _OLD_SCOOTER = (*_SCOOTER, "11.11", 1 * MINUTE_MS)
 _NEW_SCOOTER = (*_SCOOTER, "12.99", 12 * HOUR_MS)
@@ -52,7 +53,7 @@ PRODUCT_CHANGES = [
     ("u", _OLD_BASKETBALL, (*_BASKETBALL, "19.99", 12 * HOUR_MS), 12 * HOUR_MS),
     ("d", _NEW_SCOOTER, None, 18 * HOUR_MS),
 ]
-# The seed's DDL and query, with the connector options Flink needs (the broker is
+# The example's DDL and query, with the connector options Flink needs (the broker is
 # KAFKA_BOOTSTRAP_SERVERS'); `{suffix}` gives a run on an external broker topics of its own.
 SCRIPT = """\
 CREATE TABLE orders (
@@ -97,8 +98,8 @@ def _product(row: tuple[str, str, str, int] | None) -> dict[str, str] | None:
     return {"product_id": product_id, "product_name": name, "price": price}
 
 
-def seed_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
-    """Per input: (key, value, Kafka timestamp) of every seed row, in the seed's order."""
+def example_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
+    """Per input: (key, value, Kafka timestamp) of every row of the example, in its order."""
     orders = [
         (oid.encode(), json.dumps(
             {"order_id": oid, "product_id": pid, "order_time": _sql_timestamp(ts)}
@@ -143,7 +144,7 @@ def _create_topics(bootstrap: str, names: list[str], compacted: list[str]) -> No
 
 def _write_inputs(bootstrap: str, topics: dict[str, str]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for name, records in seed_records().items():
+    for name, records in example_records().items():
         for key, value, ts in records:
             producer.produce(topics[name], value, key, timestamp=ts)
     if producer.flush(30):
@@ -172,7 +173,7 @@ def _read_output(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def table_lines(values: list[bytes]) -> list[str]:
-    """The joined rows as the seed prints them: times of day, NULL for what is missing."""
+    """The joined rows as the example prints them: times of day, NULL for what is missing."""
 
     def cell(value: object, time: bool = False) -> str:
         if value is None:

@@ -13,7 +13,6 @@ The output is printed in the oracle's JSON-lines format, to be compared with the
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import tempfile
@@ -31,17 +30,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
-from app.config.env import InputConfig, JoinConfig
-from app.plan.planner import JoinSpec, normalized
-from app.run.joins import as_left_input, bucketed_join, multi_way_input, multi_way_join
-from app.run.pipeline import (
-    decode_input,
-    join_input,
-    normalize_changes,
-    row_type,
-    timed_changes,
-)
+from app.config.env import ChainedJoin, Config, InputConfig, JoinConfig, OutputConfig
+from app.plan.planner import query_plan
+from app.run.inputs import decode_input, row_type, timed_changes
 from app.run.projection import project
+from app.run.query import joined_changes
 from app.sql.ddl import SqlError, Table
 from app.sql.query import MULTI_JOIN_OPTION, compile_query
 from ops.metrics import CountsByLabel
@@ -51,16 +44,7 @@ from serdes.records.schema import parse_schema
 from serdes.records.values import EPOCH
 from state.changes import RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
-from state.joins.specs import (
-    PROCTIME,
-    STATE_BUCKETS,
-    IntervalJoinSpec,
-    MultiJoinSpec,
-    RegularJoinSpec,
-    SideSpec,
-    TemporalJoinSpec,
-)
-from state.spark.columns import chained_column
+from state.joins.specs import PROCTIME, STATE_BUCKETS
 
 WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
@@ -210,47 +194,51 @@ def render(value: Any) -> Any:
     return value
 
 
-def _join_output(case: dict[str, Any], sides: list[DataFrame],
-                 sources: list[InputConfig]) -> DataFrame:  # fmt: skip
-    """The case's joins over its inputs' changes (`_changes`), normalized where a join needs
-    it, chained as `streamjoin run` chains them; the select list over the last."""
-    join = case["join"]
-    types = [row_type(s) for s in sources]
-    first = JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
-                       join.get("on"), None, 0)  # fmt: skip
-    multi = multi_way(case)
-    if multi is not None:
-        inputs = []
-        for index, (changes, source) in enumerate(zip(sides, sources, strict=True)):
-            if normalized(source, first):
-                changes = normalize_changes(changes, source, STATE_BUCKETS)
-            inputs.append(multi_way_input(changes, index, multi, types[index],
-                                          *_multi_way_sides(types)))  # fmt: skip
-        joined = multi_way_join(
-            functools.reduce(DataFrame.unionByName, inputs),
-            multi,
-            tuple(s.side for s in sources),
-            *_multi_way_sides(types),
-        )
-        return project(joined, join["select"]) if join.get("select") else joined
-    inputs = [join_input(changes, source, *types[:2], first, STATE_BUCKETS)
-              for changes, source in zip(sides[:2], sources[:2], strict=True)]  # fmt: skip
-    joined = _first_join(case, inputs[0].unionByName(inputs[1]), *types[:2])
-    for number, (chained, source) in enumerate(zip(join.get("chain", ()), sources[2:],
-                                                   strict=True), start=2):  # fmt: skip
-        right_type = row_type(source)
-        left_time = chained.get("left_time")
-        left, left_type = as_left_input(joined, number, right_type, left_time)
-        stage = JoinConfig(chained.get("type", "regular"), chained["kind"].lower(),
-                           chained["on"], None, 0)  # fmt: skip
-        right = join_input(sides[number], source, left_type, right_type, stage, STATE_BUCKETS)
-        spec = _spec(stage, SideSpec(tuple(left_type.names), ()),
-                     SideSpec(tuple(right_type.names), source.primary_key), left_time,
-                     source.time)  # fmt: skip
-        joined = bucketed_join(left.unionByName(right), spec, left_type, right_type,
-                               sequenced=True, number=number)  # fmt: skip
-    select = join.get("select")
-    return project(joined, select) if select else joined.drop("seq")
+# The joins a case may run (a lookup join's table is a database's)
+SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function")
+
+
+def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
+    return JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
+                      join.get("on"), select, 0, state_buckets=STATE_BUCKETS)  # fmt: skip
+
+
+def case_config(case: dict[str, Any]) -> Config:
+    """The configuration `streamjoin run` would run the case's joins with: its streams as the
+    inputs (`case_inputs`), its joins in order, Flink's multi-way join where the case's Flink
+    options ask for it; the output an unused retract topic (replay collects the changes)."""
+    join, sources = case["join"], case_inputs(case)
+    chain = tuple(
+        ChainedJoin(source, _join(chained), left_time=chained.get("left_time") or PROCTIME)
+        for chained, source in zip(join.get("chain", ()), sources[2:], strict=True)
+    )
+    conf = case.get("options", {}).get("flink_conf", {})
+    multi_way = str(conf.get(MULTI_JOIN_OPTION, "")).lower() == "true"
+    for stage, left_time, right in [(join, sources[0].time, sources[1]), *(
+            (c, c.get("left_time"), s) for c, s in zip(join.get("chain", ()), sources[2:],
+                                                       strict=True))]:  # fmt: skip
+        kind = stage.get("type", "regular")
+        if kind not in SUPPORTED_TYPES:
+            raise CaseError(f"join type {kind!r} is not supported yet")
+        if kind != "regular" and PROCTIME in (left_time or PROCTIME, right.time):
+            raise CaseError(f"an event-time {kind} join needs a rowtime on both streams")
+    output = OutputConfig("replay", "", "retract", "json", (), "at-least-once", "", "")
+    return Config(
+        "",
+        sources[0],
+        sources[1],
+        _join(join, join.get("select")),
+        output,
+        "",
+        "",
+        None,
+        "earliest",
+        None,
+        0,
+        0,
+        chain=chain,
+        multi_way=f"{MULTI_JOIN_OPTION} (the case's options)" if multi_way else None,
+    )
 
 
 def case_inputs(case: dict[str, Any]) -> list[InputConfig]:
@@ -260,65 +248,6 @@ def case_inputs(case: dict[str, Any]) -> list[InputConfig]:
     labels = [*SIDES, *(f"input{n}" for n in range(3, len(names) + 1))]
     return [stream_input(label, name, streams[name])
             for label, name in zip(labels, names, strict=True)]  # fmt: skip
-
-
-def multi_way(case: dict[str, Any]) -> MultiJoinSpec | None:
-    """A chain of regular joins as one multi-way operator, where the case's Flink options ask
-    for it (`table.optimizer.multi-join.enabled`) and Flink would build one."""
-    join, sources = case["join"], case_inputs(case)
-    conf = case.get("options", {}).get("flink_conf", {})
-    if str(conf.get(MULTI_JOIN_OPTION, "")).lower() != "true" or not join.get("chain"):
-        return None
-    if any(j.get("type", "regular") != "regular" for j in (join, *join["chain"])):
-        return None
-    specs = [RegularJoinSpec(join.get("kind", "INNER").lower(), join["on"],
-                             *(SideSpec(tuple(row_type(s).names), s.primary_key)
-                               for s in sources[:2]))]  # fmt: skip
-    for number, (chained, source) in enumerate(zip(join["chain"], sources[2:], strict=True), 2):
-        left = [chained_column(i, name) for i, s in enumerate(sources[:number])
-                for name in row_type(s).names]  # fmt: skip
-        right = SideSpec(tuple(row_type(source).names), source.primary_key)
-        specs.append(RegularJoinSpec(chained["kind"].lower(), chained["on"],
-                                     SideSpec(tuple(left)), right))  # fmt: skip
-    return MultiJoinSpec.of_chain(specs)
-
-
-def _multi_way_sides(types: list[StructType]) -> tuple[StructType, StructType]:
-    """The multi-way join's left (every input's columns but the last's, as the chain's last
-    join takes them) and right (the last input's)."""
-    left = StructType([StructField(chained_column(i, f.name), f.dataType)
-                       for i, row in enumerate(types[:-1]) for f in row])  # fmt: skip
-    return left, types[-1]
-
-
-def _first_join(case: dict[str, Any], changes: DataFrame, left: StructType,
-                right: StructType) -> DataFrame:  # fmt: skip
-    """The case's first join, each change with its `seq` where another join follows."""
-    join, streams = case["join"], case["streams"]
-    sequenced = bool(join.get("chain"))
-    kind = join.get("kind", "INNER").lower()
-    sides = (
-        SideSpec(tuple(left.names), tuple(streams[join["left"]].get("primary_key") or ())),
-        SideSpec(tuple(right.names), tuple(streams[join["right"]].get("primary_key") or ())),
-    )
-    stage = JoinConfig(join.get("type", "regular"), kind, join["on"], None, 0)
-    times = [streams[join[side]].get("rowtime") for side in ("left", "right")]
-    spec = _spec(stage, *sides, *times)
-    return bucketed_join(changes, spec, left, right, sequenced=sequenced)
-
-
-def _spec(join: JoinConfig, left: SideSpec, right: SideSpec, left_time: str | None,
-          right_time: str | None) -> JoinSpec:  # fmt: skip
-    """A case's join of two, its inputs' rowtimes (None: none) as `left_time`/`right_time`."""
-    if join.type == "regular":
-        return RegularJoinSpec(join.kind, join.on or "", left, right)
-    if join.type not in ("interval", "temporal", "temporal-function"):
-        raise CaseError(f"join type {join.type!r} is not supported yet")
-    if not left_time or not right_time or right_time == PROCTIME:
-        raise CaseError(f"an event-time {join.type} join needs a rowtime on both streams")
-    if join.type == "interval":
-        return IntervalJoinSpec(join.kind, join.on or "", left, right, left_time, right_time)
-    return TemporalJoinSpec(join.kind, join.on or "", left, right, left_time)  # versions
 
 
 def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, ...]) -> list[list]:
@@ -446,7 +375,11 @@ def run_case(
     raw = spark.readStream.schema(RECORDS_SCHEMA).option("maxFilesPerTrigger", 1)
     dead = spark.sparkContext.accumulator({}, CountsByLabel())
     changes = _changes(raw.parquet(str(work / "input")), sources, dead)
-    output = _join_output(case, changes, sources)
+    by_side = {source.side: side for source, side in zip(sources, changes, strict=True)}
+    plan = query_plan(case_config(case))
+    joined = joined_changes(plan, lambda source: by_side[source.side], None)
+    select = plan.last.join.select
+    output = project(joined, select) if select else joined.drop("seq")
     collected: list = []
     query = (
         output.writeStream.foreachBatch(lambda batch, _id: collected.extend(batch.collect()))

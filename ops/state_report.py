@@ -4,7 +4,7 @@ Spark numbers a query's stateful operators (`state-metadata`) and reads any stat
 `transformWithState` operator as rows (`statestore`, `stateVarName`); the bytes in them are this
 service's (`state.store.encoding`), and only the operator that wrote them knows what they mean
 (`StatefulOperator.inspect`). So each variable's entries are decoded where Spark reads them, by
-the operator the configuration plans at that number (`app.run.pipeline.stateful_operators`), into
+the operator the configuration plans at that number (`app.run.operators.stateful_operators`), into
 one row per entry, key and side; the counts, the largest keys and the oldest event times are
 Spark aggregations over those, and only they (and one key's rows, with `--key`) reach the driver.
 A checkpoint of millions of keys is read the way the job itself would read it.

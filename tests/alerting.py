@@ -19,9 +19,13 @@ TARGET_LABELS = {"job", "instance", "namespace"}
 SERVICE_SERIES = r"streamjoin_\w+|process_start_time_seconds"
 
 
+# Where an operator serves the runbooks page (`alerts.runbookUrl`)
+RUNBOOKS_URL = "https://docs.example.org/streamjoin/runbooks.html"
+
+
 def alert_rules() -> list[dict]:
     """The PrometheusRule's groups, the chart rendered as release `sj` in namespace `stream`."""
-    values = {"alerts": {"enabled": True}}
+    values = {"alerts": {"enabled": True, "runbookUrl": RUNBOOKS_URL}}
     for text in helm.Chart.load(CHART).render(values, name="sj", namespace="stream").values():
         for doc in yaml.safe_load_all(text):
             if doc and doc["kind"] == "PrometheusRule":

@@ -1,4 +1,5 @@
-"""The README's first command: `streamjoin demo` runs the seed's temporal join through Kafka."""
+"""The README's first command: `streamjoin demo` runs Flink's temporal join example through
+Kafka."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.service import service_env, streamjoin_command
 
 pytestmark = pytest.mark.spark
 
-SEED_TABLE = [
+EXAMPLE_TABLE = [
     "o_001 00:01:00 scooter    00:01:00 11.11",
     "o_002 00:03:00 basketball 00:02:00 23.11",
     "o_003 12:00:00 scooter    12:00:00 12.99",
@@ -21,7 +22,7 @@ SEED_TABLE = [
 ]
 
 
-def test_demo_prints_the_seeds_temporal_join_table_and_exits() -> None:
+def test_demo_prints_the_examples_temporal_join_table_and_exits() -> None:
     env = service_env()
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
     result = subprocess.run(
@@ -31,10 +32,10 @@ def test_demo_prints_the_seeds_temporal_join_table_and_exits() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("streamjoin demo: embedded Kafka-protocol broker at 127.0.0.1:")
     assert lines[1] == "streamjoin demo: the job, as Flink SQL (STREAMJOIN_SQL):"
-    assert textwrap.indent(SCRIPT.format(suffix=""), "  ") in result.stdout  # the seed's query
+    assert textwrap.indent(SCRIPT.format(suffix=""), "  ") in result.stdout  # the example's query
     tail = lines[-7:]  # what the join wrote
     assert tail[0] == "streamjoin demo: 5 rows reached orders_enriched:"
-    assert [line.strip() for line in tail[1:6]] == SEED_TABLE
+    assert [line.strip() for line in tail[1:6]] == EXAMPLE_TABLE
     assert tail[6].startswith("streamjoin demo: metrics were served at http://127.0.0.1:")
     assert len(lines) == 2 + 1 + len(SCRIPT.splitlines()) + 1 + 7  # the script between blanks
     noise = [line for line in result.stderr.splitlines()

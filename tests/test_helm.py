@@ -11,7 +11,7 @@ import yaml
 
 from app.config.env import load_config
 from app.demo import SCRIPT
-from tests.alerting import CHART
+from tests.alerting import CHART, RUNBOOKS_URL
 
 SCALE_OUT = yaml.safe_load((CHART / "values-scale-out.yaml").read_text())
 KUBERNETES = "1.30"
@@ -28,7 +28,7 @@ def rendered(values: dict | None) -> dict[str, dict]:
 
 
 MONITORED = {
-    "alerts": {"enabled": True},
+    "alerts": {"enabled": True, "runbookUrl": RUNBOOKS_URL},
     "metrics": {"port": 9464, "serviceMonitor": {"enabled": True}},
 }
 

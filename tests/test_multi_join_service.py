@@ -324,7 +324,10 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in
             {"op": "+I", "ts": at("10:00"), "v": ["p4", "kite", "5.00", "GBP"]},
             {"op": "-U", "ts": at("10:00"), "v": ["p1", "ball", "10.00", "EUR"]},
             {"op": "+U", "ts": at("11:00"), "v": ["p1", "ball", "12.00", "USD"]},
+            # one closing row in each of the topic's two partitions: an input's watermark is its
+            # partitions' least, as in Flink, so each must move past the orders
             {"op": "+I", "ts": at("23:00"), "v": ["p9", "closing", "1.00", "EUR"]},
+            {"op": "+I", "ts": at("23:00"), "v": ["p10", "closing", "1.00", "EUR"]},
         ],
     }  # fmt: skip
     orders = {
@@ -334,7 +337,7 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in
             ("o1", "c1", "p1", "10:30"), ("o2", "c2", "p1", "11:30"), ("o3", "c1", "p2", "10:15"),
             ("o4", "c2", "p3", "10:45"), ("o5", "c3", "p1", "10:40"), ("o6", "c1", "p2", "09:00"),
             ("o7", "c2", "p4", "10:50"), ("o8", "c4", "p1", "11:40"),
-            ("closing", "c9", "p9", "23:00"),
+            ("closing", "c9", "p9", "23:00"), ("closing too", "c9", "p9", "23:00"),
         )],
     }  # fmt: skip
     customers = [

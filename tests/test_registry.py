@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.config.redaction import SECRET_NAMES, is_secret
 from app.config.registry import INPUT_FORMATS, PROPERTY_PREFIXES, VARIABLES
-from app.run.pipeline import FORMATS
+from app.run.inputs import FORMATS
 from app.sql.ddl import _LOOKUP_OPTIONS
 
 ROOT = Path(__file__).parent.parent

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.replay import load_cases, multi_way, replay, run_case, sql_join
+from app.plan.planner import query_plan
+from app.replay import case_config, load_cases, replay, run_case, sql_join
 from state.store.encoding import load
 
 pytestmark = pytest.mark.spark
@@ -85,7 +86,7 @@ def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables
     flink = flink_finals("multi_join.jsonl")
     option = {"flink_conf": {"table.optimizer.multi-join.enabled": "true"}}
     cases = [c | {"options": option} for c in load_cases(FIXTURES / "multi_join.json")]
-    cases = [c for c in cases if multi_way(c | {"join": sql_join(c)}) is not None]
+    cases = [c for c in cases if query_plan(case_config(c | {"join": sql_join(c)})).multi_way]
     assert [c["id"] for c in cases] == ["flink_three_way_left_outer", "flink_four_way_mixed",
                                         "rowtimes_after_a_regular_join"]  # fmt: skip
     code, lines = run(spark, cases, tmp_path)

@@ -8,7 +8,7 @@ whose result updates (Flink refuses that plan too).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
@@ -113,6 +113,31 @@ def multi_way_spec(config: Config) -> MultiJoinSpec | None:
     if not all(isinstance(spec, RegularJoinSpec) for spec in specs):
         return None
     return MultiJoinSpec.of_chain(specs)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """What a configuration's query runs, decided once (`query_plan`) for every part that
+    builds it: each join of two as a configuration of its own (`join_stages`) and its spec,
+    or the chain's joins as one multi-way operator; whether the output goes through the
+    upsert materializer."""
+
+    config: Config
+    stages: tuple[Config, ...]
+    specs: tuple[JoinSpec, ...]
+    multi_way: MultiJoinSpec | None
+    materialized: bool
+
+    @property
+    def last(self) -> Config:
+        return self.stages[-1]
+
+
+def query_plan(config: Config) -> QueryPlan:
+    """The plan of a joining configuration (not `JOIN_TYPE=forward`)."""
+    stages = tuple(join_stages(config))
+    return QueryPlan(config, stages, tuple(map(join_spec, stages)), multi_way_spec(config),
+                     upsert_materialized(config))  # fmt: skip
 
 
 def multi_way_refused(config: Config) -> str:

@@ -30,8 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from serdes.kafka.group_offsets import committed
-
 # The decoded rows' column an input with several partitions takes its watermark from
 WATERMARK_COLUMN = "watermark_time"
 # In a micro-batch's offsets beside the topic's: each partition's largest event time before it
@@ -54,12 +52,44 @@ def _highest(*marks: int | None) -> int | None:
     return max(known) if known else None
 
 
+TIMEOUT_S = 10.0
+# A client of the marks' group for each (group, client settings), kept by a worker process for
+# the tasks it runs and by the driver's reader for its plans: a new client each time cost more
+# than the call (its connection and the group's coordinator found again)
+_clients: dict[tuple[str, tuple[tuple[str, str], ...]], Consumer] = {}
+
+
+def _client(group: str, client_config: dict[str, str]) -> Consumer:
+    key = (group, tuple(sorted(client_config.items())))
+    if key not in _clients:
+        _clients[key] = Consumer({**client_config, "group.id": group,
+                                  "enable.auto.commit": False})  # fmt: skip
+    return _clients[key]
+
+
+def _forget(group: str, client_config: dict[str, str]) -> None:
+    """Drop a client a call failed with: the next call makes a new one."""
+    client = _clients.pop((group, tuple(sorted(client_config.items()))), None)
+    if client is not None:
+        client.close()
+
+
 def planned_marks(client_config: dict[str, str], group: str, topic: str,
                   partitions: Iterable[int], before: Marks) -> Marks:  # fmt: skip
     """The marks a micro-batch starts from: those of the micro-batch before (`before`) raised
-    to what its tasks committed to `group`."""
+    to what its tasks committed to `group` (a broker that does not answer leaves them)."""
     partitions = list(partitions)
-    fetched = committed(client_config, group, topic, partitions)
+    try:
+        found = _client(group, client_config).committed(
+            [TopicPartition(topic, p) for p in partitions], TIMEOUT_S
+        )
+    except KafkaException as err:
+        _forget(group, client_config)
+        log.warning("could not read the event times of %s (group %s): %s; the watermark "
+                    "waits for the next micro-batch's", topic, group,
+                    err.args[0].str() if err.args else err)  # fmt: skip
+        return {p: before.get(p) for p in partitions}
+    fetched = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
     return {p: _highest(before.get(p), fetched.get(p)) for p in partitions}
 
 
@@ -91,15 +121,13 @@ class PartitionMarks:
         offsets = [TopicPartition(topic, p, max(m, 0)) for p, m in highest.items() if m is not None]
         if not offsets:
             return
-        consumer = Consumer({**client_config, "group.id": self.group, "enable.auto.commit": False})
         try:
-            consumer.commit(offsets=offsets, asynchronous=False)
+            _client(self.group, client_config).commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
+            _forget(self.group, client_config)
             log.warning("could not record the event times read from %s (group %s): %s; the "
                         "watermark waits for the next micro-batch's", topic, self.group,
                         err.args[0].str() if err.args else err)  # fmt: skip
-        finally:
-            consumer.close()
 
 
 def _with_watermark(batch: pa.RecordBatch, ms: int | None) -> pa.RecordBatch:

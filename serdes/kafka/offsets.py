@@ -123,7 +123,7 @@ class PartitionBounds:
                 ):
                     break
                 # returns once as many events as ends still missing are there (consume waits
-                # out its timeout for fewer: 0.2 s a trigger and source while data arrived)
+                # out its timeout for fewer, a trigger and source while data arrived)
                 events = self._consumer.consume(num_messages=len(listed) - len(found), timeout=0.2)
                 for message in events:
                     error = message.error()

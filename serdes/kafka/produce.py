@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, Message, Producer
 
-# librdkafka spaces a new client's connections to the cluster's brokers by half of this (at
-# least 11 ms): with its default of 100 ms, a transactional producer's initialisation waited 50 ms
-# to connect to the broker its bootstrap named, in every task and micro-batch (54 ms -> 15). It
-# is the first wait after a failed connection too, doubling up to `reconnect.backoff.max.ms`.
+# librdkafka spaces a new client's connections to the cluster's brokers by half of this: with
+# its default, a transactional producer's initialisation waited to connect to the broker its
+# bootstrap named, in every task and micro-batch (`docs/performance.md`). It is the first wait
+# after a failed connection too, doubling up to `reconnect.backoff.max.ms`.
 RECONNECT_BACKOFF_MS = 10
 
 # topic, key, value, headers

@@ -75,8 +75,7 @@ def task_ranges(
 
     A task has a fixed cost in each Python worker it passes through (set-up, a Kafka client,
     and for the pass-through a transaction), while the partitions of one task are fetched
-    together by one consumer. `bench/passthrough.py` over a backlog (2 cores, 2 topics of 4
-    partitions): 8 tasks a micro-batch 37.5 k records/s, 4 tasks 45.4 k, 2 tasks 52.0 k. The
+    together by one consumer: fewer tasks read a backlog faster (`docs/performance.md`). The
     grouping must stay what it was for the life of a checkpoint: a re-run micro-batch writes
     exactly-once under its tasks' indices (see `app.run.checkpoint.read_tasks`)."""
     groups: dict[int, dict[int, tuple[int, int]]] = {}

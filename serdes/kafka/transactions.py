@@ -187,9 +187,8 @@ def _connected(producer: Producer, topic: str) -> None:
     The first metadata request goes to the bootstrap connection, which librdkafka then closes
     for the brokers it names; the second waits for a connection to one of those. Without it,
     `init_transactions` found no connected broker whenever the metadata had come back quickly,
-    and waited for librdkafka's 500 ms coordinator timer: measured in the service, most tasks'
-    initialisations took 503 ms instead of 3 (and other tasks of the host waited behind them,
-    see `_ending_transactions`): `bench/passthrough.py` 12-14 k -> 22 k records/s."""
+    and waited out librdkafka's coordinator timer, other tasks of the host behind it (see
+    `_ending_transactions`; measured in `docs/performance.md`)."""
     for _ in range(2):
         producer.list_topics(topic, timeout=TIMEOUT_S)
 

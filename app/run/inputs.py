@@ -1,0 +1,209 @@
+"""An input of the query: its Kafka records read and decoded into typed changes under its
+watermark, normalized where its join needs it, as one side of the changelog the joins take.
+
+Each input is decoded by the tasks that read its topic (records that cannot be decoded become
+dead letters, written by those tasks); its changes carry their event time as a plain number, so
+that Spark drops no late row before a join sees it (Flink's interval join keeps them).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from pyspark import Accumulator
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+
+from app.config.env import Config, InputConfig, JoinConfig
+from app.config.registry import AVRO_FORMATS
+from app.plan.planner import normalized
+from app.run.stateful import run_stateful, side_struct
+from ops.progress import EVENT_TIME_OBSERVATION
+from serdes.kafka.datasource import NAME, decoding_source, kafka_options
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
+from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
+from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
+from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
+from state.spark.normalizer import NormalizeOperator
+
+SIDE_HEADER = "streamjoin.side"
+FORMATS = {  # the decoder of each input format, in the registry's order
+    "json": JsonFormat,
+    "avro-confluent": AvroConfluentFormat,
+    "debezium-json": DebeziumJsonFormat,
+    "debezium-avro-confluent": DebeziumAvroFormat,
+    "upsert": UpsertJsonFormat,
+}
+
+
+def read_input(spark: SparkSession, config: Config, source: InputConfig,
+               drain_marker: Path | None, tasks: int | None, wall_clock: bool,
+               name: str = NAME, marks_group: str | None = None) -> DataFrame:  # fmt: skip
+    """The input's Kafka records, from the data source registered as `name`, read by `tasks`
+    tasks a micro-batch (one per partition if None); `wall_clock`: an operator of the job runs
+    on it (`app.run.operators.on_wall_clock`); with `marks_group`, their watermark column
+    filled as `serdes.kafka.event_times` says."""
+    reader = (
+        spark.readStream.format(name)
+        .option("topic", source.topic)
+        .option("startingOffsets", config.starting_offsets)
+        .options(**kafka_options(config.kafka_client_config()))
+    )
+    if drain_marker is not None:
+        reader = reader.option("drainMarker", str(drain_marker))
+    if tasks is not None:
+        reader = reader.option("readTasks", str(tasks))
+    if marks_group is not None:
+        reader = reader.option("marksGroup", marks_group)
+    if config.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
+    if wall_clock:
+        # a restart's first plan is a batch, so timers due while the job was down fire even
+        # if no record comes (`KafkaStreamReader`)
+        reader = reader.option("wakeAtStart", "true")
+        if config.trigger_interval_ms is None:
+            # available-now, see `app.run.pipeline.start`
+            reader = reader.option("boundedAtStart", "true")
+    return reader.load()
+
+
+def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
+                 letters: DeadLetterTopic, keep_records: bool, drain_marker: Path | None,
+                 tasks: int | None, wall_clock: bool, partitions: int,
+                 job: str) -> DataFrame:  # fmt: skip
+    """The input's changes as `decode_input` gives them, decoded by the `tasks` that read the
+    topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
+    own; its dead letters written by those tasks; the watermark column filled where the input
+    has event time and several `partitions` (`watermarked`), its marks kept for the `job`."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records, source.metadata)  # fmt: skip
+    name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
+    spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
+    per_partition = source.time != "proctime" and partitions > 1
+    group = marks_group(job, source.side) if per_partition else None
+    return read_input(spark, config, source, drain_marker, tasks, wall_clock, name, group)
+
+
+_SOURCE_NAMES = itertools.count()
+
+
+def _header(name: str, value: Column) -> Column:
+    return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+
+def _add_headers(records: DataFrame, *added: Column) -> Column:
+    empty = F.array().cast(records.schema["headers"].dataType)
+    return F.concat(F.coalesce(F.col("headers"), empty), F.array(*added))
+
+
+def forward_both(left: DataFrame, right: DataFrame) -> DataFrame:
+    def tagged(records: DataFrame, side: str) -> DataFrame:
+        headers = _add_headers(records, _header(SIDE_HEADER, F.lit(side)))
+        return records.select("key", "value", headers.alias("headers"))
+
+    return tagged(left, "left").unionByName(tagged(right, "right"))
+
+
+def row_type(source: InputConfig) -> StructType:
+    return StructType([StructField(c.name, c.spark_type) for c in source.schema or ()])
+
+
+def format_factory(config: Config | None, source: InputConfig) -> Callable[[], Format]:
+    """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet.
+    `config` gives the schema registry of the Avro formats."""
+    if source.format in AVRO_FORMATS:
+        assert config is not None, "the Avro formats need the registry's configuration"
+        registry = RegistrySchemas(
+            config.schema_registry_url or "", config.schema_registry_properties
+        )
+        return partial(FORMATS[source.format], source.schema, source.primary_key, registry)
+    return partial(FORMATS[source.format], source.schema, source.primary_key)
+
+
+def decode_input(
+    raw: DataFrame,
+    config: Config | None,
+    source: InputConfig,
+    tally: Tally | None = None,
+    letters: DeadLetterTopic | None = None,
+    keep_records: bool = False,
+) -> DataFrame:
+    """Decoded changes; the records that cannot be decoded written to `letters`, or kept as
+    dead-letter rows without it. `tally` counts the dead letters by reason; `keep_records` keeps
+    each change's Kafka record beside it."""
+    make_format = format_factory(config, source)
+    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
+                     keep_records, source.metadata)  # fmt: skip
+    return raw.mapInArrow(decode, decoded_schema(row_type(source)))
+
+
+def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
+                      held_rows: Accumulator[dict] | None = None,
+                      ttl_ms: int = 0, spread: bool = True) -> DataFrame:  # fmt: skip
+    """The changelog rebuilt per primary key from the last row of each key, the keys grouped
+    in `buckets` (see `state.joins.normalize`, and `run_stateful` for `spread`); `held_rows`
+    takes the keys held; `ttl_ms` is the job's state retention, which the normalizer keeps as
+    the join does."""
+    row_schema = row_type(source)
+    keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
+    normalized_rows = run_stateful(
+        changes, NormalizeOperator(source.side, ttl_ms), keys, [(F.col("row"), row_schema)],
+        buckets, out_seq=True, out_ts=True, held_rows=held_rows, spread=spread,
+    )  # fmt: skip
+    return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
+
+
+def watermarked(changes: DataFrame, delay_ms: int, partitions: int) -> DataFrame:
+    """`changes` under their input's watermark, as Flink's Kafka source makes it: each
+    partition's own (the largest event time it has shown, less `delay_ms`), the input's the
+    least of its topic's `partitions`' (a partition behind the others in event time holds the
+    input back, and none of its rows falls behind a watermark the others moved). With one
+    partition that is Spark's own, of the event time; with several, of the column the reading
+    tasks fill with the least of the partitions' largest event times (`serdes.kafka.
+    event_times`). The query's watermark is the least of its inputs' (Spark's `min` policy)."""
+    column = "event_time" if partitions <= 1 else WATERMARK_COLUMN
+    return changes.withWatermark(column, f"{delay_ms} milliseconds")
+
+
+def timed_changes(decoded: DataFrame, source: InputConfig, partitions: int = 1,
+                  records: bool = False) -> DataFrame:  # fmt: skip
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`,
+    over its topic's `partitions`); with `records`, each with its Kafka record's columns (kept
+    by `decode_input`)."""
+    good = decoded.where(F.col("error").isNull())
+    if source.time != "proctime":
+        good = watermarked(good, source.watermark_delay_ms, partitions).observe(
+            EVENT_TIME_OBSERVATION.format(side=source.side),
+            F.max(F.unix_millis("event_time")).alias("max_ms"),
+        )
+    # The event time as a plain number: a column with watermark metadata would make Spark drop
+    # rows behind the watermark before the join sees them (Flink's interval join keeps them).
+    kept = RECORD_COLUMNS if records else ()
+    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row", *kept)
+
+
+def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
+               join: JoinConfig, buckets: int,
+               held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+    """One input's changes, normalized if `join` needs it (its keys in `buckets`, under the
+    join's state retention), as one side of the unified changelog the joins take (`side`,
+    `op`, `seq`, `ts`, `left`, `right`)."""
+    if normalized(source, join):
+        changes = normalize_changes(changes, source, buckets, held_rows, join.state_ttl_ms,
+                                    join.spread_buckets)  # fmt: skip
+    side = 0 if source.side == "left" else 1
+    row = F.col("row")
+    return changes.select(
+        F.lit(side).cast("byte").alias("side"),
+        "op",
+        "seq",
+        "ts",
+        (row if side == 0 else F.lit(None).cast(left)).alias("left"),
+        (row if side == 1 else F.lit(None).cast(right)).alias("right"),
+    )

@@ -1,0 +1,70 @@
+"""The stateful operators a configuration's query runs, in the order Spark numbers them: what
+the state inspection and the rescale read a checkpoint's operators as, and what tells whether
+the job runs on the wall clock."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import StructType
+
+from app.config.env import Config, InputConfig, JoinConfig
+from app.config.registry import FORWARD
+from app.plan.planner import QueryPlan, normalized, query_plan
+from app.run.inputs import row_type
+from app.run.joins import join_label, join_operator
+from ops.state_report import PlannedOperator
+from state.spark.normalizer import NormalizeOperator
+from state.spark.regular import MultiJoinOperator
+from state.spark.upsert import UpsertMaterializeOperator
+
+
+def on_wall_clock(config: Config) -> bool:
+    """Whether an operator of the job runs on the wall clock (a state TTL, a processing-time
+    join): Spark then plans a batch at every trigger, new input or not, so its timers fire."""
+    return any(p.operator.clock == "processing" for p in stateful_operators(config))
+
+
+def stateful_operators(config: Config) -> list[PlannedOperator]:
+    """The stateful operators the query of `config` runs (`app.run.query`), in the order Spark
+    numbers them (its `operatorId`, from the sink down: the upsert materializer, then each join
+    before what it reads, its left input's operators (the join before it, or a normalizer)
+    before its right input's)."""
+    if config.join.type == FORWARD:
+        return []
+    plan = query_plan(config)
+    planned = []
+    if plan.materialized:
+        planned.append(PlannedOperator("upsert", UpsertMaterializeOperator(
+            config.join.state_ttl_ms), {"output": StructType()}))  # fmt: skip
+    if plan.multi_way is None:
+        return planned + _join_operators(plan, len(plan.stages))
+    sides = {source.side: row_type(source) for source in config.inputs()}
+    operator = MultiJoinOperator(plan.multi_way, tuple(sides))
+    planned.append(PlannedOperator("join", operator, sides))
+    return planned + _normalizers(config, [(s, sides[s.side]) for s in config.inputs()],
+                                  plan.last.join)  # fmt: skip
+
+
+def _join_operators(plan: QueryPlan, number: int) -> list[PlannedOperator]:
+    """The `number`-th join's operators (`stateful_operators`); a lookup join has none."""
+    config, stage = plan.config, plan.stages[number - 1]
+    if stage.lookup is not None:  # it keeps no state
+        return _join_operators(plan, number - 1) if number > 1 else []
+    types = {"left": row_type(stage.left), "right": row_type(stage.right)}
+    operator = join_operator(plan.specs[number - 1], number)
+    planned = [PlannedOperator(join_label(number), operator, types)]
+    if number > 1:
+        planned += _join_operators(plan, number - 1)
+        inputs = [(config.chain[number - 2].input, types["right"])]
+    else:
+        inputs = [(config.left, types["left"]), (config.right, types["right"])]
+    return planned + _normalizers(config, inputs, stage.join)
+
+
+def _normalizers(config: Config, inputs: list[tuple[InputConfig, StructType]],
+                 join: JoinConfig) -> list[PlannedOperator]:  # fmt: skip
+    """The changelog normalizers of those `inputs` (each with its row type) that `join` needs
+    normalized, in the order given."""
+    return [PlannedOperator("normalizer", NormalizeOperator(source.side,
+                                                            config.join.state_ttl_ms),
+                            {source.side: row})
+            for source, row in inputs if normalized(source, join)]  # fmt: skip

@@ -1,0 +1,188 @@
+"""The query a plan runs (`app.plan.planner.QueryPlan`): its inputs' changes joined, as Flink
+SQL plans the joins, and, for `streamjoin run`, the joined changes as the output topic's
+records. `streamjoin run` and `streamjoin replay` build their joins here, so what a replay of
+Flink's cases shows holds for `run`: they differ only in where the inputs' changes come from
+(Kafka topics, files) and where the joined changes go.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app.config.env import Config, InputConfig
+from app.config.registry import LOOKUP
+from app.plan.planner import JoinSpec, QueryPlan, normalized
+from app.run.inputs import join_input, normalize_changes, read_decoded, row_type, timed_changes
+from app.run.joins import (
+    as_left_input,
+    bucketed_join,
+    materialized_upserts,
+    multi_way_input,
+    multi_way_join,
+)
+from app.run.operators import on_wall_clock
+from app.run.projection import project
+from ops.metrics import ServiceMetrics
+from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
+from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.transactions import ExactlyOnce
+from serdes.records.avro_out import as_avro
+from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
+from state.changes import RowKind
+from state.spark.columns import side_column
+
+# An input's changes (`op`, `seq`, `ts`, `row`) under its watermark, by the input
+ChangesOf = Callable[[InputConfig], DataFrame]
+
+
+@dataclass(frozen=True)
+class Writers:
+    """The tasks that may write a micro-batch, each under a transactional id of its own index:
+    one per state partition (the joined changes, `0 ..`), then one per partition of each input
+    (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
+    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on. `read`
+    tasks read each input's partitions (`app.run.checkpoint.read_tasks`); `partitions` is how
+    many each input topic has."""
+
+    count: int
+    first: dict[str, int]
+    read: int | None
+    partitions: dict[str, int]
+
+
+def joined_changes(plan: QueryPlan, changes_of: ChangesOf, metrics: ServiceMetrics | None,
+                   lookup_letters: DeadLetterTopic | None = None) -> DataFrame:  # fmt: skip
+    """The changes of the plan's last join (`op`, its `L_`/`R_` columns, `seq` where the
+    upsert materializer or a next join takes them): each input's changes (`changes_of`)
+    normalized where its join needs it, joined in the order Flink SQL plans the joins, or all
+    at once by the multi-way join. `metrics`: what the tasks count (none in a replay);
+    `lookup_letters`: where a lookup join's failed lookups go, when they are dead-lettered."""
+    config, last = plan.config, plan.last
+    held = None if metrics is None else metrics.held_rows.accumulator
+    late = None if metrics is None else metrics.late_rows.accumulator
+    if plan.multi_way is not None:
+        inputs = []
+        for index, source in enumerate(config.inputs()):
+            changes = changes_of(source)
+            if normalized(source, last.join):
+                changes = normalize_changes(changes, source, plan.multi_way.buckets, held,
+                                            plan.multi_way.state_ttl_ms,
+                                            last.join.spread_buckets)  # fmt: skip
+            inputs.append(multi_way_input(changes, index, plan.multi_way, row_type(source),
+                                          row_type(last.left), row_type(last.right)))  # fmt: skip
+        return multi_way_join(
+            functools.reduce(DataFrame.unionByName, inputs), plan.multi_way,
+            tuple(s.side for s in config.inputs()), row_type(last.left), row_type(last.right),
+            held, sequenced=plan.materialized, spread=config.join.spread_buckets,
+        )  # fmt: skip
+    first = plan.stages[0]
+    if first.lookup is not None:
+        joined = _looked_up(changes_of(config.left), first, plan.specs[0], metrics,
+                            lookup_letters)  # fmt: skip
+    else:
+        left_type, right_type = row_type(first.left), row_type(first.right)
+        sides = [
+            join_input(changes_of(source), source, left_type, right_type, first.join,
+                       first.join.state_buckets, held)
+            for source in (first.left, first.right)
+        ]  # fmt: skip
+        joined = bucketed_join(sides[0].unionByName(sides[1]), plan.specs[0], left_type,
+                               right_type, late, held,
+                               sequenced=plan.materialized or len(plan.stages) > 1,
+                               spread=first.join.spread_buckets)  # fmt: skip
+    for number, (stage, spec, chained) in enumerate(
+        zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
+    ):
+        right_type = row_type(stage.right)
+        left, left_type = as_left_input(joined, number, right_type, stage.left.time)
+        if stage.lookup is not None:
+            changes = left.select("op", "seq", "ts", F.col("left").alias("row"))
+            joined = _looked_up(changes, stage, spec, metrics)
+            continue
+        right = join_input(changes_of(chained.input), chained.input, left_type, right_type,
+                           stage.join, stage.join.state_buckets, held)  # fmt: skip
+        joined = bucketed_join(left.unionByName(right), spec, left_type, right_type, late, held,
+                               sequenced=plan.materialized or stage is not last,
+                               number=number, spread=stage.join.spread_buckets)  # fmt: skip
+    return joined
+
+
+def _looked_up(changes: DataFrame, stage: Config, spec: JoinSpec, metrics: ServiceMetrics | None,
+               letters: DeadLetterTopic | None = None) -> DataFrame:  # fmt: skip
+    """A lookup join of `changes` (`op`, `seq`, `ts`, `row`): `op`, `seq`, `L_*`, `R_*`."""
+    from app.run.lookup import looked_up
+
+    assert metrics is not None, "a lookup join runs in the service, which counts its lookups"
+    return looked_up(changes, stage, spec, metrics.lookups.events.accumulator,
+                     metrics.lookups.latency, letters,
+                     metrics.dead_letters.accumulator)  # fmt: skip
+
+
+def _join_key(spec: JoinSpec) -> Column:
+    """The output record key: the join key, so all changes of one key share a partition."""
+    parts = [
+        F.coalesce(F.col(side_column(0, a)), F.col(side_column(1, b)))
+        if spec.projects_right
+        else F.col(side_column(0, a))
+        for a, b in spec.equi_keys
+    ]
+    return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
+
+
+def joined_output(spark: SparkSession, plan: QueryPlan, metrics: ServiceMetrics,
+                  tasks: Writers, drain_marker: Path | None, exactly_once: ExactlyOnce | None,
+                  job: str) -> DataFrame:  # fmt: skip
+    """`streamjoin run`'s query: its inputs read from Kafka by `tasks`, which write their dead
+    letters, joined (`joined_changes`), projected, materialized for an upsert output, encoded as
+    the output topic's records (the rows a CAST failed on, with the dead-letter topic's name);
+    `job`: whose partition marks the inputs keep (`serdes.kafka.event_times`)."""
+    config = plan.config
+    dlq, client = config.output.dlq_topic, config.kafka_client_config()
+    lookup_letters = (  # failed lookups, when they are dead-lettered
+        DeadLetterTopic(dlq, client, exactly_once, tasks.first[LOOKUP])
+        if config.lookup is not None and config.lookup.on_error == "dead-letter" else None
+    )  # fmt: skip
+    wall_clock = on_wall_clock(config)
+
+    def changes_of(source: InputConfig) -> DataFrame:
+        letters = DeadLetterTopic(dlq, client, exactly_once, tasks.first[source.side])
+        decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
+                               lookup_letters is not None, drain_marker, tasks.read,
+                               wall_clock, tasks.partitions[source.topic], job)  # fmt: skip
+        return timed_changes(decoded, source, tasks.partitions[source.topic],
+                             records=lookup_letters is not None)  # fmt: skip
+
+    joined = joined_changes(plan, changes_of, metrics, lookup_letters)
+    joined = joined.observe(
+        CHANGES_OBSERVATION,
+        *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
+    )
+    joined = joined.withColumn(KEY_COLUMN, _join_key(plan.specs[-1]))
+    if plan.last.join.select:
+        keep = [KEY_COLUMN, "seq"] if plan.materialized else [KEY_COLUMN]
+        joined = project(joined, plan.last.join.select, keep=keep)
+    if config.output.key:
+        joined = joined.withColumn(
+            KEY_COLUMN, F.to_json(F.struct(*config.output.key)).cast("binary")
+        )
+    if plan.materialized:
+        joined = materialized_upserts(
+            joined, config.join.state_buckets, config.join.state_ttl_ms,
+            metrics.held_rows.accumulator, config.join.spread_buckets,
+        )  # fmt: skip
+    records = encode(joined, config.output.encoding)
+    if config.output.format == "avro-confluent":
+        records = as_avro(records, config.schema_registry_url or "",
+                          config.schema_registry_properties, config.output.topic)  # fmt: skip
+    else:
+        records = as_json(records)
+    records = divert_failed_casts(records, config.output.dlq_topic)
+    if "topic" in records.columns:  # the rows a CAST failed on, counted as dead letters
+        records = records.observe(CAST_FAILURES_OBSERVATION, F.count("topic").alias("rows"))
+    return records
