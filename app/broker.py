@@ -45,10 +45,13 @@ def tansu_command(listen_host: str, port: int, storage: str = "memory://tansu/")
     `storage` (memory by default; `s3://bucket/` survives a restart)."""
     return [
         "broker",
-        "--listener-url", f"tcp://{listen_host}:{port}",
-        "--advertised-listener-url", f"tcp://127.0.0.1:{port}",
-        "--storage-engine", storage,
-    ]  # fmt: skip
+        "--listener-url",
+        f"tcp://{listen_host}:{port}",
+        "--advertised-listener-url",
+        f"tcp://127.0.0.1:{port}",
+        "--storage-engine",
+        storage,
+    ]
 
 
 def wait_until_ready(bootstrap: str, timeout_s: float = START_TIMEOUT_S) -> None:

@@ -20,13 +20,15 @@ from ops.logging import QUERY, setup_logging
 
 log = logging.getLogger(__name__)
 
-VARIABLES_HELP = "\n".join([
-    "variables (docs/configuration.md):",
-    *(f"  {variable.help}" for variable in VARIABLES.values()),
-    "  KAFKA_<PROPERTY>: a Kafka client property (KAFKA_SASL_MECHANISM: sasl.mechanism)",
-    "  SCHEMA_REGISTRY_<PROPERTY>: a schema registry client property",
-    "  SPARK_CONF_<KEY>: a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY)",
-])  # fmt: skip
+VARIABLES_HELP = "\n".join(
+    [
+        "variables (docs/configuration.md):",
+        *(f"  {variable.help}" for variable in VARIABLES.values()),
+        "  KAFKA_<PROPERTY>: a Kafka client property (KAFKA_SASL_MECHANISM: sasl.mechanism)",
+        "  SCHEMA_REGISTRY_<PROPERTY>: a schema registry client property",
+        "  SPARK_CONF_<KEY>: a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY)",
+    ]
+)
 
 
 def _refused(err: Exception) -> int:
@@ -40,7 +42,7 @@ def planned(env: Mapping[str, str]) -> Config:
     """The configuration whose plan holds: the variables (or the SQL), a lookup join's table."""
     config = load_config(env)
     if config.lookup is not None or any(c.lookup for c in config.chain):  # the tables' columns
-        from app.run.lookup import with_table
+        from app.run.lookups import with_table
 
         config = with_table(config)
     check_plan(config)
@@ -65,8 +67,10 @@ def check(env: Mapping[str, str]) -> int:
         config = checked(env)
     except (ConfigError, StartupError) as err:
         return _refused(err)
-    print("streamjoin check: the configuration, Kafka and its topics, the metrics port, the "
-          "checkpoint directory and the schema registry are usable")  # fmt: skip
+    print(
+        "streamjoin check: the configuration, Kafka and its topics, the metrics port, the "
+        "checkpoint directory and the schema registry are usable"
+    )
     for line in describe(config, env):
         print(line)
     return 0
@@ -112,24 +116,32 @@ def run(env: Mapping[str, str]) -> int:
         log.warning("%s", unpipelined)
     stop = install_stop_signals()
     try:
-        spark = build_session(config.spark_master, config.session_conf(),
-                              checkpoint=config.checkpoint_location)  # fmt: skip
+        spark = build_session(
+            config.spark_master, config.session_conf(), checkpoint=config.checkpoint_location
+        )
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
     fork_workers_early(spark)
     exit_code = 1
     committer = (  # the offsets read, committed to the consumer group, as Flink does
-        GroupCommitter(config.kafka_client_config(), config.group_id,
-                       {source.topic for source in config.inputs()})
-        if config.group_id else None
-    )  # fmt: skip
+        GroupCommitter(
+            config.kafka_client_config(),
+            config.group_id,
+            {source.topic for source in config.inputs()},
+        )
+        if config.group_id
+        else None
+    )
     with tempfile.TemporaryDirectory(prefix="streamjoin-") as runtime:
         drain_marker = Path(runtime) / "draining"
         try:
-            metrics = ServiceMetrics(spark.sparkContext, config.readiness_timeout_ms / 1000,
-                                     config.join.state_ttl_ms / 1000,
-                                     pipelined=unpipelined is None)  # fmt: skip
+            metrics = ServiceMetrics(
+                spark.sparkContext,
+                config.readiness_timeout_ms / 1000,
+                config.join.state_ttl_ms / 1000,
+                pipelined=unpipelined is None,
+            )
             metrics.serve(config.metrics_port)
             held = HeldRowsRecord(spark, config.checkpoint_location)
             query = pipeline.start(spark, config, metrics, drain_marker, held)
@@ -143,10 +155,14 @@ def run(env: Mapping[str, str]) -> int:
                 held.save(QUERY.batch_id, dict(metrics.held_rows.accumulator.value))
 
             metrics.readiness.started()
-            exit_code = supervise(query, stop, drain_marker, on_poll=poll,
-                                  on_stop=lambda: quiet_shutdown(spark),
-                                  until_dry=config.trigger_interval_ms is None
-                                  and on_wall_clock(config))  # fmt: skip
+            exit_code = supervise(
+                query,
+                stop,
+                drain_marker,
+                on_poll=poll,
+                on_stop=lambda: quiet_shutdown(spark),
+                until_dry=config.trigger_interval_ms is None and on_wall_clock(config),
+            )
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)
         finally:
@@ -166,8 +182,9 @@ def executor(env: Mapping[str, str]) -> int:
         return _refused(err)
 
 
-def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None, top: int,
-          as_json: bool) -> int:  # fmt: skip
+def state(
+    env: Mapping[str, str], checkpoint: str | None, key: list[str] | None, top: int, as_json: bool
+) -> int:
     """`streamjoin state`: what the join's checkpoint holds, read as the job's own variables
     plan it; a stopped job's checkpoint, or a copy of a running one's (`checkpoint`, which
     stands for CHECKPOINT_LOCATION when that is not set)."""
@@ -186,7 +203,7 @@ def state(env: Mapping[str, str], checkpoint: str | None, key: list[str] | None,
     from app.run.lifecycle import stop_session
     from app.run.operators import stateful_operators
     from app.run.session import SparkStartError, build_session
-    from ops.state_report import READ_ONLY_STATE, NoStateError, report, table
+    from app.state_report import READ_ONLY_STATE, NoStateError, report, table
 
     location = checkpoint or config.checkpoint_location
     # A session this process has already (a test's) is its owner's: read in it, settings and
@@ -250,8 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "state", help="what a stopped job's checkpoint holds: rows per side, largest keys"
     )
     inspect.add_argument("--checkpoint", help="a checkpoint (default: CHECKPOINT_LOCATION)")
-    inspect.add_argument("--key", action="append", metavar="VALUE",
-                         help="one key's rows (once per key column, in order)")  # fmt: skip
+    inspect.add_argument(
+        "--key",
+        action="append",
+        metavar="VALUE",
+        help="one key's rows (once per key column, in order)",
+    )
     inspect.add_argument("--top", type=int, default=5, help="largest keys shown per side")
     inspect.add_argument("--json", action="store_true", help="one JSON object")
     replay = commands.add_parser("replay", help="run oracle case files through the pipeline")

@@ -101,11 +101,15 @@ def _product(row: tuple[str, str, str, int] | None) -> dict[str, str] | None:
 def example_records() -> dict[str, list[tuple[bytes, bytes, int]]]:
     """Per input: (key, value, Kafka timestamp) of every row of the example, in its order."""
     orders = [
-        (oid.encode(), json.dumps(
-            {"order_id": oid, "product_id": pid, "order_time": _sql_timestamp(ts)}
-        ).encode(), ts)
+        (
+            oid.encode(),
+            json.dumps(
+                {"order_id": oid, "product_id": pid, "order_time": _sql_timestamp(ts)}
+            ).encode(),
+            ts,
+        )
         for oid, pid, ts in ORDERS
-    ]  # fmt: skip
+    ]
     changes = []
     for op, before, after, ts in PRODUCT_CHANGES:
         key = (after or before)[0]
@@ -184,8 +188,10 @@ def table_lines(values: list[bytes]) -> list[str]:
     for value in values:
         row = json.loads(value, parse_float=Decimal)
         product, updated = cell(row["product_name"]), cell(row["update_time"], time=True)
-        lines.append(f"{row['order_id']} {cell(row['order_time'], time=True)} {product:<10} "
-                     f"{updated:<8} {cell(row['price'])}")  # fmt: skip
+        lines.append(
+            f"{row['order_id']} {cell(row['order_time'], time=True)} {product:<10} "
+            f"{updated:<8} {cell(row['price'])}"
+        )
     return sorted(lines)
 
 
@@ -214,8 +220,9 @@ def demo(env: Mapping[str, str]) -> int:
             [config.left.topic, config.right.topic, config.output.topic, config.output.dlq_topic],
             [config.output.marker_topic],
         )
-        _write_inputs(bootstrap, {"orders": config.left.topic,
-                                  "product_changelog": config.right.topic})  # fmt: skip
+        _write_inputs(
+            bootstrap, {"orders": config.left.topic, "product_changelog": config.right.topic}
+        )
         spark = build_session(
             config.spark_master, config.spark_conf, checkpoint=config.checkpoint_location
         )

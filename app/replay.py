@@ -31,18 +31,17 @@ from pyspark.sql.types import BooleanType, ByteType, StructField, StructType
 from sqlglot.errors import ParseError
 
 from app.config.env import ChainedJoin, Config, InputConfig, JoinConfig, OutputConfig
+from app.config.sql.ddl import SqlError, Table
+from app.config.sql.query import MULTI_JOIN_OPTION, compile_query
 from app.plan.planner import query_plan
+from app.plan.projection import project
+from app.run.builder import joined_changes
 from app.run.inputs import decode_input, row_type, timed_changes
-from app.run.projection import project
-from app.run.query import joined_changes
-from app.sql.ddl import SqlError, Table
-from app.sql.query import MULTI_JOIN_OPTION, compile_query
 from ops.metrics import CountsByLabel
+from serdes.kafka.decode import decoded_schema
 from serdes.kafka.source import ARROW_SCHEMA
-from serdes.records.decode import decoded_schema
 from serdes.records.schema import parse_schema
-from serdes.records.values import EPOCH
-from state.changes import RowKind, opens_update
+from state.changes import EPOCH, SIDES, RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
 from state.joins.specs import PROCTIME, STATE_BUCKETS
 
@@ -50,8 +49,7 @@ WATERMARK_ONLY = "wm"  # the op of rows that only move a watermark
 FAR_PAST_MS = -(10**13)
 FAR_FUTURE_MS = 2 * 10**14  # year 8307: Spark timestamps end with year 9999
 END_DELAY_MS = 10**13
-SIDES = ("left", "right")
-FORMATS = {"insert": "json", "upsert": "upsert", "all": "debezium-json"}
+CHANGELOG_FORMATS = {"insert": "json", "upsert": "upsert", "all": "debezium-json"}
 # The Kafka records of both inputs in one file per micro-batch: which input, and whether the
 # row is only a watermark mark (it bypasses decoding: it has no columns but its time).
 RECORDS_SCHEMA = StructType(
@@ -99,12 +97,12 @@ def stream_input(side: str, name: str, stream: dict[str, Any]) -> InputConfig:
     if stream.get("rowtime"):
         columns.append(f'"{stream["rowtime"]}" TIMESTAMP(3)')
     mode = changelog_mode(stream)
-    if mode not in FORMATS:
+    if mode not in CHANGELOG_FORMATS:
         raise CaseError(f"stream {name!r}: unknown changelog mode {mode!r}")
     return InputConfig(
         side=side,
         topic=name,
-        format=FORMATS[mode],
+        format=CHANGELOG_FORMATS[mode],
         schema=tuple(parse_schema(", ".join(columns))),
         primary_key=tuple(stream.get("primary_key") or ()),
         time=stream.get("rowtime") or "proctime",
@@ -199,8 +197,14 @@ SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function")
 
 
 def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
-    return JoinConfig(join.get("type", "regular"), join.get("kind", "INNER").lower(),
-                      join.get("on"), select, 0, state_buckets=STATE_BUCKETS)  # fmt: skip
+    return JoinConfig(
+        join.get("type", "regular"),
+        join.get("kind", "INNER").lower(),
+        join.get("on"),
+        select,
+        0,
+        state_buckets=STATE_BUCKETS,
+    )
 
 
 def case_config(case: dict[str, Any]) -> Config:
@@ -214,9 +218,13 @@ def case_config(case: dict[str, Any]) -> Config:
     )
     conf = case.get("options", {}).get("flink_conf", {})
     multi_way = str(conf.get(MULTI_JOIN_OPTION, "")).lower() == "true"
-    for stage, left_time, right in [(join, sources[0].time, sources[1]), *(
-            (c, c.get("left_time"), s) for c, s in zip(join.get("chain", ()), sources[2:],
-                                                       strict=True))]:  # fmt: skip
+    for stage, left_time, right in [
+        (join, sources[0].time, sources[1]),
+        *(
+            (c, c.get("left_time"), s)
+            for c, s in zip(join.get("chain", ()), sources[2:], strict=True)
+        ),
+    ]:
         kind = stage.get("type", "regular")
         if kind not in SUPPORTED_TYPES:
             raise CaseError(f"join type {kind!r} is not supported yet")
@@ -246,8 +254,9 @@ def case_inputs(case: dict[str, Any]) -> list[InputConfig]:
     join, streams = case["join"], case["streams"]
     names = (join["left"], join["right"], *(c["right"] for c in join.get("chain", ())))
     labels = [*SIDES, *(f"input{n}" for n in range(3, len(names) + 1))]
-    return [stream_input(label, name, streams[name])
-            for label, name in zip(labels, names, strict=True)]  # fmt: skip
+    return [
+        stream_input(label, name, streams[name]) for label, name in zip(labels, names, strict=True)
+    ]
 
 
 def batches(case: dict[str, Any], feed: list[RawRow], topics: tuple[str, ...]) -> list[list]:
@@ -280,9 +289,11 @@ def _marks(raw: DataFrame, source: InputConfig) -> DataFrame:
     values = {"op": F.lit(WATERMARK_ONLY), "seq": F.lit(-1), "event_time": F.col("timestamp")}
     values |= {c: F.col(c) for c in ("timestamp", "topic", "partition", "offset")}
     return raw.where(F.col("mark")).select(
-        *[values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
-          for f in decoded_schema(row_type(source))]
-    )  # fmt: skip
+        *[
+            values.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in decoded_schema(row_type(source))
+        ]
+    )
 
 
 def _changes(raw: DataFrame, sources: list[InputConfig], tally: Any) -> list[DataFrame]:
@@ -291,12 +302,15 @@ def _changes(raw: DataFrame, sources: list[InputConfig], tally: Any) -> list[Dat
     sides = []
     for index, source in enumerate(sources):
         records = raw.where(F.col("side") == index)
-        decoded = decode_input(records.where(~F.col("mark")).drop("side", "mark"), None, source,
-                               tally).unionByName(_marks(records, source))  # fmt: skip
+        decoded = decode_input(
+            records.where(~F.col("mark")).drop("side", "mark"), None, source, tally
+        ).unionByName(_marks(records, source))
         # one predicate that refers to the event time: Spark keeps it above the watermark
-        sides.append(timed_changes(decoded, source).where(
-            (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
-        ))  # fmt: skip
+        sides.append(
+            timed_changes(decoded, source).where(
+                (F.col("op") != WATERMARK_ONLY) | F.col("ts").isNull()
+            )
+        )
     return sides
 
 
@@ -317,7 +331,8 @@ def _cause(failure: str) -> str:
 
 def sql_join(case: dict[str, Any]) -> dict[str, Any]:
     """The structured join of a case given as `sql` (the oracle's query over its streams),
-    compiled as `STREAMJOIN_SQL`'s query is (`app.sql.query`): Flink and replay run one text."""
+    compiled as `STREAMJOIN_SQL`'s query is (`app.config.sql.query`): Flink and replay run one
+    text."""
     if "sql" not in case:
         raise CaseError("a case needs a `join` or a `sql`")
     tables = {}
@@ -335,14 +350,22 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
             table.watermark = (stream["rowtime"], 0)
         tables[name] = table
     try:
-        queries, members = compile_query(1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON),
-                                         tables, None)  # fmt: skip
+        queries, members = compile_query(
+            1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON), tables, None
+        )
     except (SqlError, ParseError) as err:
         raise CaseError(f"sql: {err}") from None
     first = queries[0]
-    chain = [{"type": q.type, "kind": q.kind.upper(), "right": table.name, "on": q.on,
-              "left_time": q.left_time}
-             for q, table in zip(queries[1:], members[2:], strict=True)]  # fmt: skip
+    chain = [
+        {
+            "type": q.type,
+            "kind": q.kind.upper(),
+            "right": table.name,
+            "on": q.on,
+            "left_time": q.left_time,
+        }
+        for q, table in zip(queries[1:], members[2:], strict=True)
+    ]
     return {
         "type": first.type,
         "kind": first.kind.upper(),

@@ -56,22 +56,36 @@ def timed(output: DataFrame, checkpoint: Path) -> tuple[float, int, Timeline]:
 
 def report(name: str, seconds: float, input_rows: int, base_rate: float, output_rows: int) -> None:
     rate = input_rows / seconds
-    print(f"  {name:18s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio {rate / base_rate:5.2f}"
-          f"  ({output_rows} output rows)")  # fmt: skip
+    print(
+        f"  {name:18s} {seconds:7.1f}s {rate:10,.0f} rows/s  ratio {rate / base_rate:5.2f}"
+        f"  ({output_rows} output rows)"
+    )
 
 
 def as_changelog(
-    left: DataFrame, right: DataFrame, left_type: StructType, right_type: StructType,
-    left_time: str, right_time: str,
-) -> DataFrame:  # fmt: skip
+    left: DataFrame,
+    right: DataFrame,
+    left_type: StructType,
+    right_type: StructType,
+    left_time: str,
+    right_time: str,
+) -> DataFrame:
     """Inserts of both sides, ordered by event time, which travels as plain epoch ms."""
     null_left, null_right = F.lit(None).cast(left_type), F.lit(None).cast(right_type)
     return left.select(
-        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis(left_time) * 2).alias("seq"), F.unix_millis(left_time).alias("ts"),
-        F.struct(*left_type.names).alias("left"), null_right.alias("right"),
-    ).unionByName(right.select(
-        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        (F.unix_millis(right_time) * 2 + 1).alias("seq"), F.unix_millis(right_time).alias("ts"),
-        null_left.alias("left"), F.struct(*right_type.names).alias("right"),
-    ))  # fmt: skip
+        F.lit(0).cast("byte").alias("side"),
+        F.lit("+I").alias("op"),
+        (F.unix_millis(left_time) * 2).alias("seq"),
+        F.unix_millis(left_time).alias("ts"),
+        F.struct(*left_type.names).alias("left"),
+        null_right.alias("right"),
+    ).unionByName(
+        right.select(
+            F.lit(1).cast("byte").alias("side"),
+            F.lit("+I").alias("op"),
+            (F.unix_millis(right_time) * 2 + 1).alias("seq"),
+            F.unix_millis(right_time).alias("ts"),
+            null_left.alias("left"),
+            F.struct(*right_type.names).alias("right"),
+        )
+    )

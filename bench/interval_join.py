@@ -31,9 +31,12 @@ from state.joins.specs import IntervalJoinSpec, SideSpec
 
 LEFT = StructType([StructField("order_id", StringType()), StructField("ot", TimestampType())])
 RIGHT = StructType(
-    [StructField("ship_id", StringType()), StructField("order_id", StringType()),
-     StructField("st", TimestampType())]
-)  # fmt: skip
+    [
+        StructField("ship_id", StringType()),
+        StructField("order_id", StringType()),
+        StructField("st", TimestampType()),
+    ]
+)
 ON = "L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st"
 WATERMARK = "1 hour"
 
@@ -71,8 +74,9 @@ def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     """As `streamjoin run` feeds the join: one changelog, event time as plain epoch ms."""
     left, right = inputs(spark, work)
     changes = as_changelog(left, right, LEFT, RIGHT, "ot", "st")
-    spec = IntervalJoinSpec(kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)),
-                            "ot", "st")  # fmt: skip
+    spec = IntervalJoinSpec(
+        kind, ON, SideSpec(tuple(LEFT.names)), SideSpec(tuple(RIGHT.names)), "ot", "st"
+    )
     return bucketed_join(changes, spec, LEFT, RIGHT)
 
 
@@ -89,8 +93,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_inputs(spark, work, rows, per_key, batches)
-        print(f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side, "
-              f"{batches} micro-batches)")  # fmt: skip
+        print(
+            f"{2 * rows} input rows ({rows} per side, {per_key} rows per key per side, "
+            f"{batches} micro-batches)"
+        )
         timelines = {}
         for kind in ("inner", "left", "full"):
             results = {}

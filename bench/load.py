@@ -31,9 +31,11 @@ def main() -> None:
     with ExitStack() as stack:
         result = run_load(*service_topics(stack), per_side, per_trigger, follow)
     assert result.exit_code == 0, result.log[-3000:]
-    print(f"joined {2 * per_side:,} rows ({per_side * HOT_SHARE:,.0f} per side on one key) in "
-          f"{result.seconds:.0f}s, start-up included: {2 * per_side / result.seconds:,.0f} rows/s;"
-          f" {result.rows_out:,} output rows, {result.orders_out:,} distinct orders")  # fmt: skip
+    print(
+        f"joined {2 * per_side:,} rows ({per_side * HOT_SHARE:,.0f} per side on one key) in "
+        f"{result.seconds:.0f}s, start-up included: {2 * per_side / result.seconds:,.0f} rows/s;"
+        f" {result.rows_out:,} output rows, {result.orders_out:,} distinct orders"
+    )
     for kind in KINDS:
         print(f"  peak RSS {kind:16s} {result.peak_rss.get(kind, 0) / 2**20:8,.0f} MiB")
     title = f"skewed interval join through Kafka, {per_side:,} rows per side"

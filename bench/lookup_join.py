@@ -44,31 +44,52 @@ SCENARIOS = [  # name, hit ratio, variables
 def orders(count: int, hits: float, first_product: int) -> list[bytes]:
     """`count` orders whose products repeat so that a share `hits` were asked for before."""
     distinct = max(1, round(count * (1 - hits)))
-    return [json.dumps({"order_id": f"o{i}", "product_id": f"p{first_product + i % distinct}"})
-            .encode() for i in range(count)]  # fmt: skip
+    return [
+        json.dumps({"order_id": f"o{i}", "product_id": f"p{first_product + i % distinct}"}).encode()
+        for i in range(count)
+    ]
 
 
 def run(
-    bootstrap: str, work: Path, postgres: PostgresCluster, topics: tuple[str, str],
-    count: int, hits: float, first_products: tuple[int, int], variables: dict[str, str],
-) -> tuple[float, float, Timeline]:  # fmt: skip
+    bootstrap: str,
+    work: Path,
+    postgres: PostgresCluster,
+    topics: tuple[str, str],
+    count: int,
+    hits: float,
+    first_products: tuple[int, int],
+    variables: dict[str, str],
+) -> tuple[float, float, Timeline]:
     """Orders/s of the first `count` orders after start-up, then of the next `count`, each
     round asking for its own products (from `first_products[round]` on); the run's timeline."""
     left, out = topics
-    env = service_env(**{
-        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": left, "OUTPUT_TOPIC": out,
-        "CHECKPOINT_LOCATION": str(work / f"ck-{time.monotonic_ns()}"), "TRIGGER_INTERVAL": "0",
-        "MAX_RECORDS_PER_TRIGGER": "25000", "LEFT_SCHEMA": "order_id STRING, product_id STRING",
-        "JOIN_TYPE": "lookup", "JOIN_KIND": "left", "JOIN_ON": "L.product_id = R.product_id",
-        "OUTPUT_ENCODING": "append",
-        "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
-        "LOOKUP_TABLE": "products", **variables,
-    })  # fmt: skip
+    env = service_env(
+        **{
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "LEFT_TOPIC": left,
+            "OUTPUT_TOPIC": out,
+            "CHECKPOINT_LOCATION": str(work / f"ck-{time.monotonic_ns()}"),
+            "TRIGGER_INTERVAL": "0",
+            "MAX_RECORDS_PER_TRIGGER": "25000",
+            "LEFT_SCHEMA": "order_id STRING, product_id STRING",
+            "JOIN_TYPE": "lookup",
+            "JOIN_KIND": "left",
+            "JOIN_ON": "L.product_id = R.product_id",
+            "OUTPUT_ENCODING": "append",
+            "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
+            "LOOKUP_TABLE": "products",
+            **variables,
+        }
+    )
     service = Service(env, work / "service.log")
-    reader = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": unique("bench-reader"),
-        "isolation.level": "read_committed", "fetch.queue.backoff.ms": 1,
-    })  # fmt: skip
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("bench-reader"),
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": 1,
+        }
+    )
     try:
         with followed(service.endpoint) as watched:
             partitions = reader.list_topics(out, timeout=10).topics[out].partitions
@@ -102,10 +123,13 @@ def main() -> None:
     with ExitStack() as stack:
         bootstrap, work, _left, _right, _out = service_topics(stack)
         postgres = stack.enter_context(PostgresCluster())
-        postgres.sql("CREATE TABLE products (product_id text PRIMARY KEY, name text, "
-                     "price numeric(10,2))")  # fmt: skip
-        postgres.sql(f"INSERT INTO products SELECT 'p' || i, 'product ' || i, i % 1000 "
-                     f"FROM generate_series(0, {products - 1}) AS i")  # fmt: skip
+        postgres.sql(
+            "CREATE TABLE products (product_id text PRIMARY KEY, name text, price numeric(10,2))"
+        )
+        postgres.sql(
+            f"INSERT INTO products SELECT 'p' || i, 'product ' || i, i % 1000 "
+            f"FROM generate_series(0, {products - 1}) AS i"
+        )
         results = []
         timelines: dict[str, Timeline] = {}
         for n, (name, hits, variables) in enumerate(SCENARIOS):
@@ -118,12 +142,17 @@ def main() -> None:
                 bootstrap, work, postgres, (left, out), count, hits, firsts, variables
             )
             results.append((name, hits, rates))
-            print(f"{name:22} {hits:>4.0%} hits: {rates[0]:>9,.0f} orders/s first, "
-                  f"{rates[1]:>9,.0f} then", flush=True)  # fmt: skip
+            print(
+                f"{name:22} {hits:>4.0%} hits: {rates[0]:>9,.0f} orders/s first, "
+                f"{rates[1]:>9,.0f} then",
+                flush=True,
+            )
         sync = next(rates for name, _, rates in results if name.startswith("sync"))
         cold = next(r for name, hits, r in results if hits == 0 and name.startswith("async"))
-        print(f"async / sync at 0 % hits: {cold[0] / sync[0]:.1f}x first, "
-              f"{cold[1] / sync[1]:.1f}x then")  # fmt: skip
+        print(
+            f"async / sync at 0 % hits: {cold[0] / sync[0]:.1f}x first, "
+            f"{cold[1] / sync[1]:.1f}x then"
+        )
         title = f"lookup join, {count:,} orders a round, {products:,} products"
         print(f"plot: {draw(plot_path('lookup_join'), title, timelines)}")
 

@@ -49,8 +49,11 @@ def produce_inputs(bootstrap: str, topics: dict[str, str], users: int, orders: i
 
     def send(topic: str, key: dict, value: dict | None) -> None:
         nonlocal count
-        producer.produce(topics[topic], None if value is None else json.dumps(value).encode(),
-                         json.dumps(key).encode())  # fmt: skip
+        producer.produce(
+            topics[topic],
+            None if value is None else json.dumps(value).encode(),
+            json.dumps(key).encode(),
+        )
         count += 1
         if count % 50_000 == 0:
             producer.flush()
@@ -58,15 +61,20 @@ def produce_inputs(bootstrap: str, topics: dict[str, str], users: int, orders: i
     for i in range(users):
         uid = f"u{i}"
         send("users", {"user_id": uid}, {"user_id": uid, "name": f"name{i}"})
-        send("accounts", {"user_id": uid},
-             {"user_id": uid, "tier": rng.choice(["gold", "silver", "bronze"])})  # fmt: skip
+        send(
+            "accounts",
+            {"user_id": uid},
+            {"user_id": uid, "tier": rng.choice(["gold", "silver", "bronze"])},
+        )
     live: dict[str, dict] = {}
     for i in range(orders):
-        order = {"order_id": f"o{i}", "user_id": f"u{rng.randrange(users)}",
-                 "amount": rng.randrange(1, 500)}  # fmt: skip
+        order = {
+            "order_id": f"o{i}",
+            "user_id": f"u{rng.randrange(users)}",
+            "amount": rng.randrange(1, 500),
+        }
         live[order["order_id"]] = order
-        send("orders", {"order_id": order["order_id"]},
-             {"before": None, "after": order, "op": "c"})  # fmt: skip
+        send("orders", {"order_id": order["order_id"]}, {"before": None, "after": order, "op": "c"})
         old = live.get(f"o{rng.randrange(i + 1)}") if i % 10 == 9 else None
         if old is not None and rng.random() < 0.7:  # an earlier order updated, or deleted
             new = live[old["order_id"]] = old | {"amount": old["amount"] + 1}
@@ -102,8 +110,10 @@ def final_table(bootstrap: str, out: str) -> Counter:
 def main() -> None:
     users, orders, runs = numbers(20_000, 200_000, 2)
     with ExitStack() as stack:
-        bootstrap = (os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-                     or stack.enter_context(EmbeddedBroker()).bootstrap)  # fmt: skip
+        bootstrap = (
+            os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+            or stack.enter_context(EmbeddedBroker()).bootstrap
+        )
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         topics = {name: unique(name) for name in ("orders", "users", "accounts")}
         create_topics(bootstrap, list(topics.values()), 4)
@@ -116,19 +126,23 @@ def main() -> None:
                 output_topics(bootstrap, out, 4)
                 checkpoint = work / out
                 env = service_env(
-                    KAFKA_BOOTSTRAP_SERVERS=bootstrap, CHECKPOINT_LOCATION=str(checkpoint),
+                    KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+                    CHECKPOINT_LOCATION=str(checkpoint),
                     STREAMJOIN_SQL=STAR.format(multi=multi, out=out, **topics),
-                    TRIGGER_INTERVAL="available-now", MAX_RECORDS_PER_TRIGGER="100000",
-                )  # fmt: skip
+                    TRIGGER_INTERVAL="available-now",
+                    MAX_RECORDS_PER_TRIGGER="100000",
+                )
                 start = time.monotonic()
                 done = run_to_exit(env, timeout_s=3600)
                 seconds = time.monotonic() - start
                 assert done.returncode == 0, done.stderr[-3000:]
                 held = held_rows(checkpoint)
                 tables[plan] = final_table(bootstrap, out)
-                print(f"run {run + 1} {plan:9s} {seconds:7.1f}s {records / seconds:9,.0f} "
-                      f"records/s  state rows {sum(held.values()):,}: "
-                      + ", ".join(f"{k} {n:,}" for k, n in sorted(held.items())))  # fmt: skip
+                print(
+                    f"run {run + 1} {plan:9s} {seconds:7.1f}s {records / seconds:9,.0f} "
+                    f"records/s  state rows {sum(held.values()):,}: "
+                    + ", ".join(f"{k} {n:,}" for k, n in sorted(held.items()))
+                )
         assert tables["chain"] == tables["multi-way"], "the plans' outputs differ"
         print(f"both plans: the same {sum(tables['chain'].values()):,} output rows")
 

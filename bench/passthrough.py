@@ -39,9 +39,13 @@ def arrivals(bootstrap: str, topic: str, expected: int, timeout_s: float) -> lis
     """The monotonic time at which each committed record of `topic` was read, until
     `expected` of them have been."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": unique("bench-reader"),
-         "isolation.level": "read_committed", "fetch.queue.backoff.ms": 1}
-    )  # fmt: skip
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("bench-reader"),
+            "isolation.level": "read_committed",
+            "fetch.queue.backoff.ms": 1,
+        }
+    )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     seen: list[float] = []
@@ -66,10 +70,15 @@ def main() -> None:
     with ExitStack() as stack:
         bootstrap, work, left, right, out = service_topics(stack)
         env = service_env(
-            KAFKA_BOOTSTRAP_SERVERS=bootstrap, LEFT_TOPIC=left, RIGHT_TOPIC=right,
-            OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(work / "ck"), TRIGGER_INTERVAL="0",
-            OUTPUT_DELIVERY=delivery, JOIN_TYPE="forward",
-        )  # fmt: skip
+            KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+            LEFT_TOPIC=left,
+            RIGHT_TOPIC=right,
+            OUTPUT_TOPIC=out,
+            CHECKPOINT_LOCATION=str(work / "ck"),
+            TRIGGER_INTERVAL="0",
+            OUTPUT_DELIVERY=delivery,
+            JOIN_TYPE="forward",
+        )
         if mode == "backlog":
             env["MAX_RECORDS_PER_TRIGGER"] = "25000"  # batches as side_by_side.py's candidate
             for topic in (left, right):
@@ -79,9 +88,11 @@ def main() -> None:
             with followed(service.endpoint, FORWARDED) as watched:
                 times = arrivals(bootstrap, out, total, timeout_s=1800)
             t5, t95 = times[int(0.05 * total)], times[int(0.95 * total) - 1]
-            print(f"pass-through ({delivery}, backlog): {total} records of ~110 B, "
-                  f"{0.9 * total / (t95 - t5):,.0f} records/s between 5 % and 95 % of the "
-                  f"output ({t95 - t5:.1f}s)")  # fmt: skip
+            print(
+                f"pass-through ({delivery}, backlog): {total} records of ~110 B, "
+                f"{0.9 * total / (t95 - t5):,.0f} records/s between 5 % and 95 % of the "
+                f"output ({t95 - t5:.1f}s)"
+            )
         else:
             service = Service(env, work / "service.log")
             stack.callback(service.terminate)
@@ -90,8 +101,7 @@ def main() -> None:
                 read_topic(bootstrap, out, at_least=1, timeout_s=300)
                 start = time.monotonic()
                 for topic in (left, right):
-                    produce(bootstrap, topic, [b"%09d" % i + PAYLOAD for i in range(per_side)],
-                            4)  # fmt: skip
+                    produce(bootstrap, topic, [b"%09d" % i + PAYLOAD for i in range(per_side)], 4)
                 produced_s = time.monotonic() - start
                 read_topic(bootstrap, out, at_least=total + 1, timeout_s=1800)
                 elapsed = time.monotonic() - start

@@ -77,8 +77,9 @@ class ServiceTimeline:
     the batch's duration, the rows its state holds (`streamjoin_state_rows`). A service that
     forwards without a join counts no changes: `output` names the series its output is."""
 
-    def __init__(self, endpoint: Callable[[], str | None],
-                 output: str = "streamjoin_changes_total") -> None:  # fmt: skip
+    def __init__(
+        self, endpoint: Callable[[], str | None], output: str = "streamjoin_changes_total"
+    ) -> None:
         self.endpoint, self.output = endpoint, output
         self.timeline = Timeline()
         self.batches, self.batch_seconds = 0.0, 0.0
@@ -101,8 +102,12 @@ class ServiceTimeline:
         self.batches, self.batch_seconds = batches, spent
         # a stopping service may no longer report its state: its last figure stands
         held = self.timeline.state_rows[-1] if self.timeline.state_rows else 0
-        self.timeline.add(seconds, int(totals.get(self.output, 0)), mean,
-                          int(totals.get("streamjoin_state_rows", held)))  # fmt: skip
+        self.timeline.add(
+            seconds,
+            int(totals.get(self.output, 0)),
+            mean,
+            int(totals.get("streamjoin_state_rows", held)),
+        )
 
     def follow(self, done: threading.Event, every_s: float = 0.5) -> None:
         """Sample until `done`, then once more after the service's own poll (it reports a
@@ -115,8 +120,9 @@ class ServiceTimeline:
 
 
 @contextmanager
-def followed(endpoint: Callable[[], str | None], output: str = "streamjoin_changes_total"
-             ) -> Iterator[ServiceTimeline]:  # fmt: skip
+def followed(
+    endpoint: Callable[[], str | None], output: str = "streamjoin_changes_total"
+) -> Iterator[ServiceTimeline]:
     """A service's timeline, sampled in a thread of its own while the block runs."""
     watched, done = ServiceTimeline(endpoint, output), threading.Event()
     thread = threading.Thread(target=watched.follow, args=(done,), daemon=True)

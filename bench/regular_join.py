@@ -28,9 +28,12 @@ from bench.plot import draw, plot_path
 from state.joins.specs import RegularJoinSpec, SideSpec
 
 LEFT = StructType(
-    [StructField("order_id", StringType()), StructField("product_id", StringType()),
-     StructField("qty", IntegerType())]
-)  # fmt: skip
+    [
+        StructField("order_id", StringType()),
+        StructField("product_id", StringType()),
+        StructField("qty", IntegerType()),
+    ]
+)
 RIGHT = StructType([StructField("product_id", StringType()), StructField("price", IntegerType())])
 
 
@@ -50,22 +53,30 @@ def write_inputs(spark: SparkSession, work: Path, rows: int, per_key: int) -> No
     right.write.parquet(str(work / "right"))
     null_left, null_right = F.lit(None).cast(LEFT), F.lit(None).cast(RIGHT)
     changes = left.select(
-        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        F.monotonically_increasing_id().alias("seq"), F.struct(*LEFT.names).alias("left"),
+        F.lit(0).cast("byte").alias("side"),
+        F.lit("+I").alias("op"),
+        F.monotonically_increasing_id().alias("seq"),
+        F.struct(*LEFT.names).alias("left"),
         null_right.alias("right"),
-    ).unionByName(right.select(
-        F.lit(1).cast("byte").alias("side"), F.lit("+I").alias("op"),
-        F.monotonically_increasing_id().alias("seq"), null_left.alias("left"),
-        F.struct(*RIGHT.names).alias("right"),
-    ))  # fmt: skip
+    ).unionByName(
+        right.select(
+            F.lit(1).cast("byte").alias("side"),
+            F.lit("+I").alias("op"),
+            F.monotonically_increasing_id().alias("seq"),
+            null_left.alias("left"),
+            F.struct(*RIGHT.names).alias("right"),
+        )
+    )
     changes.write.parquet(str(work / "changes"))
 
 
 def ours(spark: SparkSession, work: Path, kind: str) -> DataFrame:
     spec = RegularJoinSpec(
-        kind, "L.product_id = R.product_id", SideSpec(tuple(LEFT.names), ("order_id",)),
+        kind,
+        "L.product_id = R.product_id",
+        SideSpec(tuple(LEFT.names), ("order_id",)),
         SideSpec(tuple(RIGHT.names)),
-    )  # fmt: skip
+    )
     changes = spark.readStream.schema(changelog_schema(LEFT, RIGHT)).parquet(str(work / "changes"))
     return bucketed_join(changes, spec, LEFT, RIGHT)
 
@@ -88,8 +99,9 @@ def main() -> None:
         write_inputs(spark, work, rows, per_key)
         results = {}
         plans = {"native inner": lambda: native(spark, work)}
-        plans |= {f"streamjoin {k}": (lambda k=k: ours(spark, work, k)) for k in
-                  ("inner", "left", "full")}  # fmt: skip
+        plans |= {
+            f"streamjoin {k}": (lambda k=k: ours(spark, work, k)) for k in ("inner", "left", "full")
+        }
         for name, plan in plans.items():
             timed(plan(), work / f"warm-{name}")
             results[name] = timed(plan(), work / f"ck-{name}")

@@ -41,8 +41,13 @@ BUCKETS = 32
 VALUE = b"v" * 60
 KINDS = ("map put", "map get", "list append", "list read")
 ENTRY = StructType([StructField("value", BinaryType())])
-TIMINGS = StructType([StructField("kind", StringType()), StructField("entries", LongType()),
-                      StructField("seconds", DoubleType())])  # fmt: skip
+TIMINGS = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("entries", LongType()),
+        StructField("seconds", DoubleType()),
+    ]
+)
 
 
 class CallTimer(StatefulProcessor):
@@ -51,8 +56,9 @@ class CallTimer(StatefulProcessor):
         self.map = handle.getMapState("entries", key, ENTRY)
         self.list = handle.getListState("log", ENTRY)
 
-    def handleInputRows(self, key: tuple, rows: Iterator[pd.DataFrame], timer_values: object
-                        ) -> Iterator[pd.DataFrame]:  # fmt: skip
+    def handleInputRows(
+        self, key: tuple, rows: Iterator[pd.DataFrame], timer_values: object
+    ) -> Iterator[pd.DataFrame]:
         ids = [i for frame in rows for i in frame["id"].tolist()]
         names = [str(i).encode() for i in ids]
         spent: dict[str, float] = {}
@@ -70,11 +76,13 @@ class CallTimer(StatefulProcessor):
         started = time.perf_counter()
         logged = sum(1 for _ in self.list.get())
         spent["list read"] = time.perf_counter() - started
-        yield pd.DataFrame({
-            "kind": list(spent),
-            "entries": [len(names), len(names), len(names), logged],
-            "seconds": list(spent.values()),
-        })  # fmt: skip
+        yield pd.DataFrame(
+            {
+                "kind": list(spent),
+                "entries": [len(names), len(names), len(names), logged],
+                "seconds": list(spent.values()),
+            }
+        )
 
     def close(self) -> None:
         pass
@@ -91,9 +99,11 @@ def main() -> None:
                 "append"
             ).parquet(str(inputs))
         rows = (
-            spark.readStream.schema("id long").option("maxFilesPerTrigger", 1)
-            .parquet(str(inputs)).withColumn("bucket", F.col("id") % BUCKETS)
-        )  # fmt: skip
+            spark.readStream.schema("id long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(inputs))
+            .withColumn("bucket", F.col("id") % BUCKETS)
+        )
         timed = rows.groupBy("bucket").transformWithStateInPandas(
             CallTimer(), TIMINGS, "append", "None"
         )
@@ -108,16 +118,19 @@ def main() -> None:
         query = (
             timed.writeStream.foreachBatch(collect)
             .option("checkpointLocation", str(Path(work) / "checkpoint"))
-            .trigger(availableNow=True).start()
-        )  # fmt: skip
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     for batch in sorted(sums):
         line = ", ".join(
             f"{kind} {sums[batch][kind][1] / max(sums[batch][kind][0], 1) * 1e6:.1f}"
             for kind in KINDS
         )
-        print(f"batch {batch}: µs per entry, tasks summed: {line} "
-              f"(list read over {sums[batch]['list read'][0]:,} entries)")  # fmt: skip
+        print(
+            f"batch {batch}: µs per entry, tasks summed: {line} "
+            f"(list read over {sums[batch]['list read'][0]:,} entries)"
+        )
 
 
 if __name__ == "__main__":

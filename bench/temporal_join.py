@@ -30,13 +30,19 @@ from bench.plot import draw, plot_path
 from state.joins.specs import SideSpec, TemporalJoinSpec
 
 LEFT = StructType(
-    [StructField("order_id", StringType()), StructField("product_id", StringType()),
-     StructField("ot", TimestampType())]
-)  # fmt: skip
+    [
+        StructField("order_id", StringType()),
+        StructField("product_id", StringType()),
+        StructField("ot", TimestampType()),
+    ]
+)
 RIGHT = StructType(
-    [StructField("product_id", StringType()), StructField("price", IntegerType()),
-     StructField("ut", TimestampType())]
-)  # fmt: skip
+    [
+        StructField("product_id", StringType()),
+        StructField("price", IntegerType()),
+        StructField("ut", TimestampType()),
+    ]
+)
 
 
 def write_inputs(spark: SparkSession, work: Path, orders: int, products: int, batches: int) -> int:
@@ -68,8 +74,13 @@ def ours(spark: SparkSession, work: Path) -> DataFrame:
     left = reader.schema(LEFT).parquet(str(work / "left")).withWatermark("ot", "1 minute")
     right = reader.schema(RIGHT).parquet(str(work / "right")).withWatermark("ut", "1 minute")
     changes = as_changelog(left, right, LEFT, RIGHT, "ot", "ut")
-    spec = TemporalJoinSpec("left", "L.product_id = R.product_id", SideSpec(tuple(LEFT.names)),
-                            SideSpec(tuple(RIGHT.names), ("product_id",)), "ot")  # fmt: skip
+    spec = TemporalJoinSpec(
+        "left",
+        "L.product_id = R.product_id",
+        SideSpec(tuple(LEFT.names)),
+        SideSpec(tuple(RIGHT.names), ("product_id",)),
+        "ot",
+    )
     return bucketed_join(changes, spec, LEFT, RIGHT)
 
 

@@ -31,64 +31,174 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # (row, [(panel title, unit, [(query, legend)])]): what an on-call engineer looks at, in order
 PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
-    ("Throughput", [
-        ("Input records/s by topic", "rps",
-         [(f"sum by (topic) (deriv(streamjoin_kafka_offset{{{JOB}}}[{RATE}]))", "{{topic}}")]),
-        ("Output changes/s by kind", "rps",
-         [(f"sum by (kind) (rate(streamjoin_changes_total{{{JOB}}}[{RATE}]))", "{{kind}}")]),
-        ("Micro-batch duration", "s", [
-            (f"histogram_quantile(0.5, sum by (le) (rate(streamjoin_batch_duration_seconds_bucket"
-             f"{{{JOB}}}[{RATE}])))", "p50"),
-            (f"histogram_quantile(0.99, sum by (le) (rate(streamjoin_batch_duration_seconds_bucket"
-             f"{{{JOB}}}[{RATE}])))", "p99"),
-        ]),
-    ]),
-    ("Time and lag", [
-        ("Watermark lag", "s", [(f"streamjoin_watermark_lag_seconds{{{JOB}}}", "{{instance}}")]),
-        ("Event time and watermark", "dateTimeAsIso", [
-            (f"streamjoin_event_time_max_seconds{{{JOB}}} * 1000", "max event time {{side}}"),
-            (f"streamjoin_watermark_seconds{{{JOB}}} * 1000", "watermark"),
-        ]),
-        ("Kafka lag by topic", "short",
-         [(f"sum by (topic) (streamjoin_kafka_lag_records{{{JOB}}})", "{{topic}}")]),
-    ]),
-    ("State", [
-        ("State rows by operator and side", "short", [
-            (f"sum by (operator, side) (streamjoin_state_rows{{{JOB}}})", "{{operator}} {{side}}"),
-        ]),
-        ("State memory and SST files", "bytes", [
-            (f"sum by (operator) (streamjoin_state_memory_bytes{{{JOB}}})", "memory {{operator}}"),
-            (f"sum by (operator) (streamjoin_state_sst_bytes{{{JOB}}})", "SST {{operator}}"),
-        ]),
-        ("Keys expired by STATE_TTL", "short",
-         [(f"sum(increase(streamjoin_state_expired_keys_total{{{JOB}}}[{RATE}]))", "expired")]),
-    ]),
-    ("Bad and late input", [
-        ("Dead letters by input and reason", "short", [
-            (f"sum by (input, reason) (increase(streamjoin_dead_letters_total{{{JOB}}}[{RATE}]))",
-             "{{input}}: {{reason}}"),
-        ]),
-        ("Late rows by side", "short", [
-            (f"sum by (side) (increase(streamjoin_late_rows_total{{{JOB}}}[{RATE}]))", "{{side}}"),
-        ]),
-    ]),
-    ("Lookup join", [
-        ("Lookup latency", "s", [
-            (f"histogram_quantile(0.99, sum by (le) (rate(streamjoin_lookup_seconds_bucket{{{JOB}}}"
-             f"[{RATE}])))", "p99"),
-        ]),
-        ("Lookups by event (cache hits, misses, errors)", "short", [
-            (f"sum by (event) (increase(streamjoin_lookup_events_total{{{JOB}}}[{RATE}]))",
-             "{{event}}"),
-        ]),
-    ]),
-    ("Process", [
-        ("Restarts (service up, and its uptime)", "s", [
-            (f"time() - process_start_time_seconds{{{JOB}}}", "uptime {{instance}}"),
-            (f"up{{{JOB}}}", "up {{instance}}"),
-        ]),
-    ]),
-]  # fmt: skip
+    (
+        "Throughput",
+        [
+            (
+                "Input records/s by topic",
+                "rps",
+                [
+                    (
+                        f"sum by (topic) (deriv(streamjoin_kafka_offset{{{JOB}}}[{RATE}]))",
+                        "{{topic}}",
+                    )
+                ],
+            ),
+            (
+                "Output changes/s by kind",
+                "rps",
+                [(f"sum by (kind) (rate(streamjoin_changes_total{{{JOB}}}[{RATE}]))", "{{kind}}")],
+            ),
+            (
+                "Micro-batch duration",
+                "s",
+                [
+                    (
+                        "histogram_quantile(0.5, sum by (le) "
+                        f"(rate(streamjoin_batch_duration_seconds_bucket{{{JOB}}}[{RATE}])))",
+                        "p50",
+                    ),
+                    (
+                        "histogram_quantile(0.99, sum by (le) "
+                        f"(rate(streamjoin_batch_duration_seconds_bucket{{{JOB}}}[{RATE}])))",
+                        "p99",
+                    ),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Time and lag",
+        [
+            (
+                "Watermark lag",
+                "s",
+                [(f"streamjoin_watermark_lag_seconds{{{JOB}}}", "{{instance}}")],
+            ),
+            (
+                "Event time and watermark",
+                "dateTimeAsIso",
+                [
+                    (
+                        f"streamjoin_event_time_max_seconds{{{JOB}}} * 1000",
+                        "max event time {{side}}",
+                    ),
+                    (f"streamjoin_watermark_seconds{{{JOB}}} * 1000", "watermark"),
+                ],
+            ),
+            (
+                "Kafka lag by topic",
+                "short",
+                [(f"sum by (topic) (streamjoin_kafka_lag_records{{{JOB}}})", "{{topic}}")],
+            ),
+        ],
+    ),
+    (
+        "State",
+        [
+            (
+                "State rows by operator and side",
+                "short",
+                [
+                    (
+                        f"sum by (operator, side) (streamjoin_state_rows{{{JOB}}})",
+                        "{{operator}} {{side}}",
+                    ),
+                ],
+            ),
+            (
+                "State memory and SST files",
+                "bytes",
+                [
+                    (
+                        f"sum by (operator) (streamjoin_state_memory_bytes{{{JOB}}})",
+                        "memory {{operator}}",
+                    ),
+                    (
+                        f"sum by (operator) (streamjoin_state_sst_bytes{{{JOB}}})",
+                        "SST {{operator}}",
+                    ),
+                ],
+            ),
+            (
+                "Keys expired by STATE_TTL",
+                "short",
+                [
+                    (
+                        f"sum(increase(streamjoin_state_expired_keys_total{{{JOB}}}[{RATE}]))",
+                        "expired",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Bad and late input",
+        [
+            (
+                "Dead letters by input and reason",
+                "short",
+                [
+                    (
+                        "sum by (input, reason) "
+                        f"(increase(streamjoin_dead_letters_total{{{JOB}}}[{RATE}]))",
+                        "{{input}}: {{reason}}",
+                    ),
+                ],
+            ),
+            (
+                "Late rows by side",
+                "short",
+                [
+                    (
+                        f"sum by (side) (increase(streamjoin_late_rows_total{{{JOB}}}[{RATE}]))",
+                        "{{side}}",
+                    ),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Lookup join",
+        [
+            (
+                "Lookup latency",
+                "s",
+                [
+                    (
+                        "histogram_quantile(0.99, sum by (le) "
+                        f"(rate(streamjoin_lookup_seconds_bucket{{{JOB}}}[{RATE}])))",
+                        "p99",
+                    ),
+                ],
+            ),
+            (
+                "Lookups by event (cache hits, misses, errors)",
+                "short",
+                [
+                    (
+                        "sum by (event) "
+                        f"(increase(streamjoin_lookup_events_total{{{JOB}}}[{RATE}]))",
+                        "{{event}}",
+                    ),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Process",
+        [
+            (
+                "Restarts (service up, and its uptime)",
+                "s",
+                [
+                    (f"time() - process_start_time_seconds{{{JOB}}}", "uptime {{instance}}"),
+                    (f"up{{{JOB}}}", "up {{instance}}"),
+                ],
+            ),
+        ],
+    ),
+]
 
 
 def build() -> Dashboard:
@@ -114,9 +224,14 @@ def build() -> Dashboard:
         board = board.with_row(Row(row).id(next(ids)))
         for title, unit, queries in panels:
             panel = (
-                Panel().id(next(ids)).title(title).unit(unit).datasource(DATASOURCE)
-                .height(8).span(8)
-            )  # fmt: skip
+                Panel()
+                .id(next(ids))
+                .title(title)
+                .unit(unit)
+                .datasource(DATASOURCE)
+                .height(8)
+                .span(8)
+            )
             for ref, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
                 panel = panel.with_target(Dataquery().expr(expr).legend_format(legend).ref_id(ref))
             board = board.with_panel(panel)

@@ -58,8 +58,9 @@ class Console:
 
     def first_line(self) -> str | None:
         """The first line held (a failed JVM's reason), if any."""
-        return next((line.decode(errors="replace").strip() for line in self.held
-                     if line.strip()), None)  # fmt: skip
+        return next(
+            (line.decode(errors="replace").strip() for line in self.held if line.strip()), None
+        )
 
 
 def _copy(source: int, console: Console) -> None:
@@ -82,8 +83,9 @@ def filtered_stderr(hold: bool = False) -> Iterator[Console]:
     console is released; a failure inside waits for every line its processes wrote."""
     read_end, write_end = os.pipe()
     console = Console(os.dup(2), hold)  # the filtered lines' way out, as long as the JVM writes
-    copier = threading.Thread(target=_copy, args=(read_end, console), name="jvm-console",
-                              daemon=True)  # fmt: skip
+    copier = threading.Thread(
+        target=_copy, args=(read_end, console), name="jvm-console", daemon=True
+    )
     copier.start()
     sys.stderr.flush()
     own = os.dup(2)

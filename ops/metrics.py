@@ -110,11 +110,15 @@ class LookupMetrics:
 
     def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
         self.events = LabelledAccumulatedCounter(
-            Counter("streamjoin_lookup_events", "Lookup join: keys looked up, cache hits and "
-                    "misses, queries sent, retries and failed lookups", ["event"],
-                    registry=registry),
+            Counter(
+                "streamjoin_lookup_events",
+                "Lookup join: keys looked up, cache hits and "
+                "misses, queries sent, retries and failed lookups",
+                ["event"],
+                registry=registry,
+            ),
             context,
-        )  # fmt: skip
+        )
         self.latency: Accumulator[dict] = context.accumulator({}, CountsByLabel())
         registry.register(self)
 
@@ -125,9 +129,11 @@ class LookupMetrics:
             cumulative += values.get((bound,), 0)
             buckets.append((bound, cumulative))
         yield HistogramMetricFamily(
-            "streamjoin_lookup_seconds", "Lookup join: how long each query to the table took",
-            buckets=buckets, sum_value=values.get(("sum",), 0.0),
-        )  # fmt: skip
+            "streamjoin_lookup_seconds",
+            "Lookup join: how long each query to the table took",
+            buckets=buckets,
+            sum_value=values.get(("sum",), 0.0),
+        )
 
 
 class ServiceMetrics:

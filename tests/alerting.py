@@ -66,6 +66,7 @@ def assert_promtool_accepts(exposition: bytes) -> None:
     gives `promtool`; `.ci/run` installs it, and where it is missing the test says so)."""
     if shutil.which("promtool") is None:
         pytest.skip("promtool (Debian prometheus) is not installed")
-    checked = subprocess.run(["promtool", "check", "metrics"], input=exposition,
-                             capture_output=True)  # fmt: skip
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=exposition, capture_output=True
+    )
     assert checked.returncode == 0 and not checked.stdout + checked.stderr, checked

@@ -29,8 +29,12 @@ def record_once(folder: Path) -> None:
     Spark asks for it (`conftest.py`)."""
     if not _recorded:
         path = folder / "driver.jsa"
-        subprocess.run([sys.executable, "-m", "tests.class_archive", str(path)], check=True,
-                       capture_output=True, timeout=600)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "tests.class_archive", str(path)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         _recorded.append(path)
 
 

@@ -51,17 +51,27 @@ def base_image() -> str:
     with tempfile.TemporaryDirectory(prefix="streamjoin-base-") as work:
         tarball = Path(work) / "bookworm.tar"
         _run(
-            ["mmdebstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
-             "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-             "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm", str(tarball),
-             f"deb {MIRROR} bookworm main", f"deb {MIRROR} bookworm-updates main",
-             "deb http://deb.debian.org/debian-security bookworm-security main"],
-            "mmdebstrap", 900,
-        )  # fmt: skip
+            [
+                "mmdebstrap",
+                "--variant=minbase",
+                f"--include={BASE_PACKAGES}",
+                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-exclude=/usr/share/man/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                "bookworm",
+                str(tarball),
+                f"deb {MIRROR} bookworm main",
+                f"deb {MIRROR} bookworm-updates main",
+                "deb http://deb.debian.org/debian-security bookworm-security main",
+            ],
+            "mmdebstrap",
+            900,
+        )
         _run(
             ["docker", "import", "--change", "ENV LANG=C.UTF-8", str(tarball), BASE_IMAGE],
-            "docker import", 300,
-        )  # fmt: skip
+            "docker import",
+            300,
+        )
     return BASE_IMAGE
 
 
@@ -78,14 +88,37 @@ def service_image() -> str:
             else:
                 shutil.copy2(source, context / name)
         _run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
-             str(context / "wheels"), "--constraint", str(ROOT / CONSTRAINTS), str(ROOT),
-             "setuptools>=68"],
-            "building the wheelhouse", 900,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--wheel-dir",
+                str(context / "wheels"),
+                "--constraint",
+                str(ROOT / CONSTRAINTS),
+                str(ROOT),
+                "setuptools>=68",
+            ],
+            "building the wheelhouse",
+            900,
+        )
         _run(
-            ["docker", "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
-             "--build-arg", "PIP_NO_INDEX=1", "--tag", IMAGE, str(context)],
-            "docker build", 1800,
-        )  # fmt: skip
+            [
+                "docker",
+                "build",
+                "--network",
+                "host",
+                "--build-arg",
+                f"BASE_IMAGE={base}",
+                "--build-arg",
+                "PIP_NO_INDEX=1",
+                "--tag",
+                IMAGE,
+                str(context),
+            ],
+            "docker build",
+            1800,
+        )
     return IMAGE

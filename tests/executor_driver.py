@@ -26,16 +26,21 @@ def main(master: str) -> None:
         .getOrCreate()
     )
     pod = {  # what Spark's executor pod builder sets (BasicExecutorFeatureStep)
-        "PATH": os.environ["PATH"], "SPARK_EXECUTOR_ID": "7", "SPARK_EXECUTOR_CORES": "1",
+        "PATH": os.environ["PATH"],
+        "SPARK_EXECUTOR_ID": "7",
+        "SPARK_EXECUTOR_CORES": "1",
         "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
         "SPARK_APPLICATION_ID": spark.sparkContext.applicationId,
-        "SPARK_EXECUTOR_POD_IP": "127.0.0.1", "SPARK_EXECUTOR_MEMORY": "512m",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_EXECUTOR_MEMORY": "512m",
         "SPARK_EXECUTOR_POD_NAME": "streamjoin-exec-7",
-    }  # fmt: skip
+    }
     executor = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "executor"], env=pod,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-m", "app.cli", "executor"],
+        env=pod,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         total = spark.sparkContext.parallelize(range(100), 4).map(lambda x: x * 2).sum()
         hosts = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()

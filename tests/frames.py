@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 from app.run.joins import join_operator
+from state.columns import ColumnLayout
 from state.joins.specs import JoinSpec
-from state.spark.columns import ColumnLayout
 from state.spark.frame import HeldRows, LateRows, StatefulFrame
 from state.spark.normalizer import NormalizeOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
 
-def join_frame(spec: JoinSpec, kinds: dict[str, str], late_rows: LateRows | None = None,
-               held_rows: HeldRows | None = None, number: int = 1) -> StatefulFrame:  # fmt: skip
+def join_frame(
+    spec: JoinSpec,
+    kinds: dict[str, str],
+    late_rows: LateRows | None = None,
+    held_rows: HeldRows | None = None,
+    number: int = 1,
+) -> StatefulFrame:
     """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`; as the
     job's `number`-th join (after the first, its left is the result of the one before)."""
-    layout = ColumnLayout(max(1, len(spec.equi_keys)), (spec.left.fields, spec.right.fields),
-                          kinds, outputs=(0, 1) if spec.projects_right else (0,))  # fmt: skip
+    layout = ColumnLayout(
+        max(1, len(spec.equi_keys)),
+        (spec.left.fields, spec.right.fields),
+        kinds,
+        outputs=(0, 1) if spec.projects_right else (0,),
+    )
     return StatefulFrame(join_operator(spec, number), layout, late_rows, held_rows, number > 1)
 
 
-def normalizer_frame(fields: tuple[str, ...], kinds: dict[str, str],
-                     ttl_ms: int = 0) -> StatefulFrame:  # fmt: skip
+def normalizer_frame(
+    fields: tuple[str, ...], kinds: dict[str, str], ttl_ms: int = 0
+) -> StatefulFrame:
     """One primary-key column `k0`; in: `op`, `seq`, `ts`, `L_*`; out: `op`, `seq`, `ts`,
     `L_*`."""
     layout = ColumnLayout(1, (fields,), kinds, out_seq=True, out_ts=True, outputs=(0,))

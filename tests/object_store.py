@@ -23,10 +23,12 @@ class ObjectStore:
     def tansu_env(self) -> dict[str, str]:
         """What Tansu's `s3://` storage engine reads to find this store."""
         return {
-            "AWS_ACCESS_KEY_ID": "streamjoin", "AWS_SECRET_ACCESS_KEY": "streamjoin",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "streamjoin",
+            "AWS_SECRET_ACCESS_KEY": "streamjoin",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
-        }  # fmt: skip
+        }
 
     def __enter__(self) -> ObjectStore:
         self._process = subprocess.Popen(
@@ -46,8 +48,12 @@ class ObjectStore:
                     raise
                 time.sleep(0.2)
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(10)

@@ -58,10 +58,24 @@ class PostgresCluster:
         deadline = time.monotonic() + 30
         while True:
             result = subprocess.run(
-                ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d",
-                 "postgres", "-v", "ON_ERROR_STOP=1", "-Atc", statement],
-                capture_output=True, text=True,
-            )  # fmt: skip
+                [
+                    "psql",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-Atc",
+                    statement,
+                ],
+                capture_output=True,
+                text=True,
+            )
             if result.returncode == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -73,10 +87,24 @@ class PostgresCluster:
         """`table` locked by another session (ACCESS EXCLUSIVE: reads wait) until the block
         ends: a query on it waits as on an overloaded server."""
         session = subprocess.Popen(
-            ["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
-             "-v", "ON_ERROR_STOP=1", "-q"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
         assert session.stdin is not None
         session.stdin.write(f"BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE;\n")
         session.stdin.flush()
@@ -107,8 +135,12 @@ class PostgresCluster:
         if self._ctl("status").returncode != 0:
             self._ctl("-l", str(self.log), "-w", "start").check_returncode()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         stop = ["pg_ctl", "-D", str(self.data), "-m", "immediate", "stop"]
         subprocess.run(_as_cluster_owner(stop), capture_output=True)
         shutil.rmtree(self.base, ignore_errors=True)

@@ -113,26 +113,42 @@ class LoadResult:
     log: str
 
 
-def run_load(bootstrap: str, work: Path, orders: str, shipments: str, out: str,
-             per_side: int, per_trigger: int,
-             follow: Callable[[Service, threading.Event], None] | None = None,
-             ) -> LoadResult:  # fmt: skip
+def run_load(
+    bootstrap: str,
+    work: Path,
+    orders: str,
+    shipments: str,
+    out: str,
+    per_side: int,
+    per_trigger: int,
+    follow: Callable[[Service, threading.Event], None] | None = None,
+) -> LoadResult:
     """Fill both topics, run the join over them to the end, and measure; `follow` watches the
     running service (in a thread of its own) until it is done."""
     for topic, seed in ((orders, 1), (shipments, 2)):
         produce_side(bootstrap, topic, per_side, seed)
     schema = "id STRING, k STRING, ts TIMESTAMP(3)"
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=bootstrap, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(work / "ck"),
-        TRIGGER_INTERVAL="available-now", MAX_RECORDS_PER_TRIGGER=str(per_trigger),
-        LEFT_SCHEMA=schema, RIGHT_SCHEMA=schema, LEFT_TIME="ts", RIGHT_TIME="ts",
-        LEFT_WATERMARK_DELAY="1s", RIGHT_WATERMARK_DELAY="1s",
-        JOIN_TYPE="interval", JOIN_KIND="left", OUTPUT_ENCODING="append",
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(work / "ck"),
+        TRIGGER_INTERVAL="available-now",
+        MAX_RECORDS_PER_TRIGGER=str(per_trigger),
+        LEFT_SCHEMA=schema,
+        RIGHT_SCHEMA=schema,
+        LEFT_TIME="ts",
+        RIGHT_TIME="ts",
+        LEFT_WATERMARK_DELAY="1s",
+        RIGHT_WATERMARK_DELAY="1s",
+        JOIN_TYPE="interval",
+        JOIN_KIND="left",
+        OUTPUT_ENCODING="append",
         JOIN_ON="L.k = R.k AND R.ts BETWEEN L.ts - INTERVAL '2' SECOND "
-                "AND L.ts + INTERVAL '2' SECOND",
+        "AND L.ts + INTERVAL '2' SECOND",
         JOIN_SELECT="L.id",
-    )  # fmt: skip
+    )
     peaks: dict[str, int] = {}
     done = threading.Event()
     start = time.monotonic()

@@ -27,8 +27,13 @@ class StandaloneCluster:
         self.work = work
         self.workers = workers
         self.cores = cores
-        self.env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-                    "SPARK_LOG_DIR": str(work / "logs"), **(env or {})}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(work / "logs"),
+            **(env or {}),
+        }
         self.port, self.ui_port = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -38,9 +43,12 @@ class StandaloneCluster:
         command = [str(spark_home() / "bin" / "spark-class"), *args]
         with (self.work / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
-                command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                command,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         self._processes.append(process)
 
     def alive_workers(self) -> int:
@@ -51,14 +59,32 @@ class StandaloneCluster:
             return 0
 
     def __enter__(self) -> StandaloneCluster:
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui_port))  # fmt: skip
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         for n in range(self.workers):
             self._start(
-                f"worker-{n}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--cores", str(self.cores), "--memory", "1g", "--webui-port", "0",
-                "--work-dir", str(self.work / f"worker-{n}"), self.url,
-            )  # fmt: skip
+                f"worker-{n}",
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(self.cores),
+                "--memory",
+                "1g",
+                "--webui-port",
+                "0",
+                "--work-dir",
+                str(self.work / f"worker-{n}"),
+                self.url,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while self.alive_workers() < self.workers:
             if time.monotonic() > deadline:

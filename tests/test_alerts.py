@@ -22,11 +22,13 @@ RUNBOOKS = Path(__file__).parent.parent / "docs" / "runbooks.md"
 def test_each_alert_fires_on_what_it_watches_and_clears(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": alert_rules()}))
     shutil.copy(FIXTURE, tmp_path)
-    checked = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path,
-                             capture_output=True, text=True)  # fmt: skip
+    checked = subprocess.run(
+        ["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = subprocess.run(["promtool", "test", "rules", FIXTURE.name], cwd=tmp_path,
-                            capture_output=True, text=True)  # fmt: skip
+    tested = subprocess.run(
+        ["promtool", "test", "rules", FIXTURE.name], cwd=tmp_path, capture_output=True, text=True
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     # every alert has a test case
     cases = yaml.safe_load(FIXTURE.read_text())["tests"]
@@ -49,5 +51,6 @@ def test_each_alert_links_its_runbook_section_by_an_absolute_url() -> None:
 @pytest.mark.parametrize("url", ["", "docs/runbooks.md"], ids=["unset", "relative"])
 def test_alerts_without_an_absolute_runbook_url_are_refused(url: str) -> None:
     with pytest.raises(Exception, match="runbookUrl"):
-        helm.Chart.load(CHART).render({"alerts": {"enabled": True, "runbookUrl": url}},
-                                      name="sj", namespace="stream")  # fmt: skip
+        helm.Chart.load(CHART).render(
+            {"alerts": {"enabled": True, "runbookUrl": url}}, name="sj", namespace="stream"
+        )

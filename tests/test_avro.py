@@ -19,24 +19,37 @@ from serdes.records.values import DecodeError
 from tests.schema_registry import SchemaRegistry
 
 ORDER = {
-    "type": "record", "name": "Order",
+    "type": "record",
+    "name": "Order",
     "fields": [
         {"name": "order_id", "type": "string"},
-        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10,
-                                   "scale": 2}},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
         {"name": "order_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
-}  # fmt: skip
-ROW = {"type": "record", "name": "Value", "fields": [
-    {"name": "id", "type": "int"},
-    {"name": "updated", "type": ["null", {"type": "long",
-                                          "connect.name": "io.debezium.time.MicroTimestamp"}]},
-]}  # fmt: skip
-ENVELOPE = {"type": "record", "name": "Envelope", "fields": [
-    {"name": "before", "type": ["null", ROW]},
-    {"name": "after", "type": ["null", "Value"]},
-    {"name": "op", "type": "string"},
-]}  # fmt: skip
+}
+ROW = {
+    "type": "record",
+    "name": "Value",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {
+            "name": "updated",
+            "type": ["null", {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp"}],
+        },
+    ],
+}
+ENVELOPE = {
+    "type": "record",
+    "name": "Envelope",
+    "fields": [
+        {"name": "before", "type": ["null", ROW]},
+        {"name": "after", "type": ["null", "Value"]},
+        {"name": "op", "type": "string"},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +73,9 @@ def test_avro_records_decode_to_typed_rows(registry: SchemaRegistry) -> None:
         ["order_id"],
         RegistrySchemas(registry.url),
     )
-    value = wire(registry, ORDER, {"order_id": "o1", "price": Decimal("11.11"),
-                                   "order_time": 60_000})  # fmt: skip
+    value = wire(
+        registry, ORDER, {"order_id": "o1", "price": Decimal("11.11"), "order_time": 60_000}
+    )
     assert fmt.decode(None, value) == [
         ("+I", ("o1", Decimal("11.11"), datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)))
     ]
@@ -90,17 +104,20 @@ def test_debezium_avro_envelopes_decode_with_connect_time_units(registry: Schema
 def test_bad_avro_records_are_refused_with_a_reason(
     registry: SchemaRegistry, value: bytes, reason: str
 ) -> None:
-    fmt = AvroConfluentFormat(parse_schema("order_id STRING"), ["order_id"],
-                              RegistrySchemas(registry.url))  # fmt: skip
+    fmt = AvroConfluentFormat(
+        parse_schema("order_id STRING"), ["order_id"], RegistrySchemas(registry.url)
+    )
     with pytest.raises(DecodeError) as caught:
         fmt.decode(None, value)
     assert caught.value.reason == reason
 
 
 def test_a_truncated_body_is_bad_avro(registry: SchemaRegistry) -> None:
-    fmt = AvroConfluentFormat(parse_schema("order_id STRING, price DECIMAL(10,2), "
-                                           "order_time TIMESTAMP(3)"), ["order_id"],
-                              RegistrySchemas(registry.url))  # fmt: skip
+    fmt = AvroConfluentFormat(
+        parse_schema("order_id STRING, price DECIMAL(10,2), order_time TIMESTAMP(3)"),
+        ["order_id"],
+        RegistrySchemas(registry.url),
+    )
     value = wire(registry, ORDER, {"order_id": "o1", "price": Decimal("1.00"), "order_time": 1})
     with pytest.raises(DecodeError) as caught:
         fmt.decode(None, value[:7])

@@ -21,9 +21,14 @@ from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
 
-ORDER = {"type": "record", "name": "Order", "fields": [
-    {"name": "order_id", "type": "string"}, {"name": "product_id", "type": "string"},
-]}  # fmt: skip
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "product_id", "type": "string"},
+    ],
+}
 BAD = {"bad-magic-byte": b'{"order_id": "x"}', "unknown-schema-id": b"\x00\x00\x00\x03\xe7\x02"}
 
 
@@ -51,14 +56,23 @@ def test_avro_orders_joined_to_debezium_products_come_out_as_avro_debezium(
         p1 = {"product_id": "p1", "price": "1.50"}
         produce_events(kafka, products, [{"before": None, "after": p1, "op": "c"}], "product_id")
         env = service_env(
-            KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
-            OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
+            KAFKA_BOOTSTRAP_SERVERS=kafka,
+            LEFT_TOPIC=orders,
+            RIGHT_TOPIC=products,
+            OUTPUT_TOPIC=out,
+            CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+            TRIGGER_INTERVAL="200ms",
             SCHEMA_REGISTRY_URL=registry.url,
-            LEFT_FORMAT="avro-confluent", LEFT_SCHEMA="order_id STRING, product_id STRING",
-            RIGHT_FORMAT="debezium-json", RIGHT_SCHEMA="product_id STRING, price DECIMAL(10,2)",
-            RIGHT_PRIMARY_KEY="product_id", JOIN_KIND="left", JOIN_ON="L.product_id = R.product_id",
-            OUTPUT_ENCODING="debezium-json", OUTPUT_FORMAT="avro-confluent",
-        )  # fmt: skip
+            LEFT_FORMAT="avro-confluent",
+            LEFT_SCHEMA="order_id STRING, product_id STRING",
+            RIGHT_FORMAT="debezium-json",
+            RIGHT_SCHEMA="product_id STRING, price DECIMAL(10,2)",
+            RIGHT_PRIMARY_KEY="product_id",
+            JOIN_KIND="left",
+            JOIN_ON="L.product_id = R.product_id",
+            OUTPUT_ENCODING="debezium-json",
+            OUTPUT_FORMAT="avro-confluent",
+        )
         service = Service(env, tmp_path / "log")
         try:
             dead = read_topic(kafka, f"{out}.dlq", at_least=len(BAD), timeout_s=240)

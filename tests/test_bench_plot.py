@@ -16,8 +16,9 @@ from bench.plot import ServiceTimeline, Timeline, draw, from_progress
 def progress(batch: int, timestamp: str, millis: int, state_rows: list[int]) -> SimpleNamespace:
     operators = [SimpleNamespace(numRowsTotal=n) for n in state_rows]
     durations = {"triggerExecution": millis}
-    return SimpleNamespace(batchId=batch, timestamp=timestamp, durationMs=durations,
-                           stateOperators=operators)  # fmt: skip
+    return SimpleNamespace(
+        batchId=batch, timestamp=timestamp, durationMs=durations, stateOperators=operators
+    )
 
 
 def test_a_querys_progress_is_a_point_per_batch_with_its_output_so_far() -> None:
@@ -54,8 +55,11 @@ def test_a_services_metrics_are_a_point_per_batches_reported() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     sampler = ServiceTimeline(lambda: f"http://127.0.0.1:{server.server_port}")
     try:
-        for durations, inserts, rows, at in (([2.0], 5, 3, 1.0), ([], 0, 3, 1.5),
-                                             ([1.0, 3.0], 4, 9, 2.0)):  # fmt: skip
+        for durations, inserts, rows, at in (
+            ([2.0], 5, 3, 1.0),
+            ([], 0, 3, 1.5),
+            ([1.0, 3.0], 4, 9, 2.0),
+        ):
             for seconds in durations:
                 batches.observe(seconds)
             changes.labels("+I").inc(inserts)

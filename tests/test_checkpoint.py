@@ -117,8 +117,10 @@ def test_a_failed_task_is_run_again_on_a_local_master_as_on_a_cluster(spark: Spa
         yield from rows
 
     assert spark.sparkContext.parallelize([1, 2, 3], 1).mapPartitions(fails_once).collect() == [
-        1, 2, 3
-    ]  # fmt: skip
+        1,
+        2,
+        3,
+    ]
 
 
 def test_a_checkpoint_keeps_the_state_layout_its_first_batch_was_planned_with(
@@ -237,12 +239,16 @@ def test_a_join_s_rows_reach_its_two_state_partitions_in_halves(spark: SparkSess
     right = StructType([StructField("id", StringType()), StructField("v", IntegerType())])
     key = F.concat(F.lit("k"), F.col("id").cast("string"))
     changes = spark.range(4000).select(
-        F.lit(0).cast("byte").alias("side"), F.lit("+I").alias("op"), F.col("id").alias("seq"),
-        F.lit(None).cast("long").alias("ts"), F.struct(key.alias("id")).alias("left"),
+        F.lit(0).cast("byte").alias("side"),
+        F.lit("+I").alias("op"),
+        F.col("id").alias("seq"),
+        F.lit(None).cast("long").alias("ts"),
+        F.struct(key.alias("id")).alias("left"),
         F.lit(None).cast(right).alias("right"),
-    )  # fmt: skip
-    spec = RegularJoinSpec("left", "L.id = R.id", SideSpec(("id",)), SideSpec(("id", "v")),
-                           buckets=32)  # fmt: skip
+    )
+    spec = RegularJoinSpec(
+        "left", "L.id = R.id", SideSpec(("id",)), SideSpec(("id", "v")), buckets=32
+    )
     joined = bucketed_join(changes, spec, left, right)
     per_task = joined.groupBy(F.spark_partition_id().alias("task")).count().collect()
     assert sorted(row["task"] for row in per_task) == [0, 1]
@@ -323,8 +329,15 @@ def test_a_rescale_finishes_a_pending_batch_first_and_stops_at_the_key_buckets(
     last = checkpoints.last_batch(spark, checkpoint)
     (Path(checkpoint) / "commits" / str(last)).unlink()  # as a run that died in it leaves it
     finished = []
-    assert rescale(spark, checkpoint, 4, 2, finish=lambda: finished.append(
-        checkpoint_of_a_stateful_query(spark, tmp_path, 2, checkpoint)))  # fmt: skip
+    assert rescale(
+        spark,
+        checkpoint,
+        4,
+        2,
+        finish=lambda: finished.append(
+            checkpoint_of_a_stateful_query(spark, tmp_path, 2, checkpoint)
+        ),
+    )
     assert finished and shuffle_partitions(spark, checkpoint) == 4
     assert checkpoints.read_tasks(spark, checkpoint) == 2  # 4 partitions, 2 inputs
     assert not rescale(spark, checkpoint, 4, 2, finish=lambda: pytest.fail("nothing pending"))

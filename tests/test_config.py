@@ -152,8 +152,10 @@ def test_spark_conf_variables_become_spark_properties() -> None:
 
 def test_state_partitions_are_the_sessions_shuffle_partitions_and_agree_with_spark_conf() -> None:
     config = load_config({**BASE, "STATE_PARTITIONS": "8", "SPARK_CONF_SPARK_EXECUTOR_CORES": "2"})
-    assert config.session_conf() == {"spark.executor.cores": "2",
-                                     "spark.sql.shuffle.partitions": "8"}  # fmt: skip
+    assert config.session_conf() == {
+        "spark.executor.cores": "2",
+        "spark.sql.shuffle.partitions": "8",
+    }
     assert load_config(BASE).session_conf() == {}  # the checkpoint's, or the task slots
     assert config_error(STATE_PARTITIONS="8", SPARK_CONF_spark_sql_shuffle_partitions="4") == (
         "STATE_PARTITIONS: expected the number SPARK_CONF_spark.sql.shuffle.partitions gives "
@@ -166,9 +168,15 @@ def test_state_partitions_are_the_sessions_shuffle_partitions_and_agree_with_spa
 
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("250ms", 250), ("5s", 5000), ("2 minutes", 120_000), ("1h", 3_600_000),
-     ("7d", 604_800_000), ("0", 0)],
-)  # fmt: skip
+    [
+        ("250ms", 250),
+        ("5s", 5000),
+        ("2 minutes", 120_000),
+        ("1h", 3_600_000),
+        ("7d", 604_800_000),
+        ("0", 0),
+    ],
+)
 def test_durations(text: str, ms: int) -> None:
     assert parse_duration_ms(text) == ms
 
@@ -182,11 +190,14 @@ def test_a_bare_number_is_no_duration_except_zero() -> None:
 
 def test_spark_keys_written_with_underscores_are_spelled_as_spark_spells_them() -> None:
     """Spark's keys are case-sensitive: `spark.driver.extrajavaoptions` would be ignored."""
-    config = load_config({
-        **BASE, "SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": "-Dx=1",
-        "SPARK_CONF_SPARK_DRIVER_DEFAULTJAVAOPTIONS": "-Dy=1",
-        "SPARK_CONF_SPARK_SQL_STREAMING_STATESTORE_PROVIDERCLASS": "p",
-    })  # fmt: skip
+    config = load_config(
+        {
+            **BASE,
+            "SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": "-Dx=1",
+            "SPARK_CONF_SPARK_DRIVER_DEFAULTJAVAOPTIONS": "-Dy=1",
+            "SPARK_CONF_SPARK_SQL_STREAMING_STATESTORE_PROVIDERCLASS": "p",
+        }
+    )
     assert config.spark_conf == {
         "spark.driver.extraJavaOptions": "-Dx=1",
         "spark.driver.defaultJavaOptions": "-Dy=1",
@@ -196,10 +207,12 @@ def test_spark_keys_written_with_underscores_are_spelled_as_spark_spells_them() 
 
 @pytest.mark.parametrize(
     ("variable", "instead"),
-    [("KAFKA_bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS"),
-     ("KAFKA_TRANSACTIONAL_ID", "OUTPUT_TRANSACTIONAL_ID"),
-     ("KAFKA_ENABLE_AUTO_COMMIT", "the service sets it itself")],
-)  # fmt: skip
+    [
+        ("KAFKA_bootstrap.servers", "KAFKA_BOOTSTRAP_SERVERS"),
+        ("KAFKA_TRANSACTIONAL_ID", "OUTPUT_TRANSACTIONAL_ID"),
+        ("KAFKA_ENABLE_AUTO_COMMIT", "the service sets it itself"),
+    ],
+)
 def test_a_client_property_the_service_sets_itself_is_refused(variable: str, instead: str) -> None:
     message = config_error(**{variable: "x"})
     assert message.startswith(f"{variable}: expected a client property other than ")
@@ -208,25 +221,50 @@ def test_a_client_property_the_service_sets_itself_is_refused(variable: str, ins
 
 def test_every_bad_variable_is_named_at_once() -> None:
     with pytest.raises(ConfigErrors) as caught:
-        load_config({**BASE, "JOIN_KIND": "sideways", "STATE_TTL": "5", "LEFT_TOPIC": None,
-                     "JOIN_TPYE": "regular"})  # fmt: skip
+        load_config(
+            {
+                **BASE,
+                "JOIN_KIND": "sideways",
+                "STATE_TTL": "5",
+                "LEFT_TOPIC": None,
+                "JOIN_TPYE": "regular",
+            }
+        )
     assert [e.variable for e in caught.value.errors] == [
-        "LEFT_TOPIC", "JOIN_TPYE", "JOIN_KIND", "STATE_TTL"
-    ]  # fmt: skip
+        "LEFT_TOPIC",
+        "JOIN_TPYE",
+        "JOIN_KIND",
+        "STATE_TTL",
+    ]
     assert len(str(caught.value).splitlines()) == 4
 
 
-LOOKUP = {**BASE, "RIGHT_TOPIC": None, "JOIN_TYPE": "lookup", "LOOKUP_TABLE": "shop.products",
-          "LOOKUP_URL": "postgresql://streamjoin@db:5432/shop"}  # fmt: skip
+LOOKUP = {
+    **BASE,
+    "RIGHT_TOPIC": None,
+    "JOIN_TYPE": "lookup",
+    "LOOKUP_TABLE": "shop.products",
+    "LOOKUP_URL": "postgresql://streamjoin@db:5432/shop",
+}
 
 
 def test_a_lookup_join_reads_flinks_lookup_options_and_needs_no_right_topic() -> None:
-    config = load_config({k: v for k, v in {
-        **LOOKUP, "LOOKUP_CACHE": "partial", "LOOKUP_PARTIAL_CACHE_MAX_ROWS": "1000",
-        "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS": "10min",
-        "LOOKUP_PARTIAL_CACHE_CACHE_MISSING_KEY": "false", "LOOKUP_ASYNC": "false",
-        "LOOKUP_PASSWORD": "hunter2", "LOOKUP_ON_ERROR": "dead-letter",
-    }.items() if v is not None})  # fmt: skip
+    config = load_config(
+        {
+            k: v
+            for k, v in {
+                **LOOKUP,
+                "LOOKUP_CACHE": "partial",
+                "LOOKUP_PARTIAL_CACHE_MAX_ROWS": "1000",
+                "LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_ACCESS": "10min",
+                "LOOKUP_PARTIAL_CACHE_CACHE_MISSING_KEY": "false",
+                "LOOKUP_ASYNC": "false",
+                "LOOKUP_PASSWORD": "hunter2",
+                "LOOKUP_ON_ERROR": "dead-letter",
+            }.items()
+            if v is not None
+        }
+    )
     lookup = config.lookup
     assert lookup is not None and config.right.topic == ""
     assert (lookup.table, lookup.cache.kind, lookup.cache.max_rows) == (
@@ -251,7 +289,7 @@ def test_a_lookup_join_reads_flinks_lookup_options_and_needs_no_right_topic() ->
         ({"LOOKUP_ON_ERROR": "ignore"}, "LOOKUP_ON_ERROR"),
         ({"LOOKUP_CACHE_SIZE": "5"}, "LOOKUP_CACHE_SIZE"),  # a typo: no such variable
     ],
-)  # fmt: skip
+)
 def test_a_bad_lookup_variable_is_refused_by_name(changes: dict, variable: str) -> None:
     env = {k: v for k, v in {**LOOKUP, **changes}.items() if v is not None}
     with pytest.raises(ConfigError) as caught:

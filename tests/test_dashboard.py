@@ -39,13 +39,16 @@ def test_the_chart_ships_it_labelled_for_grafanas_sidecar_unless_turned_off() ->
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
 def test_every_panel_query_is_valid_promql(tmp_path: Path) -> None:
     rules = [
-        {"record": f"panel:{i}", "expr": expr.replace("$__rate_interval", "5m").replace(
-            "$job", ".*")}
+        {
+            "record": f"panel:{i}",
+            "expr": expr.replace("$__rate_interval", "5m").replace("$job", ".*"),
+        }
         for i, (_, expr) in enumerate(queries())
-    ]  # fmt: skip
+    ]
     (tmp_path / "panels.yaml").write_text(
         yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]})
     )
-    checked = subprocess.run(["promtool", "check", "rules", "panels.yaml"], cwd=tmp_path,
-                             capture_output=True, text=True)  # fmt: skip
+    checked = subprocess.run(
+        ["promtool", "check", "rules", "panels.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr

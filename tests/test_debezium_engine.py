@@ -39,9 +39,12 @@ def joined_rows(records) -> Counter:
     for record in records:
         value = json.loads(record.value, parse_float=Decimal)
         amount = value["L_amount"]
-        row = (value["L_id"], value["L_customer"],
-               None if amount is None else Decimal(amount).quantize(Decimal("0.01")),
-               value["L_status"])  # fmt: skip
+        row = (
+            value["L_id"],
+            value["L_customer"],
+            None if amount is None else Decimal(amount).quantize(Decimal("0.01")),
+            value["L_status"],
+        )
         table[row] += 1 if value["op"] in ("+I", "+U") else -1
     return +table
 
@@ -51,23 +54,41 @@ def test_debezium_captures_of_postgres_decode_into_the_right_changes(
 ) -> None:
     cdc, products, out = join_topics(kafka)
     with PostgresCluster() as pg:
-        pg.sql("CREATE TABLE orders (id INT PRIMARY KEY, customer TEXT NOT NULL, "
-               "amount NUMERIC(10,2), status TEXT)")  # fmt: skip
+        pg.sql(
+            "CREATE TABLE orders (id INT PRIMARY KEY, customer TEXT NOT NULL, "
+            "amount NUMERIC(10,2), status TEXT)"
+        )
         pg.sql("INSERT INTO orders VALUES (1, 'alice', 10.50, 'NEW'), (2, 'bob', 20.00, 'NEW')")
         capture = subprocess.Popen(
-            [sys.executable, "-m", "tests.debezium_capture", str(pg.port), "public.orders",
-             kafka, cdc, str(tmp_path)],
-            stdout=(tmp_path / "debezium.log").open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.debezium_capture",
+                str(pg.port),
+                "public.orders",
+                kafka,
+                cdc,
+                str(tmp_path),
+            ],
+            stdout=(tmp_path / "debezium.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         env = service_env(
-            KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=cdc, RIGHT_TOPIC=products, OUTPUT_TOPIC=out,
-            CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
+            KAFKA_BOOTSTRAP_SERVERS=kafka,
+            LEFT_TOPIC=cdc,
+            RIGHT_TOPIC=products,
+            OUTPUT_TOPIC=out,
+            CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+            TRIGGER_INTERVAL="200ms",
             LEFT_FORMAT="debezium-json",
             LEFT_SCHEMA="id INT, customer STRING, amount DECIMAL(10,2), status STRING",
-            LEFT_PRIMARY_KEY="id", LEFT_TIME="source_ts_ms", LEFT_WATERMARK_DELAY="5s",
+            LEFT_PRIMARY_KEY="id",
+            LEFT_TIME="source_ts_ms",
+            LEFT_WATERMARK_DELAY="5s",
             RIGHT_SCHEMA="id INT, note STRING",
-            JOIN_KIND="left", JOIN_ON="L.id = R.id",
-        )  # fmt: skip
+            JOIN_KIND="left",
+            JOIN_ON="L.id = R.id",
+        )
         service = Service(env, tmp_path / "service.log")
         try:
             read_topic(kafka, cdc, at_least=2, timeout_s=180)  # the snapshot
@@ -77,10 +98,15 @@ def test_debezium_captures_of_postgres_decode_into_the_right_changes(
             expected = table_rows(pg)
             wait_for(
                 lambda: joined_rows(read_topic(kafka, out)) == expected,
-                240, "the output never matched the table", service,
-            )  # fmt: skip
-            events = [json.loads(r.value)["payload"]["op"] for r in read_topic(kafka, cdc)
-                      if r.value is not None]  # fmt: skip
+                240,
+                "the output never matched the table",
+                service,
+            )
+            events = [
+                json.loads(r.value)["payload"]["op"]
+                for r in read_topic(kafka, cdc)
+                if r.value is not None
+            ]
         finally:
             capture.terminate()
             capture.wait(30)

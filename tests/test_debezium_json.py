@@ -18,9 +18,11 @@ ORDERS = DebeziumJsonFormat(
     parse_schema("id INT, customer STRING, amount DECIMAL(10,2), status STRING"), ["id"]
 )
 CUSTOMERS = DebeziumJsonFormat(
-    parse_schema("id INT, email STRING, balance DECIMAL(10,2), active BOOLEAN, "
-                 "updated_at TIMESTAMP_LTZ(6)"), ["id"]
-)  # fmt: skip
+    parse_schema(
+        "id INT, email STRING, balance DECIMAL(10,2), active BOOLEAN, updated_at TIMESTAMP_LTZ(6)"
+    ),
+    ["id"],
+)
 TUTORIAL = DebeziumJsonFormat(
     parse_schema("id INT, first_name STRING, last_name STRING, email STRING"), ["id"]
 )
@@ -35,23 +37,43 @@ EXPECTED = {
     "generated-pg-create-c": (ORDERS, [("+I", CAROL_NEW)]),
     "generated-pg-update-u": (ORDERS, [("-U", CAROL_NEW), ("+U", CAROL_PAID)]),
     "generated-pg-delete-d": (ORDERS, [("-D", CAROL_PAID)]),
-    "generated-pg-defaultident-snapshot-r": (CUSTOMERS, [("+I", (
-        1001, "sally@example.com", Decimal("100.00"), True,
-        datetime(2026, 11, 22, 3, 12, 32, 852343, tzinfo=timezone.utc)))]),
-    "generated-pg-defaultident-create-c": (CUSTOMERS, [("+I", (
-        1002, "ed@example.com", Decimal("5.50"), True, ED_AT))]),
+    "generated-pg-defaultident-snapshot-r": (
+        CUSTOMERS,
+        [
+            (
+                "+I",
+                (
+                    1001,
+                    "sally@example.com",
+                    Decimal("100.00"),
+                    True,
+                    datetime(2026, 11, 22, 3, 12, 32, 852343, tzinfo=timezone.utc),
+                ),
+            )
+        ],
+    ),
+    "generated-pg-defaultident-create-c": (
+        CUSTOMERS,
+        [("+I", (1002, "ed@example.com", Decimal("5.50"), True, ED_AT))],
+    ),
     # REPLICA IDENTITY DEFAULT: no before image; the normalizer supplies the -U.
-    "generated-pg-defaultident-update-u": (CUSTOMERS, [("+U", (
-        1002, "ed@example.com", Decimal("7.25"), False, ED_AT))]),
+    "generated-pg-defaultident-update-u": (
+        CUSTOMERS,
+        [("+U", (1002, "ed@example.com", Decimal("7.25"), False, ED_AT))],
+    ),
     # ... and a delete's before image carries only the key (the rest are defaults).
-    "generated-pg-defaultident-delete-d": (CUSTOMERS, [("-D", (
-        1002, "", None, None, datetime(1970, 1, 1, tzinfo=timezone.utc)))]),
+    "generated-pg-defaultident-delete-d": (
+        CUSTOMERS,
+        [("-D", (1002, "", None, None, datetime(1970, 1, 1, tzinfo=timezone.utc)))],
+    ),
     "docs-postgresql-create-c": (TUTORIAL, [("+I", (1, *ANNE[1:]))]),
     "docs-tutorial-snapshot-r": (TUTORIAL, [("+I", ANNE)]),
     "test-serde-with-schema-create-c": (TUTORIAL, [("+I", ANNE)]),
-    "test-serde-update-u.payload-only": (TUTORIAL, [
-        ("-U", (1004, "Anne-Marie", "Kretchmar", "annek@noanswer.org")), ("+U", ANNE)]),
-}  # fmt: skip
+    "test-serde-update-u.payload-only": (
+        TUTORIAL,
+        [("-U", (1004, "Anne-Marie", "Kretchmar", "annek@noanswer.org")), ("+U", ANNE)],
+    ),
+}
 
 
 def value_file(name: str) -> Path:
@@ -109,8 +131,9 @@ def test_bad_records_are_refused_with_a_reason(value: bytes, reason: str) -> Non
 def test_plain_json_rows_are_typed() -> None:
     fmt = JsonFormat(parse_schema("id STRING, at TIMESTAMP(3), price DECIMAL(10,2)"), ["id"])
     changes = fmt.decode(None, b'{"id": "o1", "at": "1970-01-01 00:01:00.000", "price": 1.5}')
-    assert changes == [("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc),
-                                Decimal("1.50")))]  # fmt: skip
+    assert changes == [
+        ("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc), Decimal("1.50")))
+    ]
 
 
 KEYS = sorted(FIXTURES.glob("*.key.json"))

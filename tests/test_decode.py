@@ -10,8 +10,8 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.decode import decoder
 from serdes.kafka.source import ARROW_SCHEMA
-from serdes.records.decode import decoder
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat
 from serdes.records.schema import parse_schema
 from tests.kafka_io import create_topics, read_topic, unique
@@ -33,10 +33,17 @@ class Tally:
 def kafka_batch(values: list[bytes | None]) -> pa.RecordBatch:
     n = len(values)
     return pa.RecordBatch.from_pydict(
-        {"key": [b"k"] * n, "value": values, "topic": ["orders"] * n, "partition": [2] * n,
-         "offset": list(range(10, 10 + n)), "timestamp": [KAFKA_TIME] * n, "headers": [None] * n},
+        {
+            "key": [b"k"] * n,
+            "value": values,
+            "topic": ["orders"] * n,
+            "partition": [2] * n,
+            "offset": list(range(10, 10 + n)),
+            "timestamp": [KAFKA_TIME] * n,
+            "headers": [None] * n,
+        },
         schema=ARROW_SCHEMA,
-    )  # fmt: skip
+    )
 
 
 def decode(
@@ -71,8 +78,9 @@ def test_bad_records_become_dead_letters_with_their_coordinates_and_are_counted(
     assert [r["op"] for r in rows] == ["+I", None, "+I", None]
     dead = [r for r in rows if r["error"]]
     assert [(r["reason"], r["offset"], r["partition"], r["topic"]) for r in dead] == [
-        ("bad-json", 11, 2, "orders"), ("missing-field", 13, 2, "orders")
-    ]  # fmt: skip
+        ("bad-json", 11, 2, "orders"),
+        ("missing-field", 13, 2, "orders"),
+    ]
     assert dead[0]["value"] == b"{oops"
     assert tally.counts == {("left", "bad-json"): 1, ("left", "missing-field"): 1}
 

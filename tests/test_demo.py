@@ -38,6 +38,9 @@ def test_demo_prints_the_examples_temporal_join_table_and_exits() -> None:
     assert [line.strip() for line in tail[1:6]] == EXAMPLE_TABLE
     assert tail[6].startswith("streamjoin demo: metrics were served at http://127.0.0.1:")
     assert len(lines) == 2 + 1 + len(SCRIPT.splitlines()) + 1 + 7  # the script between blanks
-    noise = [line for line in result.stderr.splitlines()
-             if "Python worker" in line or "log4j" in line or "setLogLevel" in line]  # fmt: skip
+    noise = [
+        line
+        for line in result.stderr.splitlines()
+        if "Python worker" in line or "log4j" in line or "setLogLevel" in line
+    ]
     assert noise == []

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.run.projection import project
+from app.plan.projection import project
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 
 pytestmark = pytest.mark.spark
@@ -28,14 +28,19 @@ def encoded(spark, encoding: str) -> list[tuple[str, dict | None, str]]:
 
 def test_retract_carries_the_kind_in_value_and_header(spark) -> None:
     assert [(v["op"], v["v"], h) for _k, v, h in encoded(spark, "retract")] == [
-        ("+I", 1, "+I"), ("-U", 1, "-U"), ("+U", 2, "+U"), ("-D", 2, "-D")
-    ]  # fmt: skip
+        ("+I", 1, "+I"),
+        ("-U", 1, "-U"),
+        ("+U", 2, "+U"),
+        ("-D", 2, "-D"),
+    ]
 
 
 def test_upsert_drops_update_befores_and_deletes_with_tombstones(spark) -> None:
     assert encoded(spark, "upsert") == [
-        ("a", {"id": "a", "v": 1}, "+I"), ("a", {"id": "a", "v": 2}, "+U"), ("a", None, "-D")
-    ]  # fmt: skip
+        ("a", {"id": "a", "v": 1}, "+I"),
+        ("a", {"id": "a", "v": 2}, "+U"),
+        ("a", None, "-D"),
+    ]
 
 
 def test_debezium_json_is_what_flink_writes(spark) -> None:
@@ -58,13 +63,18 @@ def test_a_row_a_cast_fails_on_goes_to_the_dead_letter_topic_with_the_reason(spa
     CAST a CASE does not evaluate on the row does not fail, a NULL casts to NULL, and TRY_CAST
     stays NULL."""
     joined = spark.createDataFrame(
-        [("+I", b"1", "1", "12", "n", "p1"), ("+I", b"2", "2", "abc", "n", "p2"),
-         ("+I", b"3", "3", "abc", "text", "p3"), ("-D", b"4", "4", None, "n", "p4")],
-        f"op string, {KEY_COLUMN} binary, L_id string, L_qty string, L_kind string, "
-        "R_name string",
-    )  # fmt: skip
-    select = ("L.id, CASE WHEN L.kind = 'n' THEN CAST(L.qty AS INT) END AS q, "
-              "TRY_CAST(L.qty AS INT) AS t, R.name")  # fmt: skip
+        [
+            ("+I", b"1", "1", "12", "n", "p1"),
+            ("+I", b"2", "2", "abc", "n", "p2"),
+            ("+I", b"3", "3", "abc", "text", "p3"),
+            ("-D", b"4", "4", None, "n", "p4"),
+        ],
+        f"op string, {KEY_COLUMN} binary, L_id string, L_qty string, L_kind string, R_name string",
+    )
+    select = (
+        "L.id, CASE WHEN L.kind = 'n' THEN CAST(L.qty AS INT) END AS q, "
+        "TRY_CAST(L.qty AS INT) AS t, R.name"
+    )
     records = divert_failed_casts(
         as_json(encode(project(joined, select, keep=[KEY_COLUMN]), "retract")), "out.dlq"
     ).collect()
@@ -76,8 +86,7 @@ def test_a_row_a_cast_fails_on_goes_to_the_dead_letter_topic_with_the_reason(spa
     }
     topic, letter, headers = written["2"]
     assert topic == "out.dlq"
-    assert letter == {"op": "+I", "L": {"id": "2", "qty": "abc", "kind": "n"},
-                      "R": {"name": "p2"}}  # fmt: skip
+    assert letter == {"op": "+I", "L": {"id": "2", "qty": "abc", "kind": "n"}, "R": {"name": "p2"}}
     assert headers["streamjoin.error"] == b"CAST(L.qty AS INT) failed on the value abc"
     assert headers["streamjoin.error.reason"] == b"cast"
     assert headers["op"] == b"+I"

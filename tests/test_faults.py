@@ -35,13 +35,19 @@ FEW_PARTITIONS = {"SPARK_CONF_spark.sql.shuffle.partitions": "2"}
 
 
 def product_row(rng: random.Random):
-    return lambda pid: {"product_id": pid, "name": f"n{rng.randrange(9)}",
-                        "price": f"{rng.randrange(100, 999) / 10:.2f}"}  # fmt: skip
+    return lambda pid: {
+        "product_id": pid,
+        "name": f"n{rng.randrange(9)}",
+        "price": f"{rng.randrange(100, 999) / 10:.2f}",
+    }
 
 
 def order_row(rng: random.Random, products: int):
-    return lambda oid: {"order_id": oid, "product_id": f"p{rng.randrange(products)}",
-                        "qty": rng.randrange(1, 5)}  # fmt: skip
+    return lambda oid: {
+        "order_id": oid,
+        "product_id": f"p{rng.randrange(products)}",
+        "qty": rng.randrange(1, 5),
+    }
 
 
 def table(kafka: str, out: str) -> Counter:
@@ -59,10 +65,13 @@ def changelog(kafka: str, out: str) -> Counter:
 def outputs(kafka: str, out: str) -> tuple[Counter, Counter]:
     """The committed output, materialized, and the dead letters by source coordinates."""
     dead = Counter(
-        (r.header("streamjoin.source.topic"), r.header("streamjoin.source.offset"),
-         r.header("streamjoin.source.partition"))
+        (
+            r.header("streamjoin.source.topic"),
+            r.header("streamjoin.source.offset"),
+            r.header("streamjoin.source.partition"),
+        )
         for r in committed_output(kafka, f"{out}.dlq", f"{out}.markers")
-    )  # fmt: skip
+    )
     return table(kafka, out), dead
 
 
@@ -70,8 +79,9 @@ def commits(checkpoint: Path) -> int:
     return len(list((checkpoint / "commits").glob("[0-9]*")))
 
 
-def killed_runs(env: dict[str, str], checkpoint: Path, kill_after: list[int],
-                rng: random.Random, logs: Path) -> int:  # fmt: skip
+def killed_runs(
+    env: dict[str, str], checkpoint: Path, kill_after: list[int], rng: random.Random, logs: Path
+) -> int:
     """One run per point of `kill_after`, on `env`'s checkpoint: SIGKILLed once it committed
     that many batches and a random moment more. How many kills came before a run ended."""
     killed = 0
@@ -101,9 +111,11 @@ def test_sigkills_at_random_points_lose_nothing_and_duplicate_nothing(
     produce_events(kafka, orders, orders_events[800:], "order_id")
 
     def env(topic: str, checkpoint: Path) -> dict[str, str]:
-        return join_env(kafka, orders, products, topic, checkpoint) | FEW_PARTITIONS | {
-            "TRIGGER_INTERVAL": "available-now", "MAX_RECORDS_PER_TRIGGER": "150"
-        }  # fmt: skip
+        return (
+            join_env(kafka, orders, products, topic, checkpoint)
+            | FEW_PARTITIONS
+            | {"TRIGGER_INTERVAL": "available-now", "MAX_RECORDS_PER_TRIGGER": "150"}
+        )
 
     _, _, reference = join_topics(kafka)
     done = run_to_exit(env(reference, tmp_path / "reference"), timeout_s=600)
@@ -153,8 +165,12 @@ def test_a_broker_crash_under_the_running_service_loses_nothing(tmp_path: Path) 
         )
         services = [Service(env, tmp_path / "service0.log")]
         try:
-            wait_for(lambda: table(kafka, out) == first_half, 300,
-                     "the first half never materialized", services[0])  # fmt: skip
+            wait_for(
+                lambda: table(kafka, out) == first_half,
+                300,
+                "the first half never materialized",
+                services[0],
+            )
             broker.crash_and_restart()
             produce_events(kafka, orders, orders_events[half:], "order_id")
             deadline = time.monotonic() + 400
@@ -171,11 +187,13 @@ def test_a_broker_crash_under_the_running_service_loses_nothing(tmp_path: Path) 
 POISON = {
     "bad-json": [b'{"order_id": "x', b"\xff\xfe not utf-8", b"", b"[1, 2, 3]", b'"a string"'],
     "missing-field": [b'{"product_id": "p1", "qty": 1}'],
-    "wrong-type": [b'{"order_id": "x1", "product_id": "p1", "qty": "many"}',
-                   b'{"order_id": "x2", "product_id": "p1", "qty": true}',
-                   b'{"order_id": "x3", "product_id": "p1", "qty": 99999999999}'],
+    "wrong-type": [
+        b'{"order_id": "x1", "product_id": "p1", "qty": "many"}',
+        b'{"order_id": "x2", "product_id": "p1", "qty": true}',
+        b'{"order_id": "x3", "product_id": "p1", "qty": 99999999999}',
+    ],
     "null-value": [None],
-}  # fmt: skip
+}
 POISON_CHANGELOG = {
     "bad-json": [b"{", b"null"],
     "unknown-op": [b'{"op": "z", "after": {"product_id": "p1", "name": "n", "price": "1.00"}}'],
@@ -215,12 +233,19 @@ def test_a_poison_stream_leaves_every_good_record_joined_and_every_bad_one_dead_
     service = Service(env, tmp_path / "service.log")
 
     def dead_lettered() -> float:
-        return sum(float(line.split()[-1]) for line in scrape(service).splitlines()
-                   if line.startswith("streamjoin_dead_letters_total{"))  # fmt: skip
+        return sum(
+            float(line.split()[-1])
+            for line in scrape(service).splitlines()
+            if line.startswith("streamjoin_dead_letters_total{")
+        )
 
     try:
-        wait_for(lambda: outputs(kafka, out)[0] == expected and dead_lettered() >= bad,
-                 300, "the good records were not all joined or counted", service)  # fmt: skip
+        wait_for(
+            lambda: outputs(kafka, out)[0] == expected and dead_lettered() >= bad,
+            300,
+            "the good records were not all joined or counted",
+            service,
+        )
         table, dead = outputs(kafka, out)
         page = scrape(service)
         counted = dead_lettered()

@@ -1,4 +1,4 @@
-"""Flink SQL compiled into the variables it stands for (`app.sql.query`), and refused where
+"""Flink SQL compiled into the variables it stands for (`app.config.sql.query`), and refused where
 streamjoin does not run it: the line and the construct."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from app.cli import planned
 from app.config.env import ConfigError, load_config, raise_all
+from app.config.sql.ddl import SqlError, statements
+from app.config.sql.query import compile_script
 from app.demo import SCRIPT
 from app.plan.planner import join_stages, multi_way_refused, multi_way_spec, plan_errors
-from app.sql.ddl import SqlError, statements
-from app.sql.query import compile_script
 from tests.service import run_to_exit, service_env, streamjoin_command
 
 ORDERS = """CREATE TABLE orders (
@@ -63,9 +63,11 @@ def test_the_seeds_temporal_join_compiles_to_the_demos_variables() -> None:
     assert variables["RIGHT_PRIMARY_KEY"] == "product_id"
     assert variables["JOIN_ON"] == "L.product_id = R.product_id"
     # the select list takes the output table's names, by position
-    assert variables["JOIN_SELECT"] == ("L.order_id AS order_id, L.order_time AS order_time, "
-                                        "R.product_name AS product_name, R.update_time AS "
-                                        "update_time, R.price AS price")  # fmt: skip
+    assert variables["JOIN_SELECT"] == (
+        "L.order_id AS order_id, L.order_time AS order_time, "
+        "R.product_name AS product_name, R.update_time AS "
+        "update_time, R.price AS price"
+    )
     assert variables["OUTPUT_ENCODING"] == "append"
 
 
@@ -73,16 +75,22 @@ def test_each_table_starts_where_flink_would_start_it() -> None:
     """Flink's default startup mode is group-offsets: a table naming a group starts at the
     group's offsets (its reset, if given, for partitions it never committed to); one naming
     none at its earliest offset; an upsert-kafka table always at the beginning."""
-    grouped = ORDERS.replace("'scan.startup.mode' = 'latest-offset'",
-                             "'properties.auto.offset.reset' = 'earliest'")  # fmt: skip
-    query = ("INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
-             "LEFT JOIN products AS p ON o.product_id = p.product_id;")  # fmt: skip
+    grouped = ORDERS.replace(
+        "'scan.startup.mode' = 'latest-offset'", "'properties.auto.offset.reset' = 'earliest'"
+    )
+    query = (
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
+        "LEFT JOIN products AS p ON o.product_id = p.product_id;"
+    )
     variables = compiled(query, grouped + PRODUCTS + OUT)
-    assert json.loads(variables["STARTING_OFFSETS"]) == {"orders": "group-offsets",
-                                                         "products": "earliest"}  # fmt: skip
+    assert json.loads(variables["STARTING_OFFSETS"]) == {
+        "orders": "group-offsets",
+        "products": "earliest",
+    }
     assert (variables["KAFKA_GROUP_ID"], variables["KAFKA_AUTO_OFFSET_RESET"]) == ("g", "earliest")
-    plain = ORDERS.replace(", 'properties.group.id' = 'g',\n        'scan.startup.mode' = "
-                           "'latest-offset'", "")  # fmt: skip
+    plain = ORDERS.replace(
+        ", 'properties.group.id' = 'g',\n        'scan.startup.mode' = 'latest-offset'", ""
+    )
     assert "group.id" not in plain and "startup" not in plain
     variables = compiled(query, plain + PRODUCTS + OUT)
     assert "STARTING_OFFSETS" not in variables and "KAFKA_GROUP_ID" not in variables  # earliest
@@ -103,10 +111,8 @@ def test_connector_options_become_the_inputs_and_outputs_variables() -> None:
     assert variables["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
     assert variables["KAFKA_GROUP_ID"] == "g"  # the offsets read are committed to it
     # each table's start: Flink's upsert-kafka reads its topic from the beginning
-    assert json.loads(variables["STARTING_OFFSETS"]) == {"orders": "latest",
-                                                         "products": "earliest"}  # fmt: skip
-    assert variables["LEFT_SCHEMA"] == ("order_id STRING, product_id STRING, "
-                                        "ms TIMESTAMP_LTZ(3)")  # fmt: skip
+    assert json.loads(variables["STARTING_OFFSETS"]) == {"orders": "latest", "products": "earliest"}
+    assert variables["LEFT_SCHEMA"] == ("order_id STRING, product_id STRING, ms TIMESTAMP_LTZ(3)")
     assert variables["LEFT_TIME"] == "ms" and variables["LEFT_WATERMARK_DELAY"] == "5000ms"
     assert variables["RIGHT_FORMAT"] == "upsert"
     assert variables["RIGHT_METADATA"] == "ts=timestamp"
@@ -118,24 +124,34 @@ def test_connector_options_become_the_inputs_and_outputs_variables() -> None:
     ("query", "join_type", "on"),
     [
         # the bounds in ON, BETWEEN, a computed epoch column read as the column it reads
-        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id AND o.order_time BETWEEN p.ts - INTERVAL '1' HOUR AND p.ts",
-         "interval", "L.product_id = R.product_id AND L.ms BETWEEN R.ts - INTERVAL '1' HOUR "
-         "AND R.ts"),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
+            "p.product_id AND o.order_time BETWEEN p.ts - INTERVAL '1' HOUR AND p.ts",
+            "interval",
+            "L.product_id = R.product_id AND L.ms BETWEEN R.ts - INTERVAL '1' HOUR AND R.ts",
+        ),
         # a comma join, the bounds in WHERE as comparisons
-        ("SELECT order_id, name, price FROM orders o, products p WHERE o.product_id = "
-         "p.product_id AND o.order_time >= p.ts AND o.order_time < p.ts + INTERVAL '1' MINUTE",
-         "interval", "L.product_id = R.product_id AND L.ms >= R.ts AND L.ms < R.ts + "
-         "INTERVAL '1' MINUTE"),
-        ("SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
-         "OF o.order_time AS p ON o.product_id = p.product_id", "temporal",
-         "L.product_id = R.product_id"),
-        ("SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
-         "OF o.proc AS p ON o.product_id = p.product_id", "temporal-proctime",
-         "L.product_id = R.product_id"),
+        (
+            "SELECT order_id, name, price FROM orders o, products p WHERE o.product_id = "
+            "p.product_id AND o.order_time >= p.ts AND o.order_time < p.ts + INTERVAL '1' MINUTE",
+            "interval",
+            "L.product_id = R.product_id AND L.ms >= R.ts AND L.ms < R.ts + INTERVAL '1' MINUTE",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
+            "OF o.order_time AS p ON o.product_id = p.product_id",
+            "temporal",
+            "L.product_id = R.product_id",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders AS o JOIN products FOR SYSTEM_TIME AS "
+            "OF o.proc AS p ON o.product_id = p.product_id",
+            "temporal-proctime",
+            "L.product_id = R.product_id",
+        ),
     ],
     ids=["interval-on", "interval-where", "temporal", "temporal-proctime"],
-)  # fmt: skip
+)
 def test_the_join_type_follows_from_the_sql_as_flinks_planner_decides_it(
     query: str, join_type: str, on: str
 ) -> None:
@@ -148,26 +164,43 @@ def test_the_join_type_follows_from_the_sql_as_flinks_planner_decides_it(
 @pytest.mark.parametrize(
     ("query", "kind", "on"),
     [
-        ("SELECT * FROM orders WHERE product_id IN (SELECT product_id FROM products)", "semi",
-         "L.product_id = R.product_id"),
-        ("SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM products p WHERE p.product_id = "
-         "o.product_id AND p.price > 10)", "semi", "R.product_id = L.product_id AND R.price > 10"),
-        ("SELECT * FROM orders o WHERE NOT EXISTS (SELECT * FROM products p WHERE "
-         "p.product_id = o.product_id)", "anti", "R.product_id = L.product_id"),
+        (
+            "SELECT * FROM orders WHERE product_id IN (SELECT product_id FROM products)",
+            "semi",
+            "L.product_id = R.product_id",
+        ),
+        (
+            "SELECT * FROM orders o WHERE EXISTS (SELECT 1 FROM products p WHERE p.product_id = "
+            "o.product_id AND p.price > 10)",
+            "semi",
+            "R.product_id = L.product_id AND R.price > 10",
+        ),
+        (
+            "SELECT * FROM orders o WHERE NOT EXISTS (SELECT * FROM products p WHERE "
+            "p.product_id = o.product_id)",
+            "anti",
+            "R.product_id = L.product_id",
+        ),
         # nullable: Flink's null-aware NOT IN
-        ("SELECT * FROM orders WHERE product_id NOT IN (SELECT product_id FROM products)",
-         "anti", "L.product_id = R.product_id OR L.product_id IS NULL OR R.product_id IS NULL"),
+        (
+            "SELECT * FROM orders WHERE product_id NOT IN (SELECT product_id FROM products)",
+            "anti",
+            "L.product_id = R.product_id OR L.product_id IS NULL OR R.product_id IS NULL",
+        ),
     ],
     ids=["in", "exists", "not-exists", "not-in"],
-)  # fmt: skip
+)
 def test_subqueries_are_semi_and_anti_joins(query: str, kind: str, on: str) -> None:
-    out = ("CREATE TABLE out (order_id STRING, product_id STRING, t TIMESTAMP_LTZ(3)) WITH "
-           "('connector' = 'kafka', 'topic' = 'out', 'format' = 'debezium-json');")  # fmt: skip
+    out = (
+        "CREATE TABLE out (order_id STRING, product_id STRING, t TIMESTAMP_LTZ(3)) WITH "
+        "('connector' = 'kafka', 'topic' = 'out', 'format' = 'debezium-json');"
+    )
     variables = compiled(f"INSERT INTO out {query};", ORDERS + PRODUCTS + out)
     assert (variables["JOIN_KIND"], variables["JOIN_ON"]) == (kind, on)
     # SELECT * is the outer table's columns only, order_time read from the ms it is made of
-    assert variables["JOIN_SELECT"] == ("L.order_id AS order_id, L.product_id AS product_id, "
-                                        "L.ms AS t")  # fmt: skip
+    assert variables["JOIN_SELECT"] == (
+        "L.order_id AS order_id, L.product_id AS product_id, L.ms AS t"
+    )
 
 
 def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
@@ -192,39 +225,83 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
 @pytest.mark.parametrize(
     ("query", "line", "says"),
     [
-        ("SELECT product_id, COUNT(*), 1 FROM orders GROUP BY product_id", 23,
-         "GROUP BY is not supported"),
-        ("SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
-         "INTERVAL '1' MINUTES))", 25, "the window function TUMBLE is not supported"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o RIGHT JOIN products p ON "
-         "o.product_id = p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON "
-         "q.product_id = p.product_id", 23, "FOR SYSTEM_TIME AS OF o.order_time: the RIGHT JOIN "
-         "before it may pad the columns of orders with NULLs"),
-        ("SELECT reflect('java.lang.System', 'getenv', 'X'), p.name, p.price FROM orders o "
-         "JOIN products p ON o.product_id = p.product_id", 23,
-         "function reflect is not supported"),
-        ("SELECT o.order_id, p.name FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id", 23, "the SELECT gives 2 columns, the output table has 3"),
-        ("SELECT product_id, name, price FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id", 23, "column product_id is in both tables: qualify it"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN products p ON "
-         "o.product_id = p.product_id WHERE p.price > 1", 23,
-         "a WHERE after a LEFT JOIN is not supported"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o, LATERAL TABLE (Rates(o.order_time)) "
-         "AS p WHERE o.product_id = p.product_id", 23,
-         "LATERAL TABLE (Rates(…)): no table Rates: declare the history it is over as CREATE "
-         "TABLE Rates"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
-         "p.product_id WHERE o.order_id IN (SELECT q.product_id FROM products q) AND "
-         "o.product_id IN (SELECT q.product_id FROM products q)", 23,
-         "more than one IN / EXISTS (SELECT …) beside JOINs is not supported"),
-        ("SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN (products p JOIN products "
-         "q ON p.name = q.name) ON o.product_id = p.product_id", 23,
-         "a nested join is supported as an INNER JOIN of INNER and LEFT joins"),
+        (
+            "SELECT product_id, COUNT(*), 1 FROM orders GROUP BY product_id",
+            23,
+            "GROUP BY is not supported",
+        ),
+        (
+            "SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
+            "INTERVAL '1' MINUTES))",
+            25,
+            "the window function TUMBLE is not supported",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o RIGHT JOIN products p ON "
+            "o.product_id = p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON "
+            "q.product_id = p.product_id",
+            23,
+            "FOR SYSTEM_TIME AS OF o.order_time: the RIGHT JOIN "
+            "before it may pad the columns of orders with NULLs",
+        ),
+        (
+            "SELECT reflect('java.lang.System', 'getenv', 'X'), p.name, p.price FROM orders o "
+            "JOIN products p ON o.product_id = p.product_id",
+            23,
+            "function reflect is not supported",
+        ),
+        (
+            "SELECT o.order_id, p.name FROM orders o JOIN products p ON o.product_id = "
+            "p.product_id",
+            23,
+            "the SELECT gives 2 columns, the output table has 3",
+        ),
+        (
+            "SELECT product_id, name, price FROM orders o JOIN products p ON o.product_id = "
+            "p.product_id",
+            23,
+            "column product_id is in both tables: qualify it",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN products p ON "
+            "o.product_id = p.product_id WHERE p.price > 1",
+            23,
+            "a WHERE after a LEFT JOIN is not supported",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o, LATERAL TABLE (Rates(o.order_time)) "
+            "AS p WHERE o.product_id = p.product_id",
+            23,
+            "LATERAL TABLE (Rates(…)): no table Rates: declare the history it is over as CREATE "
+            "TABLE Rates",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON o.product_id = "
+            "p.product_id WHERE o.order_id IN (SELECT q.product_id FROM products q) AND "
+            "o.product_id IN (SELECT q.product_id FROM products q)",
+            23,
+            "more than one IN / EXISTS (SELECT …) beside JOINs is not supported",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN (products p JOIN products "
+            "q ON p.name = q.name) ON o.product_id = p.product_id",
+            23,
+            "a nested join is supported as an INNER JOIN of INNER and LEFT joins",
+        ),
     ],
-    ids=["group-by", "window-tvf", "temporal-after-a-right-join", "function", "columns",
-         "ambiguous", "where", "table-function", "two-in-beside-a-join", "nested-join"],
-)  # fmt: skip
+    ids=[
+        "group-by",
+        "window-tvf",
+        "temporal-after-a-right-join",
+        "function",
+        "columns",
+        "ambiguous",
+        "where",
+        "table-function",
+        "two-in-beside-a-join",
+        "nested-join",
+    ],
+)
 def test_what_streamjoin_does_not_run_is_refused_with_its_line(
     query: str, line: int, says: str
 ) -> None:
@@ -236,26 +313,42 @@ def test_what_streamjoin_does_not_run_is_refused_with_its_line(
     ("table", "says"),
     [
         ("'connector' = 'kafka', 'topic' = 't', 'format' = 'csv'", "'format' 'csv'"),
-        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'json.ignore-parse-errors' "
-         "= 'true'", "the option 'json.ignore-parse-errors' is not supported"),
-        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', "
-         "'properties.sasl.jaas.config' = 'x'",
-         "'properties.sasl.jaas.config' is a secret: give it as the variable "
-         "KAFKA_SASL_JAAS_CONFIG"),
-        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
-         "'timestamp'", "'scan.startup.mode' 'timestamp' is not supported"),
+        (
+            "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'json.ignore-parse-errors' "
+            "= 'true'",
+            "the option 'json.ignore-parse-errors' is not supported",
+        ),
+        (
+            "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', "
+            "'properties.sasl.jaas.config' = 'x'",
+            "'properties.sasl.jaas.config' is a secret: give it as the variable "
+            "KAFKA_SASL_JAAS_CONFIG",
+        ),
+        (
+            "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
+            "'timestamp'",
+            "'scan.startup.mode' 'timestamp' is not supported",
+        ),
         ("'connector' = 'filesystem', 'path' = '/x'", "'connector' 'filesystem'"),
-        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'value.fields-include' = "
-         "'EXCEPT_KEY'", "'value.fields-include' 'EXCEPT_KEY' is not supported"),
-        ("'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'sink.partitioner' = "
-         "'round-robin'", "'sink.partitioner' 'round-robin' is not supported"),
+        (
+            "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'value.fields-include' = "
+            "'EXCEPT_KEY'",
+            "'value.fields-include' 'EXCEPT_KEY' is not supported",
+        ),
+        (
+            "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'sink.partitioner' = "
+            "'round-robin'",
+            "'sink.partitioner' 'round-robin' is not supported",
+        ),
     ],
     ids=["format", "option", "secret", "startup", "connector", "fields-include", "partitioner"],
-)  # fmt: skip
+)
 def test_connector_options_streamjoin_does_not_know_are_refused(table: str, says: str) -> None:
-    script = (f"CREATE TABLE a (k STRING)\n  WITH ({table});\n{PRODUCTS}{OUT}"
-              "INSERT INTO out SELECT a.k, p.name, p.price FROM a JOIN products p ON a.k = "
-              "p.product_id;")  # fmt: skip
+    script = (
+        f"CREATE TABLE a (k STRING)\n  WITH ({table});\n{PRODUCTS}{OUT}"
+        "INSERT INTO out SELECT a.k, p.name, p.price FROM a JOIN products p ON a.k = "
+        "p.product_id;"
+    )
     message = refusal(script)
     assert message.startswith("line 1: ") and says in message, message
 
@@ -275,11 +368,13 @@ HINTED = (
         ("/*+ OPTIONS('scan.startup.mode' = 'latest-offset') */", "OPTIONS"),
     ],
     ids=["state-ttl", "lookup", "second-of-two", "options"],
-)  # fmt: skip
+)
 def test_a_hint_streamjoin_does_not_run_is_refused_not_dropped(hint: str, name: str) -> None:
     message = refusal(ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint))
-    assert message == (f"line 24: the hint {name} is not supported: the job would run without "
-                       "it (hints streamjoin runs: MULTI_JOIN)")  # fmt: skip
+    assert message == (
+        f"line 24: the hint {name} is not supported: the job would run without "
+        "it (hints streamjoin runs: MULTI_JOIN)"
+    )
 
 
 def test_comments_that_are_not_hints_are_comments() -> None:
@@ -293,9 +388,13 @@ def test_statements_keep_their_lines_past_comments_and_quoted_semicolons() -> No
 
 
 def test_a_variable_that_contradicts_the_sql_is_refused_naming_both() -> None:
-    env = {"STREAMJOIN_SQL": SCRIPT.format(suffix=""), "CHECKPOINT_LOCATION": "/tmp/ck",
-           "KAFKA_BOOTSTRAP_SERVERS": "k:9092", "JOIN_KIND": "inner",
-           "OUTPUT_TOPIC": "orders_enriched"}  # fmt: skip
+    env = {
+        "STREAMJOIN_SQL": SCRIPT.format(suffix=""),
+        "CHECKPOINT_LOCATION": "/tmp/ck",
+        "KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+        "JOIN_KIND": "inner",
+        "OUTPUT_TOPIC": "orders_enriched",
+    }
     with pytest.raises(ConfigError) as refused:
         load_config(env)
     assert str(refused.value) == (
@@ -307,8 +406,11 @@ def test_a_variable_that_contradicts_the_sql_is_refused_naming_both() -> None:
 
 def test_a_variable_set_by_the_sql_that_is_wrong_is_told_as_the_sqls_line() -> None:
     script = SCRIPT.format(suffix="").replace("'topic' = 'orders'", "'topic' = 'bad topic!'")
-    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
-           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    env = {
+        "STREAMJOIN_SQL": script,
+        "CHECKPOINT_LOCATION": "/tmp/ck",
+        "KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+    }
     with pytest.raises(ConfigError) as refused:
         load_config(env)
     assert str(refused.value).startswith("STREAMJOIN_SQL line 1 (LEFT_TOPIC): expected a Kafka")
@@ -317,8 +419,11 @@ def test_a_variable_set_by_the_sql_that_is_wrong_is_told_as_the_sqls_line() -> N
 def test_the_readmes_example_plans_and_its_ttl_is_a_regular_joins_only() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     script = re.search(r"```sql\n(.*?)```", readme, re.S)[1]
-    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
-           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    env = {
+        "STREAMJOIN_SQL": script,
+        "CHECKPOINT_LOCATION": "/tmp/ck",
+        "KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+    }
     config = planned(env)
     assert (config.join.type, config.join.state_ttl_ms) == ("temporal", 0)
     regular = script.replace("FOR SYSTEM_TIME AS OF o.order_time ", "").replace(
@@ -344,8 +449,10 @@ def test_flinks_parallelism_settings_are_the_state_partitions_and_buckets() -> N
 
 def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
     script = ORDERS + PRODUCTS + OUT + "\nINSERT INTO out\nSELECT product_id, COUNT(*), 1 FROM "
-    env = service_env(STREAMJOIN_SQL=script + "orders GROUP BY product_id;",
-                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
+    env = service_env(
+        STREAMJOIN_SQL=script + "orders GROUP BY product_id;",
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+    )
     result = run_to_exit(env, timeout_s=60)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -356,8 +463,10 @@ def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) ->
 
 def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
     hint = "/*+ STATE_TTL('o' = '2 min') */"
-    env = service_env(STREAMJOIN_SQL=ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint),
-                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
+    env = service_env(
+        STREAMJOIN_SQL=ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint),
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+    )
     result = run_to_exit(env, timeout_s=60)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -368,10 +477,14 @@ def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_pat
 
 
 def test_explain_prints_the_plan_and_the_variables_the_sql_stands_for(tmp_path: Path) -> None:
-    env = service_env(STREAMJOIN_SQL=SCRIPT.format(suffix=""), KAFKA_BOOTSTRAP_SERVERS="k:9092",
-                      CHECKPOINT_LOCATION=str(tmp_path / "ck"))  # fmt: skip
-    result = subprocess.run([*streamjoin_command(), "explain"], env=env, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    env = service_env(
+        STREAMJOIN_SQL=SCRIPT.format(suffix=""),
+        KAFKA_BOOTSTRAP_SERVERS="k:9092",
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+    )
+    result = subprocess.run(
+        [*streamjoin_command(), "explain"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "join: temporal LEFT" in lines  # no broker answers k:9092: explain does not ask
@@ -397,8 +510,11 @@ def test_a_join_the_plan_refuses_is_told_as_the_sqls_line() -> None:
     script = SCRIPT.format(suffix="").replace(
         "ON O.product_id = P.product_id", "ON O.product_id = P.price"
     )
-    env = {"STREAMJOIN_SQL": script, "CHECKPOINT_LOCATION": "/tmp/ck",
-           "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}  # fmt: skip
+    env = {
+        "STREAMJOIN_SQL": script,
+        "CHECKPOINT_LOCATION": "/tmp/ck",
+        "KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+    }
     with pytest.raises(ConfigError) as refused:
         planned(env)
     assert str(refused.value).startswith("STREAMJOIN_SQL line 23 (JOIN_ON): expected a condition")
@@ -441,16 +557,22 @@ def test_a_temporal_table_function_in_lateral_table_is_a_temporal_function_join(
     """The seeds' `LATERAL TABLE (Rates(o.rowtime))`: Flink defines the function in the Table
     API over a history table; here the function is named as that table, whose WATERMARK and
     PRIMARY KEY are its time and key (`test_replay.py` runs it against Flink's output)."""
-    rates = ("CREATE TABLE Rates (currency STRING, rate BIGINT, rowtime TIMESTAMP(3),\n"
-             "  PRIMARY KEY (currency) NOT ENFORCED, WATERMARK FOR rowtime AS rowtime\n"
-             ") WITH ('connector' = 'kafka', 'topic' = 'rates', 'format' = 'json');\n")  # fmt: skip
-    orders = ("CREATE TABLE Orders (amount BIGINT, currency STRING, rowtime TIMESTAMP(3),\n"
-              "  p AS PROCTIME(), WATERMARK FOR rowtime AS rowtime\n"
-              ") WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json');\n"
-              "CREATE TABLE out (amount BIGINT) WITH ('connector' = 'kafka', 'topic' = 'out', "
-              "'format' = 'json');\n")  # fmt: skip
-    query = ("INSERT INTO out SELECT o.amount * r.rate AS amount FROM Orders AS o,\n"
-             "  LATERAL TABLE (Rates(o.rowtime)) AS r WHERE r.currency = o.currency;")  # fmt: skip
+    rates = (
+        "CREATE TABLE Rates (currency STRING, rate BIGINT, rowtime TIMESTAMP(3),\n"
+        "  PRIMARY KEY (currency) NOT ENFORCED, WATERMARK FOR rowtime AS rowtime\n"
+        ") WITH ('connector' = 'kafka', 'topic' = 'rates', 'format' = 'json');\n"
+    )
+    orders = (
+        "CREATE TABLE Orders (amount BIGINT, currency STRING, rowtime TIMESTAMP(3),\n"
+        "  p AS PROCTIME(), WATERMARK FOR rowtime AS rowtime\n"
+        ") WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json');\n"
+        "CREATE TABLE out (amount BIGINT) WITH ('connector' = 'kafka', 'topic' = 'out', "
+        "'format' = 'json');\n"
+    )
+    query = (
+        "INSERT INTO out SELECT o.amount * r.rate AS amount FROM Orders AS o,\n"
+        "  LATERAL TABLE (Rates(o.rowtime)) AS r WHERE r.currency = o.currency;"
+    )
     variables = compile_script(rates + orders + query).variables
     assert (variables["JOIN_TYPE"], variables["JOIN_KIND"], variables["JOIN_ON"]) == (
         "temporal-function",
@@ -505,8 +627,9 @@ def test_a_third_table_is_a_join_of_the_result_so_far_with_it() -> None:
     assert third.variables["RIGHT_TOPIC"] == "products"
     assert third.variables["RIGHT_FORMAT"] == "upsert"
     assert (third.variables["JOIN_KIND"], third.variables["JOIN_ON"]) == (
-        "left", "L.t0_product_id = R.product_id AND R.price > 1"
-    )  # fmt: skip
+        "left",
+        "L.t0_product_id = R.product_id AND R.price > 1",
+    )
     config = planned({"STREAMJOIN_SQL": CHAIN + CHAIN_QUERY, "CHECKPOINT_LOCATION": "/tmp/ck"})
     assert [s.topic for s in config.inputs()] == ["orders", "customers", "products"]
     assert [s.side for s in config.inputs()] == ["left", "right", "input3"]
@@ -545,8 +668,9 @@ def test_a_temporal_join_after_a_regular_one_on_the_first_tables_columns_runs_fi
     )
     script = compile_script(CHAIN + temporal)
     assert (script.variables["JOIN_TYPE"], script.variables["RIGHT_TOPIC"]) == (
-        "temporal", "products"
-    )  # fmt: skip
+        "temporal",
+        "products",
+    )
     assert script.variables["JOIN_SELECT"] == (
         "L.t0_order_id AS order_id, R.name AS customer, L.t1_name AS product, L.t1_price AS price"
     )
@@ -554,13 +678,15 @@ def test_a_temporal_join_after_a_regular_one_on_the_first_tables_columns_runs_fi
     assert customers.variables["JOIN_ON"] == "L.t0_customer_id = R.customer_id"
     # on the customer's columns, it runs after the join that brings them, as of the orders'
     # rowtime that join carries (`ms`, read as `order_time`; Flink's plan too)
-    after = compile_script(CHAIN + temporal.replace("o.product_id = p.product_id",
-                                                    "c.customer_id = p.product_id"))  # fmt: skip
+    after = compile_script(
+        CHAIN + temporal.replace("o.product_id = p.product_id", "c.customer_id = p.product_id")
+    )
     assert after.variables["JOIN_TYPE"] == "regular"
     (products,) = after.chain
     assert (products.variables["JOIN_TYPE"], products.variables["LEFT_TIME"]) == (
-        "temporal", "t0_ms"
-    )  # fmt: skip
+        "temporal",
+        "t0_ms",
+    )
 
 
 RATES = """CREATE TABLE rates (currency STRING, rate INT) WITH ('connector' = 'jdbc',
@@ -590,7 +716,7 @@ def test_the_issues_enrichment_is_a_temporal_a_regular_and_a_lookup_join_in_that
         ("temporal", "left", "ms", "L.product_id = R.product_id"),
         ("regular", "inner", "proctime", "L.t0_customer_id = R.customer_id"),
         ("lookup", "left", "proctime", "L.t1_name = R.currency"),
-    ]  # fmt: skip
+    ]
     assert [s.lookup.table if s.lookup else None for s in stages] == [None, None, "rates"]
     assert stages[-1].join.select == (
         "L.t0_order_id AS order_id, L.t2_name AS customer, L.t1_name AS product, "
@@ -600,14 +726,19 @@ def test_the_issues_enrichment_is_a_temporal_a_regular_and_a_lookup_join_in_that
     # password) are both's
     tiers = RATES.replace("rates (currency STRING, rate INT)", "tiers (name STRING, cut INT)")
     tiers = tiers.replace("'rates'", "'tiers', 'lookup.cache' = 'PARTIAL'")
-    twice = query.replace(";", "\nLEFT JOIN tiers FOR SYSTEM_TIME AS OF o.proc AS t "
-                          "ON c.name = t.name;")  # fmt: skip
+    twice = query.replace(
+        ";", "\nLEFT JOIN tiers FOR SYSTEM_TIME AS OF o.proc AS t ON c.name = t.name;"
+    )
     secret = {"LOOKUP_PASSWORD": "pw", "STREAMJOIN_SQL": CHAIN + RATES + tiers + twice}
     rates, tiers_stage = join_stages(load_config(env | secret))[-2:]
-    assert [(s.join.type, s.lookup.table, s.lookup.cache.kind, s.lookup.password)
-            for s in (rates, tiers_stage) if s.lookup] == [
-        ("lookup", "rates", "NONE", "pw"), ("lookup", "tiers", "PARTIAL", "pw"),
-    ]  # fmt: skip
+    assert [
+        (s.join.type, s.lookup.table, s.lookup.cache.kind, s.lookup.password)
+        for s in (rates, tiers_stage)
+        if s.lookup
+    ] == [
+        ("lookup", "rates", "NONE", "pw"),
+        ("lookup", "tiers", "PARTIAL", "pw"),
+    ]
     assert tiers_stage.join.on == "L.t2_name = R.name"
     # a lookup after another join has no Kafka record of its own to dead-letter
     with pytest.raises(ConfigError, match="LOOKUP_ON_ERROR: expected fail"):
@@ -628,12 +759,17 @@ def test_an_interval_join_over_a_temporal_joins_result_bounds_the_orders_rowtime
     env = {"CHECKPOINT_LOCATION": "/tmp/ck", "STREAMJOIN_SQL": tables + query}
     stages = join_stages(load_config(env))
     assert [(s.join.type, s.left.time, s.right.time) for s in stages] == [
-        ("temporal", "ms", "ts"), ("interval", "t0_ms", "shipped"),
-    ]  # fmt: skip
-    changelog = tables.replace("'topic' = 'orders', 'format' = 'json'",
-                               "'topic' = 'orders', 'format' = 'debezium-json'")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"^STREAMJOIN_SQL line 27 \(LEFT_FORMAT\): expected "
-                       "an insert-only left"):  # fmt: skip
+        ("temporal", "ms", "ts"),
+        ("interval", "t0_ms", "shipped"),
+    ]
+    changelog = tables.replace(
+        "'topic' = 'orders', 'format' = 'json'", "'topic' = 'orders', 'format' = 'debezium-json'"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^STREAMJOIN_SQL line 27 \(LEFT_FORMAT\): expected "
+        "an insert-only left",
+    ):
         planned_joins(env | {"STREAMJOIN_SQL": changelog + query})
 
 
@@ -645,8 +781,9 @@ def test_in_and_not_exists_beside_a_chain_are_a_semi_and_an_anti_join_of_its_res
     products, shipments = script.chain
     assert products.variables["JOIN_KIND"] == "left"
     assert (shipments.variables["JOIN_KIND"], shipments.variables["JOIN_ON"]) == (
-        "semi", "L.t0_order_id = R.order_id"
-    )  # fmt: skip
+        "semi",
+        "L.t0_order_id = R.order_id",
+    )
     assert shipments.variables["RIGHT_TOPIC"] == "shipments"
     assert script.variables["JOIN_SELECT"] == (
         "L.t0_order_id AS order_id, L.t1_name AS customer, L.t2_name AS product, "
@@ -657,8 +794,9 @@ def test_in_and_not_exists_beside_a_chain_are_a_semi_and_an_anti_join_of_its_res
     )
     (_, anti) = compile_script(CHAIN + SHIPMENTS + absent).chain
     assert (anti.variables["JOIN_KIND"], anti.variables["JOIN_ON"]) == (
-        "anti", "R.order_id = L.t0_order_id"
-    )  # fmt: skip
+        "anti",
+        "R.order_id = L.t0_order_id",
+    )
 
 
 def test_a_left_join_nested_in_an_inner_one_is_the_chain_of_the_two() -> None:
@@ -672,8 +810,9 @@ def test_a_left_join_nested_in_an_inner_one_is_the_chain_of_the_two() -> None:
     script = compile_script(CHAIN + query)
     joins = [script.variables, *(chained.variables for chained in script.chain)]
     assert [(join["JOIN_KIND"], join["JOIN_ON"]) for join in joins] == [
-        ("inner", "L.customer_id = R.customer_id"), ("left", "L.t1_customer_id = R.product_id"),
-    ]  # fmt: skip
+        ("inner", "L.customer_id = R.customer_id"),
+        ("left", "L.t1_customer_id = R.product_id"),
+    ]
     inward = query.replace("ON o.customer_id = c.customer_id", "ON o.product_id = p.product_id")
     assert refusal(CHAIN + inward).endswith("may name only its first table among the nested ones")
 
@@ -687,8 +826,9 @@ def test_flinks_multi_join_option_and_hint_make_a_shared_key_chain_one_operator(
     """`table.optimizer.multi-join.enabled` or the `MULTI_JOIN` hint: joins whose inputs all
     share one key run as one operator; joins over other keys stay a chain, and `explain` says
     why, as Flink keeps them apart too."""
-    shared = CHAIN_QUERY.replace("o.product_id = p.product_id AND p.price > 1",
-                                 "o.customer_id = p.product_id")  # fmt: skip
+    shared = CHAIN_QUERY.replace(
+        "o.product_id = p.product_id AND p.price > 1", "o.customer_id = p.product_id"
+    )
     env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
     option = "SET 'table.optimizer.multi-join.enabled' = 'true';\n"
     config = planned(env | {"STREAMJOIN_SQL": option + CHAIN + shared})

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.spark
 
 
 def kafka_table(name: str, columns: str, topic: str, fmt: str = "json") -> str:
-    return (f"CREATE TABLE {name} (\n  {columns}\n) WITH ('connector' = 'kafka', "
-            f"'topic' = '{topic}', 'format' = '{fmt}');\n")  # fmt: skip
+    return (
+        f"CREATE TABLE {name} (\n  {columns}\n) WITH ('connector' = 'kafka', "
+        f"'topic' = '{topic}', 'format' = '{fmt}');\n"
+    )
 
 
 def rows(values: list[dict]) -> list[bytes]:
@@ -44,8 +46,9 @@ def final_table(kafka: str, out: str) -> Counter:
     return +table
 
 
-def run_script(kafka: str, tmp_path: Path, script: str, inputs: dict[str, list[dict]],
-               **variables: str) -> tuple[Counter, str]:  # fmt: skip
+def run_script(
+    kafka: str, tmp_path: Path, script: str, inputs: dict[str, list[dict]], **variables: str
+) -> tuple[Counter, str]:
     """`script` with its `{topic}` names given topics of this run, its inputs produced, run to
     the end of what is there; the final output table."""
     topics = {name: unique(name.lower()) for name in [*inputs, "out"]}
@@ -53,9 +56,13 @@ def run_script(kafka: str, tmp_path: Path, script: str, inputs: dict[str, list[d
     output_topics(kafka, topics["out"])
     for name, values in inputs.items():
         produce(kafka, topics[name], rows(values))
-    env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, STREAMJOIN_SQL=script.format(**topics),
-                      CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="available-now",
-                      **variables)  # fmt: skip
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        STREAMJOIN_SQL=script.format(**topics),
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="available-now",
+        **variables,
+    )
     result = run_to_exit(env, timeout_s=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return final_table(kafka, topics["out"]), result.stderr
@@ -72,9 +79,11 @@ def test_a_regular_join_qualified_by_table_names(kafka: str, tmp_path: Path) -> 
         + "INSERT INTO out\nSELECT * FROM Orders\nINNER JOIN Product\n"
         "ON Orders.productId = Product.id;"
     )
-    orders = [{"id": "o1", "productId": "p1", "amount": 10},
-              {"id": "o2", "productId": "p2", "amount": 20},
-              {"id": "o3", "productId": "p9", "amount": 30}]  # fmt: skip
+    orders = [
+        {"id": "o1", "productId": "p1", "amount": 10},
+        {"id": "o2", "productId": "p2", "amount": 20},
+        {"id": "o3", "productId": "p9", "amount": 30},
+    ]
     products = [{"id": "p1", "name": "scooter"}, {"id": "p2", "name": "ball"}]
     table, _ = run_script(kafka, tmp_path, script, {"Orders": orders, "Product": products})
     assert table == Counter(
@@ -104,11 +113,15 @@ def test_an_interval_join_written_as_a_comma_join_with_its_bounds_in_where(
         "WHERE o.id = s.orderId AND\n"
         "      o.ordertime BETWEEN s.shiptime - INTERVAL '4' HOUR AND s.shiptime;"
     )
-    orders = [{"id": "o1", "ordertime": "2026-11-24 10:00:00"},
-              {"id": "o2", "ordertime": "2026-11-24 10:00:00"},
-              {"id": "o3", "ordertime": "2026-11-24 10:30:00"}]  # fmt: skip
-    shipments = [{"orderId": "o1", "shiptime": "2026-11-24 12:00:00"},
-                 {"orderId": "o2", "shiptime": "2026-11-24 15:00:00"}]  # fmt: skip
+    orders = [
+        {"id": "o1", "ordertime": "2026-11-24 10:00:00"},
+        {"id": "o2", "ordertime": "2026-11-24 10:00:00"},
+        {"id": "o3", "ordertime": "2026-11-24 10:30:00"},
+    ]
+    shipments = [
+        {"orderId": "o1", "shiptime": "2026-11-24 12:00:00"},
+        {"orderId": "o2", "shiptime": "2026-11-24 15:00:00"},
+    ]
     table, _ = run_script(kafka, tmp_path, script, {"Orders": orders, "Shipments": shipments})
     assert table == Counter({("o1", "2026-11-24 12:00:00.000"): 1})
 
@@ -149,8 +162,9 @@ def test_in_and_not_in_subqueries_are_semi_and_anti_joins(
     kafka: str, tmp_path: Path, query: str, right: list, expected: set
 ) -> None:
     r = [{"d": d, "e": "-"} for d in right]
-    table, _ = run_script(kafka, tmp_path, SEMI_ANTI_TABLES + f"INSERT INTO out {query};",
-                          {"l": L_ROWS, "r": r})  # fmt: skip
+    table, _ = run_script(
+        kafka, tmp_path, SEMI_ANTI_TABLES + f"INSERT INTO out {query};", {"l": L_ROWS, "r": r}
+    )
     assert table == Counter(dict.fromkeys(expected, 1))
 
 
@@ -180,7 +194,10 @@ def test_the_latest_rates_as_of_processing_time_are_a_lookup_into_the_rates_tabl
         "  Orders AS o\n  JOIN LatestRates FOR SYSTEM_TIME AS OF o.proctime AS r\n"
         "  ON r.currency = o.currency;"
     )
-    orders = [{"amount": 2, "currency": "Euro"}, {"amount": 1, "currency": "US Dollar"},
-              {"amount": 5, "currency": "Pounds"}]  # fmt: skip
+    orders = [
+        {"amount": 2, "currency": "Euro"},
+        {"amount": 1, "currency": "US Dollar"},
+        {"amount": 5, "currency": "Pounds"},
+    ]
     table, _ = run_script(kafka, tmp_path, script, {"Orders": orders})
     assert table == Counter({(2, "Euro", 114, 228): 1, (1, "US Dollar", 102, 102): 1})

@@ -47,18 +47,29 @@ def test_a_new_job_starts_where_its_group_committed_and_commits_what_it_read(
     group = unique("orders-group")
     product = {"product_id": "p1", "name": "n1", "price": "1.50"}
     produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
-    produce_events(kafka, orders, [
-        {"before": None, "after": {"order_id": f"o{i}", "product_id": "p1", "qty": i}, "op": "c"}
-        for i in range(5)
-    ], "order_id")  # fmt: skip
+    produce_events(
+        kafka,
+        orders,
+        [
+            {
+                "before": None,
+                "after": {"order_id": f"o{i}", "product_id": "p1", "qty": i},
+                "op": "c",
+            }
+            for i in range(5)
+        ],
+        "order_id",
+    )
     GroupCommitter({"bootstrap.servers": kafka}, group, {orders}).commit_progress(
         progress(orders, {"0": 2})
     )
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
-        "TRIGGER_INTERVAL": "available-now", "JOIN_KIND": "inner",
+        "TRIGGER_INTERVAL": "available-now",
+        "JOIN_KIND": "inner",
         "JOIN_SELECT": "L.order_id, R.name",
-        "STARTING_OFFSETS": "group-offsets", "KAFKA_GROUP_ID": group,
-    }  # fmt: skip
+        "STARTING_OFFSETS": "group-offsets",
+        "KAFKA_GROUP_ID": group,
+    }
     refused = run_to_exit(env, timeout_s=180)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.splitlines()[-1] == (

@@ -89,8 +89,9 @@ def test_scale_out_runs_executors_on_kubernetes_with_secrets_from_secrets() -> N
     assert "Role/sj-streamjoin-spark-driver" in manifests
     assert "RoleBinding/sj-streamjoin-spark-driver" in manifests
     assert "ServiceMonitor/sj-streamjoin" in manifests
-    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
-               if "valueFrom" in e}  # fmt: skip
+    secrets = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e
+    }
     assert secrets["KAFKA_SASL_PASSWORD"] == {"name": "kafka-credentials", "key": "password"}
     assert not any("PASSWORD" in k or "USER_INFO" in k for k in config)  # never a ConfigMap
 
@@ -116,8 +117,10 @@ def test_executors_start_from_a_pod_template_as_hardened_as_the_driver() -> None
     claims = {v["name"]: v for v in template["spec"]["volumes"]}
     assert claims["checkpoint"]["persistentVolumeClaim"]["claimName"] == "streamjoin-checkpoints"
     assert {m["mountPath"] for m in executor["volumeMounts"]} == {
-        "/tmp", "/var/lib/streamjoin/checkpoint", "/etc/streamjoin/tls"
-    }  # fmt: skip
+        "/tmp",
+        "/var/lib/streamjoin/checkpoint",
+        "/etc/streamjoin/tls",
+    }
     role = manifests["Role/sj-streamjoin-spark-driver"]["rules"]
     assert {r for rule in role for r in rule["resources"]} == {"pods", "configmaps"}
 
@@ -166,5 +169,8 @@ def test_a_job_given_as_flink_sql_is_mounted_and_is_what_the_pod_runs(tmp_path: 
     assert config["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
     (tmp_path / "job.sql").write_text(script)
     job = load_config(config | {"STREAMJOIN_SQL_FILE": str(tmp_path / "job.sql")})
-    assert (job.join.type, job.join.kind, job.output.topic) == ("temporal", "left",
-                                                                "orders_enriched")  # fmt: skip
+    assert (job.join.type, job.join.kind, job.output.topic) == (
+        "temporal",
+        "left",
+        "orders_enriched",
+    )

@@ -23,10 +23,18 @@ pytestmark = pytest.mark.spark
 # What the Helm chart mounts: the root filesystem read-only, /tmp writable (Spark's scratch and
 # RocksDB's native library, which is loaded from there: /tmp must allow exec), the checkpoint.
 HARDENED = [
-    "--network", "host", "--read-only", "--tmpfs", "/tmp:exec",
-    "--tmpfs", "/var/lib/streamjoin:uid=10001", "--cap-drop", "ALL",
-    "--security-opt", "no-new-privileges",
-]  # fmt: skip
+    "--network",
+    "host",
+    "--read-only",
+    "--tmpfs",
+    "/tmp:exec",
+    "--tmpfs",
+    "/var/lib/streamjoin:uid=10001",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +49,20 @@ def image() -> str:
 
 def test_the_image_runs_the_demo_against_a_broker(image: str, kafka: str) -> None:
     result = subprocess.run(
-        ["docker", "run", "--rm", *HARDENED, "-e", f"KAFKA_BOOTSTRAP_SERVERS={kafka}", image,
-         "demo"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            "docker",
+            "run",
+            "--rm",
+            *HARDENED,
+            "-e",
+            f"KAFKA_BOOTSTRAP_SERVERS={kafka}",
+            image,
+            "demo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "  o_002 00:03:00 basketball 00:02:00 23.11" in result.stdout.splitlines()
     assert "  o_005 18:00:00 NULL       NULL     NULL" in result.stdout.splitlines()
@@ -73,22 +91,30 @@ def test_the_image_joins_two_topics_as_a_non_root_user_under_tini(
     create_topics(kafka, [orders, products])
     output_topics(kafka, out)
     _produce_json(kafka, products, [{"product_id": f"p{i}", "name": f"n{i}"} for i in range(5)])
-    _produce_json(kafka, orders, [{"order_id": f"o{i}", "product_id": f"p{i % 7}"}
-                                  for i in range(40)])  # fmt: skip
+    _produce_json(
+        kafka, orders, [{"order_id": f"o{i}", "product_id": f"p{i % 7}"} for i in range(40)]
+    )
     env = {
-        "KAFKA_BOOTSTRAP_SERVERS": kafka, "LEFT_TOPIC": orders, "RIGHT_TOPIC": products,
-        "OUTPUT_TOPIC": out, "SPARK_MASTER": "local[2]", "METRICS_PORT": "0",
+        "KAFKA_BOOTSTRAP_SERVERS": kafka,
+        "LEFT_TOPIC": orders,
+        "RIGHT_TOPIC": products,
+        "OUTPUT_TOPIC": out,
+        "SPARK_MASTER": "local[2]",
+        "METRICS_PORT": "0",
         "LEFT_SCHEMA": "order_id STRING, product_id STRING",
         "RIGHT_SCHEMA": "product_id STRING, name STRING",
-        "JOIN_ON": "L.product_id = R.product_id", "JOIN_SELECT": "L.order_id, R.name",
+        "JOIN_ON": "L.product_id = R.product_id",
+        "JOIN_SELECT": "L.order_id, R.name",
         # spelled as a variable name: read through Spark's key list, which the image must ship
         "SPARK_CONF_SPARK_SQL_SHUFFLE_PARTITIONS": "2",
-    }  # fmt: skip
+    }
     flags = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     started = subprocess.run(
         ["docker", "run", "--detach", "--name", container, *HARDENED, *flags, image],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert started.returncode == 0, started.stderr
 
     def logs() -> str:
@@ -102,13 +128,16 @@ def test_the_image_joins_two_topics_as_a_non_root_user_under_tini(
 
     processes = subprocess.run(
         ["docker", "exec", container, "ps", "-o", "pid=,uid=,args=", "-p", "1"],
-        capture_output=True, text=True, timeout=30,
-    ).stdout.split()  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.split()
     assert processes == ["1", "10001", "tini", "--", "streamjoin", "run"]
     stopped = subprocess.run(["docker", "stop", "--time", "60", container], capture_output=True)
     assert stopped.returncode == 0
     exit_code = subprocess.run(
         ["docker", "inspect", "--format", "{{.State.ExitCode}}", container],
-        capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert exit_code == "0", logs()

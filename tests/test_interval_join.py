@@ -128,23 +128,40 @@ class LateRows(Counter):
 
 def test_the_processor_counts_rows_behind_the_watermark_by_side_and_still_processes_them() -> None:
     spec = IntervalJoinSpec(
-        "left", "L.id = R.id AND R.t BETWEEN L.t - INTERVAL '1' SECOND AND L.t",
-        SideSpec(("id", "t")), SideSpec(("id", "t")), "t", "t",
-    )  # fmt: skip
+        "left",
+        "L.id = R.id AND R.t BETWEEN L.t - INTERVAL '1' SECOND AND L.t",
+        SideSpec(("id", "t")),
+        SideSpec(("id", "t")),
+        "t",
+        "t",
+    )
     late = LateRows()
     kinds = {"L_t": "integral", "R_t": "integral"}
     # In the service, Spark's late-row filter has no watermarked column to act on (the join
     # sees the event time as a plain number); the tester's filter is kept out the same way.
-    tester = TwsTester(join_frame(spec, kinds, late), timeMode="EventTime",
-                       eventTimeExtractor=lambda _row: MAX_TIME)  # fmt: skip
+    tester = TwsTester(
+        join_frame(spec, kinds, late),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda _row: MAX_TIME,
+    )
     tester.setWatermark(10_000)
     rows = [(1, 1, "a", 4_500), (0, 2, "a", 5_000), (0, 3, "b", 20_000)]  # side, seq, id, t
     frame = pd.DataFrame(
-        [{"side": side, "op": "+I", "seq": seq, "ts": t, "k0": key,
-          "L_id": key if side == 0 else None, "L_t": t if side == 0 else None,
-          "R_id": key if side == 1 else None, "R_t": t if side == 1 else None}
-         for side, seq, key, t in rows]
-    )  # fmt: skip
+        [
+            {
+                "side": side,
+                "op": "+I",
+                "seq": seq,
+                "ts": t,
+                "k0": key,
+                "L_id": key if side == 0 else None,
+                "L_t": t if side == 0 else None,
+                "R_id": key if side == 1 else None,
+                "R_t": t if side == 1 else None,
+            }
+            for side, seq, key, t in rows
+        ]
+    )
     out = tester.testInPandas(0, frame)
     assert late == {("left",): 1, ("right",): 1}  # b at 20 s is not late
     # the late shipment is not cached (no order can still meet it), the late order finds

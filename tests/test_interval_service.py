@@ -35,47 +35,94 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
 ) -> None:
     orders, shipments, out = join_topics(kafka)
     produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in ORDERS])
-    produce(kafka, shipments, [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode()
-                               for s, o, t in SHIPMENTS])  # fmt: skip
+    produce(
+        kafka,
+        shipments,
+        [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode() for s, o, t in SHIPMENTS],
+    )
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
-        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)", RIGHT_TIME="st",
-        JOIN_TYPE="interval", JOIN_KIND="left", OUTPUT_ENCODING="append",
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="200ms",
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)",
+        LEFT_TIME="ot",
+        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)",
+        RIGHT_TIME="st",
+        JOIN_TYPE="interval",
+        JOIN_KIND="left",
+        OUTPUT_ENCODING="append",
         JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st",
         JOIN_SELECT="L.order_id, R.ship_id",
-    )  # fmt: skip
+    )
     expected = {("o1", "s1"), ("o3", "s3"), ("o3", "s4"), ("o2", None), ("o4", None)}
 
     def output() -> list[tuple]:
-        return [(v["order_id"], v["ship_id"]) for v in map(json.loads, (
-            r.value for r in read_topic(kafka, out)))]  # fmt: skip
+        return [
+            (v["order_id"], v["ship_id"])
+            for v in map(json.loads, (r.value for r in read_topic(kafka, out)))
+        ]
 
     service = Service(env, tmp_path / "log")
     try:
-        wait_for(lambda: {("o1", "s1"), ("o3", "s3"), ("o3", "s4")} <= set(output()),
-                 240, "the matches never came", service)  # fmt: skip
-        wait_for(lambda: metric(service, "streamjoin_watermark_seconds") is not None, 60,
-                 "no watermark on /metrics", service)  # fmt: skip
+        wait_for(
+            lambda: {("o1", "s1"), ("o3", "s3"), ("o3", "s4")} <= set(output()),
+            240,
+            "the matches never came",
+            service,
+        )
+        wait_for(
+            lambda: metric(service, "streamjoin_watermark_seconds") is not None,
+            60,
+            "no watermark on /metrics",
+            service,
+        )
         first_watermark = metric(service, "streamjoin_watermark_seconds")
         wait_for(lambda: state_rows(service) > 0, 60, "no state rows on /metrics", service)
         first_state_rows = state_rows(service)
-        produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode()
-                                for o, t in LATER_ORDERS])  # fmt: skip
-        produce(kafka, shipments, [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode()
-                                   for s, o, t in LATER_SHIPMENTS])  # fmt: skip
-        wait_for(lambda: expected <= set(output()), 120,
-                 "the unmatched orders were never padded", service)  # fmt: skip
-        wait_for(lambda: metric(service, "streamjoin_watermark_seconds") > first_watermark, 60,
-                 "the watermark on /metrics did not move", service)  # fmt: skip
-        wait_for(lambda: state_rows(service) < first_state_rows, 60,
-                 "state rows on /metrics did not fall behind the watermark", service)  # fmt: skip
+        produce(
+            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in LATER_ORDERS]
+        )
+        produce(
+            kafka,
+            shipments,
+            [
+                json.dumps({"ship_id": s, "order_id": o, "st": t}).encode()
+                for s, o, t in LATER_SHIPMENTS
+            ],
+        )
+        wait_for(
+            lambda: expected <= set(output()),
+            120,
+            "the unmatched orders were never padded",
+            service,
+        )
+        wait_for(
+            lambda: metric(service, "streamjoin_watermark_seconds") > first_watermark,
+            60,
+            "the watermark on /metrics did not move",
+            service,
+        )
+        wait_for(
+            lambda: state_rows(service) < first_state_rows,
+            60,
+            "state rows on /metrics did not fall behind the watermark",
+            service,
+        )
         # a shipment for an order long gone: behind the watermark, counted as late
-        produce(kafka, shipments, [json.dumps({"ship_id": "s0", "order_id": "o0",
-                                               "st": at(4)}).encode()])  # fmt: skip
-        wait_for(lambda: metric(service, 'streamjoin_late_rows_total{side="right"}') == 1, 60,
-                 "the late shipment was not counted", service)  # fmt: skip
+        produce(
+            kafka,
+            shipments,
+            [json.dumps({"ship_id": "s0", "order_id": "o0", "st": at(4)}).encode()],
+        )
+        wait_for(
+            lambda: metric(service, 'streamjoin_late_rows_total{side="right"}') == 1,
+            60,
+            "the late shipment was not counted",
+            service,
+        )
         page = scrape(service)
         # the test rows are dated later today: the lag may be negative
         assert re.search(r"^streamjoin_watermark_lag_seconds -?\d", page, re.M)
@@ -106,8 +153,13 @@ def skewed_backlog(partitions: int, per_partition: int, behind: int) -> tuple[li
             ordered = datetime(2026, 11, 22, 12) + timedelta(minutes=minutes)
             shipped = ordered + timedelta(minutes=30)
             orders.append({"order_id": f"o{p}-{n}", "ot": f"{ordered:%Y-%m-%d %H:%M:%S}.000"})
-            shipments.append({"ship_id": f"s{p}-{n}", "order_id": f"o{p}-{n}",
-                              "st": f"{shipped:%Y-%m-%d %H:%M:%S}.000"})  # fmt: skip
+            shipments.append(
+                {
+                    "ship_id": f"s{p}-{n}",
+                    "order_id": f"o{p}-{n}",
+                    "st": f"{shipped:%Y-%m-%d %H:%M:%S}.000",
+                }
+            )
     return orders, shipments
 
 
@@ -124,29 +176,43 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
     produce(kafka, orders, [json.dumps(r).encode() for r in order_rows], partitions)
     produce(kafka, shipments, [json.dumps(r).encode() for r in shipment_rows], partitions)
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
-        MAX_RECORDS_PER_TRIGGER="40", STATE_PARTITIONS="2",
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
-        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)", RIGHT_TIME="st",
-        JOIN_TYPE="interval", JOIN_KIND="inner", OUTPUT_ENCODING="append",
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="200ms",
+        MAX_RECORDS_PER_TRIGGER="40",
+        STATE_PARTITIONS="2",
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)",
+        LEFT_TIME="ot",
+        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)",
+        RIGHT_TIME="st",
+        JOIN_TYPE="interval",
+        JOIN_KIND="inner",
+        OUTPUT_ENCODING="append",
         JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '1' HOUR AND R.st",
         JOIN_SELECT="L.order_id, R.ship_id",
-    )  # fmt: skip
+    )
     expected = {(s["order_id"], s["ship_id"]) for s in shipment_rows}
 
     def joined() -> set[tuple]:
-        return {(v["order_id"], v["ship_id"]) for v in map(json.loads, (
-            r.value for r in read_topic(kafka, out)))}  # fmt: skip
+        return {
+            (v["order_id"], v["ship_id"])
+            for v in map(json.loads, (r.value for r in read_topic(kafka, out)))
+        }
 
     def late() -> float:
-        return sum(metric(service, f'streamjoin_late_rows_total{{side="{side}"}}') or 0
-                   for side in ("left", "right"))  # fmt: skip
+        return sum(
+            metric(service, f'streamjoin_late_rows_total{{side="{side}"}}') or 0
+            for side in ("left", "right")
+        )
 
     service = Service(env, tmp_path / "log")
     try:
-        wait_for(lambda: joined() == expected or late() > 0, 300,
-                 "the pairs never all came", service)  # fmt: skip
+        wait_for(
+            lambda: joined() == expected or late() > 0, 300, "the pairs never all came", service
+        )
         assert late() == 0
         # every partition moved the watermark: it stands at the lagging partition's rows
         watermark = metric(service, "streamjoin_watermark_seconds")

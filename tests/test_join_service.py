@@ -107,28 +107,47 @@ def materialized(records) -> Counter:
 def changelogs() -> tuple[list[dict], list[dict]]:
     rng = random.Random(7)
     products = debezium_changelog(
-        rng, "p", 12, lambda pid: {"product_id": pid, "name": f"n{rng.randrange(9)}",
-                                   "price": f"{rng.randrange(100, 999) / 10:.2f}"},
+        rng,
+        "p",
+        12,
+        lambda pid: {
+            "product_id": pid,
+            "name": f"n{rng.randrange(9)}",
+            "price": f"{rng.randrange(100, 999) / 10:.2f}",
+        },
         key="product_id",
-    )  # fmt: skip
+    )
     orders = debezium_changelog(
-        rng, "o", 40, lambda oid: {"order_id": oid, "product_id": f"p{rng.randrange(14)}",
-                                   "qty": rng.randrange(1, 5)}
-    )  # fmt: skip
+        rng,
+        "o",
+        40,
+        lambda oid: {
+            "order_id": oid,
+            "product_id": f"p{rng.randrange(14)}",
+            "qty": rng.randrange(1, 5),
+        },
+    )
     return orders, products
 
 
 def join_env(kafka: str, orders: str, products: str, out: str, checkpoint: Path) -> dict:
     return service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(checkpoint), TRIGGER_INTERVAL="200ms",
-        LEFT_FORMAT="debezium-json", LEFT_SCHEMA="order_id STRING, product_id STRING, qty INT",
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=products,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(checkpoint),
+        TRIGGER_INTERVAL="200ms",
+        LEFT_FORMAT="debezium-json",
+        LEFT_SCHEMA="order_id STRING, product_id STRING, qty INT",
         LEFT_PRIMARY_KEY="order_id",
         RIGHT_FORMAT="debezium-json",
         RIGHT_SCHEMA="product_id STRING, name STRING, price DECIMAL(10,2)",
         RIGHT_PRIMARY_KEY="product_id",
-        JOIN_KIND="left", JOIN_ON="L.product_id = R.product_id", OUTPUT_ENCODING="retract",
-    )  # fmt: skip
+        JOIN_KIND="left",
+        JOIN_ON="L.product_id = R.product_id",
+        OUTPUT_ENCODING="retract",
+    )
 
 
 BAD_RECORDS = {
@@ -156,11 +175,14 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
     try:
         wait_for(
             lambda: materialized(read_topic(kafka, out)) == expected,
-            300, "the output never materialized to the expected join", service,
-        )  # fmt: skip
+            300,
+            "the output never materialized to the expected join",
+            service,
+        )
         dead = read_topic(kafka, f"{out}.dlq", at_least=len(bad))
-        counted = [f'streamjoin_dead_letters_total{{input="left",reason="{r}"}} 1.0'
-                   for r in BAD_RECORDS]  # fmt: skip
+        counted = [
+            f'streamjoin_dead_letters_total{{input="left",reason="{r}"}} 1.0' for r in BAD_RECORDS
+        ]
         # the rows the join holds are the final tables' rows; each normalizer holds their keys
         counted += [
             f'streamjoin_state_rows{{operator="{operator}",side="{side}"}} {len(rows)}.0'
@@ -169,17 +191,24 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
         ]
         wait_for(
             lambda: all(line in scrape(service) for line in counted),
-            60, "the dead letters or the state's rows were not counted", service,
-        )  # fmt: skip
+            60,
+            "the dead letters or the state's rows were not counted",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     # restarted with nothing new to read, it reports what its state holds all the same
     held = counted[len(BAD_RECORDS) :]
-    restarted = Service(join_env(kafka, orders, products, out, tmp_path / "ck"),
-                        tmp_path / "restarted.log")  # fmt: skip
+    restarted = Service(
+        join_env(kafka, orders, products, out, tmp_path / "ck"), tmp_path / "restarted.log"
+    )
     try:
-        wait_for(lambda: all(line in scrape(restarted) for line in held),
-                 60, "the state's rows were not reported after a restart", restarted)  # fmt: skip
+        wait_for(
+            lambda: all(line in scrape(restarted) for line in held),
+            60,
+            "the state's rows were not reported after a restart",
+            restarted,
+        )
     finally:
         assert restarted.terminate() == 0, restarted.log()[-3000:]
     assert sorted(r.value for r in dead) == sorted(BAD_RECORDS.values())
@@ -202,9 +231,11 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
 # `streamjoin run` as the versions before the spread bucket ids ran it: every key bucket
 # grouped by its index (`app.run.key_buckets`), and a checkpoint record that does not say so
 BEFORE_SPREAD_IDS = [
-    sys.executable, "-c", "import sys; import app.run.pipeline as p; from app.cli import main; "
+    sys.executable,
+    "-c",
+    "import sys; import app.run.pipeline as p; from app.cli import main; "
     "p.spreads_buckets = lambda spark, location: False; sys.exit(main(['run']))",
-]  # fmt: skip
+]
 
 
 def test_a_checkpoint_made_before_the_spread_bucket_ids_resumes_with_its_state_in_place(
@@ -249,8 +280,10 @@ def run_until_materialized(
     try:
         wait_for(
             lambda: materialized(read_topic(kafka, out)) == expected,
-            300, "the output never materialized to the expected join", service,
-        )  # fmt: skip
+            300,
+            "the output never materialized to the expected join",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
 
@@ -279,25 +312,36 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
     produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {"STATE_TTL": "40s"}
     service = Service(env, tmp_path / "log")
-    held = ('streamjoin_state_rows{operator="join",side="left"}',
-            'streamjoin_state_rows{operator="normalizer",side="left"}')  # fmt: skip
+    held = (
+        'streamjoin_state_rows{operator="join",side="left"}',
+        'streamjoin_state_rows{operator="normalizer",side="left"}',
+    )
     try:
-        wait_for(lambda: all(metric(scrape(service), name) == 1 for name in held),
-                 120, "the order was never held", service)  # fmt: skip
         wait_for(
-            lambda: (page := scrape(service))
-            and metric(page, "streamjoin_state_expired_keys_total") == 2
-            and all(metric(page, name) == 0 for name in held),
-            240, "the idle order was never expired from both stages", service,
-        )  # fmt: skip
+            lambda: all(metric(scrape(service), name) == 1 for name in held),
+            120,
+            "the order was never held",
+            service,
+        )
+        wait_for(
+            lambda: (
+                (page := scrape(service))
+                and metric(page, "streamjoin_state_expired_keys_total") == 2
+                and all(metric(page, name) == 0 for name in held)
+            ),
+            240,
+            "the idle order was never expired from both stages",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     [padded] = read_topic(kafka, out)
     assert json.loads(padded.value)["op"] == "+I"
 
 
-def state_report(env: dict[str, str], capsys: pytest.CaptureFixture, spark: SparkSession,
-                 *args: str) -> dict:  # fmt: skip
+def state_report(
+    env: dict[str, str], capsys: pytest.CaptureFixture, spark: SparkSession, *args: str
+) -> dict:
     """`streamjoin state --json` of a stopped job, in this test session's Spark."""
     capsys.readouterr()
     settings = spark.conf.getAll
@@ -316,12 +360,22 @@ def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move
     topic keyed by order alone must still end, per order, on its joined row, or on a tombstone
     for a deleted order (Flink's sink upsert materializer)."""
     orders, products, out = join_topics(kafka, partitions=3)
-    produce_events(kafka, products, [
-        {"before": None, "after": {"product_id": f"p{i}", "name": f"n{i}", "price": "1.50"},
-         "op": "c"} for i in range(16)
-    ], "product_id")  # fmt: skip
-    live = {f"o{i}": {"order_id": f"o{i}", "product_id": f"p{i % 16}", "qty": 1}
-            for i in range(300)}  # fmt: skip
+    produce_events(
+        kafka,
+        products,
+        [
+            {
+                "before": None,
+                "after": {"product_id": f"p{i}", "name": f"n{i}", "price": "1.50"},
+                "op": "c",
+            }
+            for i in range(16)
+        ],
+        "product_id",
+    )
+    live = {
+        f"o{i}": {"order_id": f"o{i}", "product_id": f"p{i % 16}", "qty": 1} for i in range(300)
+    }
     events = [{"before": None, "after": row, "op": "c"} for row in live.values()]
     for i, row in enumerate(list(live.values())):
         live[row["order_id"]] = moved = row | {"product_id": f"p{(i + 5) % 16}", "qty": 2}
@@ -330,25 +384,30 @@ def test_an_upsert_topic_keyed_by_order_ends_on_each_orders_row_when_orders_move
     events += [{"before": live.pop(oid), "after": None, "op": "d"} for oid in deleted]
     produce_events(kafka, orders, events, "order_id")
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
-        "TRIGGER_INTERVAL": "available-now", "OUTPUT_ENCODING": "upsert", "OUTPUT_KEY": "id",
+        "TRIGGER_INTERVAL": "available-now",
+        "OUTPUT_ENCODING": "upsert",
+        "OUTPUT_KEY": "id",
         "JOIN_SELECT": "L.order_id AS id, L.qty AS qty, R.name AS name",
-    }  # fmt: skip
+    }
     done = run_to_exit(env, timeout_s=300)
     assert done.returncode == 0, done.stderr[-3000:]
     compacted = {}
     for record in read_topic(kafka, out):  # each key's records in order: one partition each
         compacted[json.loads(record.key)["id"]] = record.value and json.loads(record.value)
-    expected = {oid: {"id": oid, "qty": 2, "name": f"n{row['product_id'][1:]}"}
-                for oid, row in live.items()}  # fmt: skip
+    expected = {
+        oid: {"id": oid, "qty": 2, "name": f"n{row['product_id'][1:]}"} for oid, row in live.items()
+    }
     assert compacted == expected | dict.fromkeys(deleted)
     # what the stopped job holds: each stateful operator's state read back by `streamjoin state`
     held = state_report(env, capsys, spark)
     by_operator = {(o["operator"], o["side"]): (o["rows"], o["keys"]) for o in held["operators"]}
     assert by_operator == {
-        ("upsert", "output"): (270, 270), ("join", "left"): (270, 16),
-        ("join", "right"): (16, 16), ("normalizer", "left"): (270, 270),
+        ("upsert", "output"): (270, 270),
+        ("join", "left"): (270, 16),
+        ("join", "right"): (16, 16),
+        ("normalizer", "left"): (270, 270),
         ("normalizer", "right"): (16, 16),
-    }  # fmt: skip
+    }
     assert held["left"]["rows"] == 270 and held["right"]["rows"] == 16
     per_product = Counter(row["product_id"] for row in live.values())
     assert held["left"]["largest_keys"][0]["rows"] == max(per_product.values())
@@ -372,10 +431,16 @@ def test_available_now_under_a_state_ttl_ends_once_what_was_there_is_joined(
     product = {"product_id": "p1", "name": "n1", "price": "1.50"}
     rows = {f"o{i}": {"order_id": f"o{i}", "product_id": "p1", "qty": i} for i in range(5)}
     produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
-    produce_events(kafka, orders, [{"before": None, "after": row, "op": "c"}
-                                   for row in rows.values()], "order_id")  # fmt: skip
+    produce_events(
+        kafka,
+        orders,
+        [{"before": None, "after": row, "op": "c"} for row in rows.values()],
+        "order_id",
+    )
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
-        "TRIGGER_INTERVAL": "available-now", "STATE_TTL": "1h"}  # fmt: skip
+        "TRIGGER_INTERVAL": "available-now",
+        "STATE_TTL": "1h",
+    }
     done = run_to_exit(env, timeout_s=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "query stopped" in done.stderr
@@ -392,15 +457,21 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
     product = {"product_id": "p1", "name": "n1", "price": "1.50"}
     quantities = {"o1": "3", "o2": "lots", "o3": "7"}
     produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
-    produce_events(kafka, orders, [
-        {"before": None, "after": {"order_id": o, "product_id": "p1", "qty": q}, "op": "c"}
-        for o, q in quantities.items()
-    ], "order_id")  # fmt: skip
+    produce_events(
+        kafka,
+        orders,
+        [
+            {"before": None, "after": {"order_id": o, "product_id": "p1", "qty": q}, "op": "c"}
+            for o, q in quantities.items()
+        ],
+        "order_id",
+    )
     env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
-        "TRIGGER_INTERVAL": "available-now", "JOIN_KIND": "inner",
+        "TRIGGER_INTERVAL": "available-now",
+        "JOIN_KIND": "inner",
         "LEFT_SCHEMA": "order_id STRING, product_id STRING, qty STRING",
         "JOIN_SELECT": "L.order_id, CAST(L.qty AS INT) AS qty, R.name",
-    }  # fmt: skip
+    }
     done = run_to_exit(env, timeout_s=180)
     assert done.returncode == 0, done.stderr[-3000:]
     joined = [json.loads(r.value) for r in read_topic(kafka, out)]
@@ -410,9 +481,10 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
     ]
     [letter] = read_topic(kafka, f"{out}.dlq")
     assert json.loads(letter.value) == {
-        "op": "+I", "L": {"order_id": "o2", "product_id": "p1", "qty": "lots"},
+        "op": "+I",
+        "L": {"order_id": "o2", "product_id": "p1", "qty": "lots"},
         "R": {"product_id": "p1", "name": "n1", "price": 1.5},
-    }  # fmt: skip
+    }
     assert letter.header("streamjoin.error") == b"CAST(L.qty AS INT) failed on the value lots"
     assert letter.header("streamjoin.error.reason") == b"cast"
 
@@ -420,22 +492,30 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
 @pytest.mark.parametrize(
     ("changed", "refusal"),
     [
-        ({"JOIN_ON": "L.order_id = R.product_id"},
-         "JOIN_ON's keys: L.order_id = R.product_id, but the checkpoint at CHECKPOINT_LOCATION "
-         "holds state made with JOIN_ON's keys=L.product_id = R.product_id"),
-        ({"JOIN_KIND": "inner"},
-         "JOIN_KIND: inner, but the checkpoint at CHECKPOINT_LOCATION holds state made with "
-         "JOIN_KIND=left"),
-        ({"RIGHT_PRIMARY_KEY": "name"},
-         "RIGHT_PRIMARY_KEY: name, but the checkpoint at CHECKPOINT_LOCATION holds state made "
-         "with RIGHT_PRIMARY_KEY=product_id"),
-        ({"LEFT_SCHEMA": "order_id STRING, product_id STRING, qty BIGINT"},
-         "LEFT_SCHEMA: order_id string, product_id string, qty bigint, but the checkpoint at "
-         "CHECKPOINT_LOCATION holds state made with LEFT_SCHEMA=order_id string, product_id "
-         "string, qty int"),
+        (
+            {"JOIN_ON": "L.order_id = R.product_id"},
+            "JOIN_ON's keys: L.order_id = R.product_id, but the checkpoint at CHECKPOINT_LOCATION "
+            "holds state made with JOIN_ON's keys=L.product_id = R.product_id",
+        ),
+        (
+            {"JOIN_KIND": "inner"},
+            "JOIN_KIND: inner, but the checkpoint at CHECKPOINT_LOCATION holds state made with "
+            "JOIN_KIND=left",
+        ),
+        (
+            {"RIGHT_PRIMARY_KEY": "name"},
+            "RIGHT_PRIMARY_KEY: name, but the checkpoint at CHECKPOINT_LOCATION holds state made "
+            "with RIGHT_PRIMARY_KEY=product_id",
+        ),
+        (
+            {"LEFT_SCHEMA": "order_id STRING, product_id STRING, qty BIGINT"},
+            "LEFT_SCHEMA: order_id string, product_id string, qty bigint, but the checkpoint at "
+            "CHECKPOINT_LOCATION holds state made with LEFT_SCHEMA=order_id string, product_id "
+            "string, qty int",
+        ),
     ],
     ids=["join-keys", "join-kind", "input-key", "column-type"],
-)  # fmt: skip
+)
 def test_a_restart_that_changes_what_the_state_means_is_refused_naming_the_change(
     kafka: str, tmp_path_factory: pytest.TempPathFactory, changed: dict, refusal: str
 ) -> None:
@@ -466,12 +546,21 @@ def _checkpoint_of_a_finished_join(kafka: str, factory: pytest.TempPathFactory) 
         return _finished[kafka]
     work = factory.mktemp("finished")
     orders, products, out = join_topics(kafka)
-    produce_events(kafka, products, [{"before": None, "op": "c", "after": {
-        "product_id": "p1", "name": "n1", "price": "1.50"}}], "product_id")  # fmt: skip
-    produce_events(kafka, orders, [{"before": None, "op": "c", "after": {
-        "order_id": "o1", "product_id": "p1", "qty": 1}}], "order_id")  # fmt: skip
+    produce_events(
+        kafka,
+        products,
+        [{"before": None, "op": "c", "after": {"product_id": "p1", "name": "n1", "price": "1.50"}}],
+        "product_id",
+    )
+    produce_events(
+        kafka,
+        orders,
+        [{"before": None, "op": "c", "after": {"order_id": "o1", "product_id": "p1", "qty": 1}}],
+        "order_id",
+    )
     env = join_env(kafka, orders, products, out, work / "ck") | {
-        "TRIGGER_INTERVAL": "available-now"}  # fmt: skip
+        "TRIGGER_INTERVAL": "available-now"
+    }
     for _ in range(2):  # the first run makes the checkpoint; the second restarts on it
         done = run_to_exit(env, timeout_s=300)
         assert done.returncode == 0, done.stderr[-3000:]

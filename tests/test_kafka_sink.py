@@ -24,8 +24,9 @@ from tests.kafka_io import (
 )
 from tests.object_store import ObjectStore
 
-SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE),
-                    ("topic", pa.string())])  # fmt: skip
+SCHEMA = pa.schema(
+    [("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE), ("topic", pa.string())]
+)
 
 
 def batch(rows: list[tuple]) -> pa.RecordBatch:
@@ -39,8 +40,19 @@ def test_records_go_to_their_own_topic_or_the_sinks_with_their_headers(kafka: st
     create_topics(kafka, [main, side])
     writer = KafkaStreamWriter(main, {"bootstrap.servers": kafka}, None)
     header = [{"key": "h", "value": b"1"}]
-    commit = writer.write(iter([batch([(b"k1", b"v1", header, None), (b"k2", b"v2", None, side),
-                                       (b"k3", None, None, None)])]))  # fmt: skip
+    commit = writer.write(
+        iter(
+            [
+                batch(
+                    [
+                        (b"k1", b"v1", header, None),
+                        (b"k2", b"v2", None, side),
+                        (b"k3", None, None, None),
+                    ]
+                )
+            ]
+        )
+    )
     assert commit.records == 3
     [first, tombstone] = read_topic(kafka, main)
     assert (first.key, first.value, first.header("h")) == (b"k1", b"v1", b"1")
@@ -75,13 +87,17 @@ def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafk
     written = committed_output(kafka, out, markers)
     marked = [json.loads(m.value) for m in read_topic(kafka, markers)]
     assert [(m["partition"], m["batch"], m["records"]) for m in marked] == [
-        (3, 7, 2), (3, 8, 1), (4, 7, 1)
-    ]  # fmt: skip
+        (3, 7, 2),
+        (3, 8, 1),
+        (4, 7, 1),
+    ]
     attempts = [m["attempt"].encode() for m in marked]
     assert [a.rsplit(b":", 1)[0] for a in attempts] == [b"3:7", b"3:8", b"4:7"]
     assert [(r.value, r.header(BATCH_HEADER)) for r in written] == [
-        (b"v1", attempts[0]), (b"v2", attempts[1]), (b"v4", attempts[2])
-    ]  # fmt: skip
+        (b"v1", attempts[0]),
+        (b"v2", attempts[1]),
+        (b"v4", attempts[2]),
+    ]
     [dead] = committed_output(kafka, f"{out}.dlq", markers)
     assert (dead.value, dead.header("h"), dead.header(BATCH_HEADER)) == (b"bad", b"1", attempts[0])
 

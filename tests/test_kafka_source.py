@@ -65,10 +65,12 @@ def test_one_task_reads_the_ranges_of_several_partitions_each_in_order(kafka: st
     ranges = {0: (10, 990), 2: (500, 501), 1: (0, 1000)}
     batches = list(read_range(OffsetRanges(topic, ranges, {"bootstrap.servers": kafka})))
     read = [
-        (p, o) for b in batches
-        for p, o in zip(b.column("partition").to_pylist(), b.column("offset").to_pylist(),
-                        strict=True)
-    ]  # fmt: skip
+        (p, o)
+        for b in batches
+        for p, o in zip(
+            b.column("partition").to_pylist(), b.column("offset").to_pylist(), strict=True
+        )
+    ]
     for partition, (start, end) in ranges.items():
         assert [o for p, o in read if p == partition] == list(range(start, end))
     assert len(read) == 980 + 1 + 1000

@@ -115,14 +115,16 @@ def test_under_a_ttl_what_the_store_holds_is_counted_until_spark_drops_it_unseen
     early = StoredKeys(store, {}, as_is, as_is, never, None, lambda rows: (len(rows), 0), ttl, 0)
     early[("p1",)] = ("o1", "o2")
     early.flush()
-    later = StoredKeys(store, {}, as_is, as_is, never, early.ledger,
-                       lambda rows: (len(rows), 0), ttl, 30_000)  # fmt: skip
+    later = StoredKeys(
+        store, {}, as_is, as_is, never, early.ledger, lambda rows: (len(rows), 0), ttl, 30_000
+    )
     later[("p2",)] = ("o3",)
     later.flush()
     assert (later.stored, later.held) == (2, (3, 0))
     store.calls()
-    gone = StoredKeys(store, {}, as_is, as_is, never, later.ledger, lambda rows: (len(rows), 0),
-                      ttl, 62_000)  # fmt: skip
+    gone = StoredKeys(
+        store, {}, as_is, as_is, never, later.ledger, lambda rows: (len(rows), 0), ttl, 62_000
+    )
     assert (gone.stored, gone.held) == (1, (1, 0))  # p1's entry expired, unread
     assert gone.get(("p1",)) is None  # and is gone, even where the store still answers for it
     assert gone.get(("p2",)) == ("o3",)

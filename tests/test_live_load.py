@@ -86,19 +86,32 @@ def test_a_live_producer_is_joined_exactly_once_and_the_query_lives_on(
     orders, products, out = join_topics(kafka, partitions=4)
     live = LiveProducer(kafka, orders, products, rate=150, seconds=60)
     live.load_products(200)
-    env = join_env(kafka, orders, products, out, tmp_path / "ck") | FEW_PARTITIONS | {
-        "STATE_TTL": "1h", "TRIGGER_INTERVAL": "1s",
-    }  # fmt: skip
+    env = (
+        join_env(kafka, orders, products, out, tmp_path / "ck")
+        | FEW_PARTITIONS
+        | {
+            "STATE_TTL": "1h",
+            "TRIGGER_INTERVAL": "1s",
+        }
+    )
     service = Service(env, tmp_path / "log")
     try:
-        wait_for(lambda: "streamjoin_last_batch_id" in scrape(service), 180,
-                 "the service never ran a batch", service)  # fmt: skip
+        wait_for(
+            lambda: "streamjoin_last_batch_id" in scrape(service),
+            180,
+            "the service never ran a batch",
+            service,
+        )
         live.start()
         live.join(120)
         assert not live.errors, live.errors[:3]
         expected = expected_left_join(live.order_table, live.product_table)
-        wait_for(lambda: table(kafka, out) == expected, 300,
-                 "the live orders never materialized to the expected join", service)  # fmt: skip
+        wait_for(
+            lambda: table(kafka, out) == expected,
+            300,
+            "the live orders never materialized to the expected join",
+            service,
+        )
         assert service.process.poll() is None, "the query ended"
         running = service.log()
     finally:
@@ -128,14 +141,22 @@ def test_a_service_restarted_right_after_a_crash_starts_on_its_port(
     the crashed driver's JVM and Python workers must have gone with it."""
     orders, products, out = join_topics(kafka)
     port = free_port()
-    env = join_env(kafka, orders, products, out, tmp_path / "ck") | FEW_PARTITIONS | {
-        "METRICS_PORT": str(port),
-    }  # fmt: skip
+    env = (
+        join_env(kafka, orders, products, out, tmp_path / "ck")
+        | FEW_PARTITIONS
+        | {
+            "METRICS_PORT": str(port),
+        }
+    )
     first = Service(env, tmp_path / "first.log")
     page = f"http://127.0.0.1:{port}/metrics"
     try:
-        wait_for(lambda: "streamjoin_last_batch_id" in scrape(first), 180,
-                 "the first service never ran a batch", first)  # fmt: skip
+        wait_for(
+            lambda: "streamjoin_last_batch_id" in scrape(first),
+            180,
+            "the first service never ran a batch",
+            first,
+        )
         for _ in range(5):  # scrapes whose connections the server closes first: TIME_WAIT
             urllib.request.urlopen(page, timeout=5).read()
         children = descendants(first.process.pid)
@@ -150,8 +171,12 @@ def test_a_service_restarted_right_after_a_crash_starts_on_its_port(
         time.sleep(0.5)
     second = Service(env, tmp_path / "second.log")
     try:
-        wait_for(lambda: "streamjoin_last_batch_id" in scrape(second), 180,
-                 "the restarted service never ran a batch", second)  # fmt: skip
+        wait_for(
+            lambda: "streamjoin_last_batch_id" in scrape(second),
+            180,
+            "the restarted service never ran a batch",
+            second,
+        )
     finally:
         assert second.terminate() == 0, second.log()[-3000:]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from serdes.postgres.lookup import TableLookup, flink_type
+from serdes.postgres.client import TableLookup, flink_type
 from state.expr.condition import ConditionError, parse_condition, split_condition
-from state.joins.lookup import (
+from state.joins.lookup_join import (
     CacheSettings,
     FullCache,
     LookupJoin,
@@ -17,7 +17,7 @@ from state.joins.lookup import (
 from state.joins.specs import SideSpec
 
 
-class Clock:
+class FakeTime:
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -26,7 +26,7 @@ class Clock:
 
 
 def test_a_partial_cache_expires_entries_after_write_and_after_access() -> None:
-    clock = Clock()
+    clock = FakeTime()
     written = PartialCache(CacheSettings("PARTIAL", expire_after_write_s=10), clock)
     written.put(("p1",), [("p1", 1)])
     clock.now = 9.9
@@ -44,20 +44,20 @@ def test_a_partial_cache_expires_entries_after_write_and_after_access() -> None:
 
 
 def test_a_partial_cache_evicts_the_least_recently_used_key_and_may_skip_missing_keys() -> None:
-    cache = PartialCache(CacheSettings("PARTIAL", max_rows=2), Clock())
+    cache = PartialCache(CacheSettings("PARTIAL", max_rows=2), FakeTime())
     cache.put(("a",), [("a",)])
     cache.put(("b",), [("b",)])
     assert cache.get(("a",)) == [("a",)]  # now b is the least recently used
     cache.put(("c",), [])  # a missing key is cached: no query next time
     assert cache.get(("b",)) is None and cache.get(("c",)) == [] and cache.get(("a",))
 
-    uncached = PartialCache(CacheSettings("PARTIAL", cache_missing_key=False), Clock())
+    uncached = PartialCache(CacheSettings("PARTIAL", cache_missing_key=False), FakeTime())
     uncached.put(("c",), [])
     assert uncached.get(("c",)) is None
 
 
 def test_a_full_cache_answers_every_key_and_reloads_after_its_interval() -> None:
-    clock, loads = Clock(), []
+    clock, loads = FakeTime(), []
 
     def load() -> dict:
         loads.append(clock.now)
@@ -72,22 +72,33 @@ def test_a_full_cache_answers_every_key_and_reloads_after_its_interval() -> None
 
 
 def test_conditions_on_the_table_alone_are_pushed_down_and_the_rest_evaluated_after() -> None:
-    condition = ("L.pid = R.pid AND R.category = 'toys' AND 5 < R.price AND R.stock IS NOT NULL"
-                 " AND R.size IN (1, 2) AND R.price BETWEEN 1 AND 9.5 AND L.qty > R.stock"
-                 " AND UPPER(R.name) = 'KITE'")  # fmt: skip
+    condition = (
+        "L.pid = R.pid AND R.category = 'toys' AND 5 < R.price AND R.stock IS NOT NULL"
+        " AND R.size IN (1, 2) AND R.price BETWEEN 1 AND 9.5 AND L.qty > R.stock"
+        " AND UPPER(R.name) = 'KITE'"
+    )
     split = split_residual(split_condition(parse_condition(condition)).residual)
     assert [(f.column, f.operator, f.values) for f in split.pushed] == [
-        ("category", "=", ("toys",)), ("price", ">", (5,)), ("stock", "IS NOT NULL", ()),
-        ("size", "IN", (1, 2)), ("price", "BETWEEN", (1, 9.5)),
-    ]  # fmt: skip
+        ("category", "=", ("toys",)),
+        ("price", ">", (5,)),
+        ("stock", "IS NOT NULL", ()),
+        ("size", "IN", (1, 2)),
+        ("price", "BETWEEN", (1, 9.5)),
+    ]
     assert split.after is not None
     assert split.after.sql() == "L.qty > R.stock AND UPPER(R.name) = 'KITE'"
 
 
 def test_queries_take_every_value_as_a_parameter() -> None:
     pushed = split_residual(parse_condition("R.category = 'x\\'' OR 1=1 --'")).pushed
-    one = TableLookup("postgresql://u@h/db", "shop.products", ("pid", "name", "category"),
-                      ("pid",), ("text",), pushed)  # fmt: skip
+    one = TableLookup(
+        "postgresql://u@h/db",
+        "shop.products",
+        ("pid", "name", "category"),
+        ("pid",),
+        ("text",),
+        pushed,
+    )
     assert one.batch_query() == (
         'SELECT t."pid", t."name", t."category" FROM "shop"."products" AS t '
         'WHERE t."pid" = ANY($1::text[]) AND "category" = $2'
@@ -97,20 +108,23 @@ def test_queries_take_every_value_as_a_parameter() -> None:
         '"category" = $2'
     )
     assert one.parameters() == ["x\\' OR 1=1 --"]
-    two = TableLookup("postgresql://u@h/db", "t", ("a", "b", "v"), ("a", "b"),
-                      ("integer", "character varying(8)"))  # fmt: skip
+    two = TableLookup(
+        "postgresql://u@h/db", "t", ("a", "b", "v"), ("a", "b"), ("integer", "character varying(8)")
+    )
     assert two.batch_query() == (
         'SELECT t."a", t."b", t."v" FROM "t" AS t JOIN unnest($1::integer[], '
         '$2::character varying(8)[]) AS k(k0, k1) ON t."a" = k.k0 AND t."b" = k.k1'
     )
-    assert "password" not in repr(TableLookup("postgresql://u@h/db", "t", ("a",), ("a",),
-                                               ("text",), password="hunter2"))  # fmt: skip
+    assert "password" not in repr(
+        TableLookup("postgresql://u@h/db", "t", ("a",), ("a",), ("text",), password="hunter2")
+    )
 
 
 @pytest.mark.parametrize("kind", ["inner", "left"])
 def test_each_left_row_joins_every_matching_table_row(kind: str) -> None:
-    join = LookupJoin(kind, ("pid",), ("oid", "pid", "qty"), ("pid", "stock"),
-                      parse_condition("L.qty <= R.stock"))  # fmt: skip
+    join = LookupJoin(
+        kind, ("pid",), ("oid", "pid", "qty"), ("pid", "stock"), parse_condition("L.qty <= R.stock")
+    )
     found = {("p1",): [("p1", 5), ("p1", 50)], ("p2",): [("p2", 1)]}
     lefts = [("o1", "p1", 10), ("o2", "p2", 3), ("o3", None, 1), ("o4", "p9", 1)]
     keys = join.keys([[left[1] for left in lefts]])
@@ -131,14 +145,24 @@ def test_a_key_with_a_null_part_matches_nothing_and_every_match_is_emitted() -> 
 
 
 def test_a_condition_naming_no_table_column_is_refused() -> None:
-    spec = LookupJoinSpec("inner", "L.pid = R.pid AND R.colour = 'red'",
-                          SideSpec(("oid", "pid")), SideSpec(("pid", "name")))  # fmt: skip
+    spec = LookupJoinSpec(
+        "inner",
+        "L.pid = R.pid AND R.colour = 'red'",
+        SideSpec(("oid", "pid")),
+        SideSpec(("pid", "name")),
+    )
     with pytest.raises(ConditionError, match=r"'R\.colour': the table has no column 'colour'"):
         spec.operator()
 
 
 def test_the_tables_types_map_to_flink_types() -> None:
-    assert [flink_type(t) for t in ("integer", "numeric(10,2)", "character varying(20)",
-                                    "timestamp(3) with time zone", "uuid")] == [
-        "INT", "DECIMAL(10,2)", "STRING", "TIMESTAMP_LTZ(6)", None
-    ]  # fmt: skip
+    assert [
+        flink_type(t)
+        for t in (
+            "integer",
+            "numeric(10,2)",
+            "character varying(20)",
+            "timestamp(3) with time zone",
+            "uuid",
+        )
+    ] == ["INT", "DECIMAL(10,2)", "STRING", "TIMESTAMP_LTZ(6)", None]

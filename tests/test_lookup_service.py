@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.config.redaction import MASK
-from serdes.postgres.lookup import LookupFailed, PostgresTable, TableLookup
+from serdes.postgres.client import LookupFailed, PostgresTable, TableLookup
 from tests.alerting import assert_monitoring_reads_what_is_served
 from tests.kafka_io import committed_output, create_topics, output_topics, produce, unique
 from tests.postgres import PostgresCluster
@@ -25,8 +25,12 @@ pytestmark = [
 ]
 
 DOWNTIME_S = 5.0
-PRODUCTS = [("p1", "scooter", "11.11", "toys"), ("p2", "basketball", "23.11", "sport"),
-            ("p3", "kite", "5.00", "toys"), ("p5", "hoop", "3.00", "retired")]  # fmt: skip
+PRODUCTS = [
+    ("p1", "scooter", "11.11", "toys"),
+    ("p2", "basketball", "23.11", "sport"),
+    ("p3", "kite", "5.00", "toys"),
+    ("p5", "hoop", "3.00", "retired"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,36 +42,56 @@ def postgres() -> Iterator[PostgresCluster]:
 @pytest.fixture
 def table(postgres: PostgresCluster) -> str:
     name = unique("products").replace("-", "_")
-    postgres.sql(f"CREATE TABLE {name} (product_id text PRIMARY KEY, name text, "
-                 "price numeric(10,2), category text)")  # fmt: skip
-    postgres.sql(f"INSERT INTO {name} VALUES " + ", ".join(
-        f"('{p}', '{n}', {price}, '{c}')" for p, n, price, c in PRODUCTS))  # fmt: skip
+    postgres.sql(
+        f"CREATE TABLE {name} (product_id text PRIMARY KEY, name text, "
+        "price numeric(10,2), category text)"
+    )
+    postgres.sql(
+        f"INSERT INTO {name} VALUES "
+        + ", ".join(f"('{p}', '{n}', {price}, '{c}')" for p, n, price, c in PRODUCTS)
+    )
     return name
 
 
-def lookup_env(kafka: str, postgres: PostgresCluster, table: str, orders: str, out: str,
-               checkpoint: Path, **variables: str) -> dict[str, str]:  # fmt: skip
-    return service_env(**{
-        "KAFKA_BOOTSTRAP_SERVERS": kafka, "LEFT_TOPIC": orders, "OUTPUT_TOPIC": out,
-        "CHECKPOINT_LOCATION": str(checkpoint), "TRIGGER_INTERVAL": "200ms",
-        "LEFT_SCHEMA": "order_id STRING, product_id STRING", "JOIN_TYPE": "lookup",
-        "JOIN_ON": "L.product_id = R.product_id", "OUTPUT_ENCODING": "append",
-        "JOIN_SELECT": "L.order_id, R.name, R.price",
-        "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
-        "LOOKUP_TABLE": table, **variables,
-    })  # fmt: skip
+def lookup_env(
+    kafka: str,
+    postgres: PostgresCluster,
+    table: str,
+    orders: str,
+    out: str,
+    checkpoint: Path,
+    **variables: str,
+) -> dict[str, str]:
+    return service_env(
+        **{
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "LEFT_TOPIC": orders,
+            "OUTPUT_TOPIC": out,
+            "CHECKPOINT_LOCATION": str(checkpoint),
+            "TRIGGER_INTERVAL": "200ms",
+            "LEFT_SCHEMA": "order_id STRING, product_id STRING",
+            "JOIN_TYPE": "lookup",
+            "JOIN_ON": "L.product_id = R.product_id",
+            "OUTPUT_ENCODING": "append",
+            "JOIN_SELECT": "L.order_id, R.name, R.price",
+            "LOOKUP_URL": f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
+            "LOOKUP_TABLE": table,
+            **variables,
+        }
+    )
 
 
 def send_orders(kafka: str, topic: str, orders: list[tuple[str, str]]) -> None:
-    produce(kafka, topic, [json.dumps({"order_id": o, "product_id": p}).encode()
-                           for o, p in orders])  # fmt: skip
+    produce(
+        kafka, topic, [json.dumps({"order_id": o, "product_id": p}).encode() for o, p in orders]
+    )
 
 
 def rows(kafka: str, out: str) -> list[tuple]:
     return sorted(
-        (v["order_id"], v["name"], v["price"]) for v in
-        (json.loads(r.value) for r in committed_output(kafka, out, f"{out}.markers"))
-    )  # fmt: skip
+        (v["order_id"], v["name"], v["price"])
+        for v in (json.loads(r.value) for r in committed_output(kafka, out, f"{out}.markers"))
+    )
 
 
 @pytest.fixture
@@ -92,18 +116,36 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     the rest is evaluated on each pair found; an order whose product is missing or filtered
     out, or whose pair fails the rest, is dropped (INNER) or padded (LEFT)."""
     orders, out = topics
-    send_orders(kafka, orders, [("o1", "p1"), ("o2", "p9"), ("o3", "p2"), ("o4", "p1"),
-                                ("o5", "p5"), ("o6", "p1")])  # fmt: skip
-    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", JOIN_KIND=kind,
-                     JOIN_ON="L.product_id = R.product_id AND R.category <> 'retired' "
-                             "AND L.order_id <> 'o6'")  # fmt: skip
+    send_orders(
+        kafka,
+        orders,
+        [("o1", "p1"), ("o2", "p9"), ("o3", "p2"), ("o4", "p1"), ("o5", "p5"), ("o6", "p1")],
+    )
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        JOIN_KIND=kind,
+        JOIN_ON="L.product_id = R.product_id AND R.category <> 'retired' AND L.order_id <> 'o6'",
+    )
     expected = [("o1", "scooter", 11.11), ("o3", "basketball", 23.11), ("o4", "scooter", 11.11)]
     if kind == "left":
         expected = sorted([*expected, ("o2", None, None), ("o5", None, None), ("o6", None, None)])
-    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) >= len(expected),
-                        "the enriched orders never came")  # fmt: skip
-    wait_for(lambda: metric(service, "streamjoin_lookup_seconds_count") >= 1, 60,
-             "no lookup on /metrics", service)  # fmt: skip
+    service = run_until(
+        env,
+        tmp_path / "log",
+        lambda: len(rows(kafka, out)) >= len(expected),
+        "the enriched orders never came",
+    )
+    wait_for(
+        lambda: metric(service, "streamjoin_lookup_seconds_count") >= 1,
+        60,
+        "no lookup on /metrics",
+        service,
+    )
     page = scrape(service)
     assert service.terminate() == 0, service.log()[-3000:]
     assert rows(kafka, out) == expected
@@ -111,8 +153,10 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     assert metric_in(page, 'streamjoin_lookup_events_total{event="miss"}') >= 4
     assert_monitoring_reads_what_is_served(page)
     sent = [line for line in postgres.log.read_text().splitlines() if f'"{table}"' in line]
-    assert any(f'FROM "{table}" AS t WHERE t."product_id" = ANY($1::text[]) AND "category" <> $2'
-               in line for line in sent), sent  # fmt: skip
+    assert any(
+        f'FROM "{table}" AS t WHERE t."product_id" = ANY($1::text[]) AND "category" <> $2' in line
+        for line in sent
+    ), sent
     assert not any("'retired'" in line for line in sent)
 
 
@@ -130,10 +174,13 @@ def test_a_database_down_mid_run_costs_retries_and_loses_nothing(
         send_orders(kafka, orders, second)  # looked up while the database is down
         time.sleep(DOWNTIME_S)  # the fault itself: retries span 25 s with LOOKUP_MAX_RETRIES=8
         postgres.start()
-        wait_for(lambda: len(rows(kafka, out)) >= 40, 120, "orders lost after the restart",
-                 service)  # fmt: skip
-        wait_for(lambda: metric(service, 'streamjoin_lookup_events_total{event="retry"}') >= 1,
-                 60, "no lookup was retried", service)  # fmt: skip
+        wait_for(lambda: len(rows(kafka, out)) >= 40, 120, "orders lost after the restart", service)
+        wait_for(
+            lambda: metric(service, 'streamjoin_lookup_events_total{event="retry"}') >= 1,
+            60,
+            "no lookup was retried",
+            service,
+        )
     finally:
         postgres.start()
         assert service.terminate() == 0, service.log()[-3000:]
@@ -144,8 +191,9 @@ def test_a_database_down_mid_run_costs_retries_and_loses_nothing(
 
 
 def metric_in(page: str, name: str) -> float:
-    values = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-              if line.startswith(name + " ")]  # fmt: skip
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + " ")
+    ]
     return values[0] if values else 0.0
 
 
@@ -160,10 +208,22 @@ def test_a_table_change_is_seen_once_the_cache_expires_or_reloads(
     """Caches live per Python worker process: a row is at most as old as the expiry (partial)
     or the reload interval (full), and may be fresher, when another worker's cache answers."""
     orders, out = topics
-    ttl = {"LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE": "3s"} if cache == "partial" else {
-        "LOOKUP_FULL_CACHE_RELOAD_INTERVAL": "3s"}  # fmt: skip
-    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", JOIN_KIND="left",
-                     LOOKUP_CACHE=cache, **ttl)  # fmt: skip
+    ttl = (
+        {"LOOKUP_PARTIAL_CACHE_EXPIRE_AFTER_WRITE": "3s"}
+        if cache == "partial"
+        else {"LOOKUP_FULL_CACHE_RELOAD_INTERVAL": "3s"}
+    )
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        JOIN_KIND="left",
+        LOOKUP_CACHE=cache,
+        **ttl,
+    )
     send_orders(kafka, orders, [("o1", "p1"), ("o2", "p4")])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 2, "no output")
     try:
@@ -177,8 +237,12 @@ def test_a_table_change_is_seen_once_the_cache_expires_or_reloads(
         hits = metric(service, 'streamjoin_lookup_events_total{event="hit"}')
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
-    assert rows(kafka, out) == [("o1", "scooter", 11.11), ("o2", None, None),
-                                ("o3", "scooter", 12.5), ("o4", "yoyo", 2.0)]  # fmt: skip
+    assert rows(kafka, out) == [
+        ("o1", "scooter", 11.11),
+        ("o2", None, None),
+        ("o3", "scooter", 12.5),
+        ("o4", "yoyo", 2.0),
+    ]
     if cache == "full":
         assert hits >= 2  # every key answered from the loaded table
 
@@ -186,22 +250,35 @@ def test_a_table_change_is_seen_once_the_cache_expires_or_reloads(
 @pytest.mark.parametrize(
     ("change", "line"),
     [
-        ({"LOOKUP_TABLE": "no_such_table"},
-         "streamjoin: LOOKUP_TABLE: expected a PostgreSQL table the service can query; no "
-         "table 'no_such_table' in the database"),
-        ({"LOOKUP_URL": "postgresql://postgres@127.0.0.1:1/postgres"},
-         "streamjoin: LOOKUP_URL: expected a PostgreSQL table the service can query; cannot "
-         "query the database: "),
-        ({"RIGHT_SCHEMA": "product_id STRING, colour STRING"},
-         "streamjoin: RIGHT_SCHEMA: expected columns of "),
-        ({"JOIN_KIND": "full"}, "streamjoin: JOIN_KIND: expected inner or left, for "
-         "JOIN_TYPE=lookup"),
+        (
+            {"LOOKUP_TABLE": "no_such_table"},
+            "streamjoin: LOOKUP_TABLE: expected a PostgreSQL table the service can query; no "
+            "table 'no_such_table' in the database",
+        ),
+        (
+            {"LOOKUP_URL": "postgresql://postgres@127.0.0.1:1/postgres"},
+            "streamjoin: LOOKUP_URL: expected a PostgreSQL table the service can query; cannot "
+            "query the database: ",
+        ),
+        (
+            {"RIGHT_SCHEMA": "product_id STRING, colour STRING"},
+            "streamjoin: RIGHT_SCHEMA: expected columns of ",
+        ),
+        (
+            {"JOIN_KIND": "full"},
+            "streamjoin: JOIN_KIND: expected inner or left, for JOIN_TYPE=lookup",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_lookup_that_cannot_work_is_refused_at_start_up(
-    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path,
-    change: dict, line: str,
-) -> None:  # fmt: skip
+    kafka: str,
+    postgres: PostgresCluster,
+    table: str,
+    topics,
+    tmp_path: Path,
+    change: dict,
+    line: str,
+) -> None:
     orders, out = topics
     env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", **change)
     result = run_to_exit(env)
@@ -214,12 +291,20 @@ def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
     kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
 ) -> None:
     orders, out = topics
-    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
-                     JOIN_ON="L.product_id = R.product_id AND R.price > 10 AND "
-                     "L.order_id <> R.name", LOOKUP_CACHE="partial",
-                     LOOKUP_PASSWORD="hunter2-lookup")  # fmt: skip
-    result = subprocess.run([*streamjoin_command(), "check"], env=env, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        JOIN_ON="L.product_id = R.product_id AND R.price > 10 AND L.order_id <> R.name",
+        LOOKUP_CACHE="partial",
+        LOOKUP_PASSWORD="hunter2-lookup",
+    )
+    result = subprocess.run(
+        [*streamjoin_command(), "check"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     where = f"postgresql://{MASK}@127.0.0.1:{postgres.port}/postgres"  # the user masked too
@@ -238,9 +323,15 @@ def test_after_a_database_restart_the_first_lookup_needs_no_retry(
 ) -> None:
     """A worker's pooled connection died with the server: its next lookup is re-sent on a fresh
     connection, not failed, even with `LOOKUP_MAX_RETRIES=0`; a server still down fails it."""
-    lookup = TableLookup(f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres", table,
-                         ("product_id", "name"), ("product_id",), ("text",), max_retries=0,
-                         timeout_s=5)  # fmt: skip
+    lookup = TableLookup(
+        f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres",
+        table,
+        ("product_id", "name"),
+        ("product_id",),
+        ("text",),
+        max_retries=0,
+        timeout_s=5,
+    )
     worker = PostgresTable(lookup)
     assert worker.fetch([("p1",)]) == {("p1",): [("p1", "scooter")]}
     postgres.crash()
@@ -261,9 +352,19 @@ def test_with_dead_letters_a_failed_lookup_sends_its_order_there_and_the_run_goe
     """With a FULL cache: the reload after the crash fails, and the orders of that batch are
     dead-lettered (a lookup query failing, without a cache, is the timeout test's)."""
     orders, out = topics
-    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck",
-                     LOOKUP_ON_ERROR="dead-letter", LOOKUP_MAX_RETRIES="0", LOOKUP_TIMEOUT="2s",
-                     LOOKUP_CACHE="full", LOOKUP_FULL_CACHE_RELOAD_INTERVAL="1s")  # fmt: skip
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        LOOKUP_ON_ERROR="dead-letter",
+        LOOKUP_MAX_RETRIES="0",
+        LOOKUP_TIMEOUT="2s",
+        LOOKUP_CACHE="full",
+        LOOKUP_FULL_CACHE_RELOAD_INTERVAL="1s",
+    )
     send_orders(kafka, orders, [("o1", "p1")])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
     try:
@@ -299,8 +400,17 @@ def test_a_lookup_that_times_out_fails_the_run_or_dead_letters_its_order_as_conf
     from the checkpoint enriches it; dead-letter: the order leaves with the error, the run goes
     on."""
     orders, out = topics
-    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck", LOOKUP_ON_ERROR=on_error,
-                     LOOKUP_MAX_RETRIES="0", LOOKUP_TIMEOUT="1s")  # fmt: skip
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        LOOKUP_ON_ERROR=on_error,
+        LOOKUP_MAX_RETRIES="0",
+        LOOKUP_TIMEOUT="1s",
+    )
     send_orders(kafka, orders, [("o1", "p1")])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
     letters = lambda: committed_output(kafka, f"{out}.dlq", f"{out}.markers")  # noqa: E731

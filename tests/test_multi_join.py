@@ -58,8 +58,9 @@ def materialized(changes: list[Change]) -> Counter:
     return table
 
 
-@pytest.mark.parametrize("kinds", [("inner", "inner"), ("left", "left"), ("inner", "left"),
-                                   ("left", "inner")])  # fmt: skip
+@pytest.mark.parametrize(
+    "kinds", [("inner", "inner"), ("left", "left"), ("inner", "left"), ("left", "inner")]
+)
 @pytest.mark.parametrize("residual", ["", " AND L.t0_score > R.score"], ids=["equi", "residual"])
 def test_one_operator_over_the_inputs_rows_ends_where_the_chain_of_joins_ends(
     kinds: tuple[str, str], residual: str
@@ -91,9 +92,11 @@ def test_an_inner_chain_passes_the_change_kinds_through_and_a_left_one_pads() ->
     assert join.process(0, "+I", user, views) == [Change("+I", user + padded, None)]
     assert join.process(2, "+I", payment, views) == []  # no order: nothing joins it yet
     assert join.process(1, "+I", order, views) == [
-        Change("-D", user + padded, None), Change("+I", user + order, payment)
-    ]  # fmt: skip
+        Change("-D", user + padded, None),
+        Change("+I", user + order, payment),
+    ]
     assert join.process(2, "-D", payment, views) == [
-        Change("-D", user + order, payment), Change("+I", user + order, None)
-    ]  # fmt: skip
+        Change("-D", user + order, payment),
+        Change("+I", user + order, None),
+    ]
     assert join.process(2, "-D", payment, views) == []  # nothing held to retract

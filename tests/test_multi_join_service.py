@@ -89,8 +89,9 @@ def live_rows(records: list[tuple[str, dict | None]]) -> dict[str, dict]:
     return live
 
 
-def produce_upserts(bootstrap: str, topic: str, records: list[tuple[str, dict | None]],
-                    key: str) -> None:  # fmt: skip
+def produce_upserts(
+    bootstrap: str, topic: str, records: list[tuple[str, dict | None]], key: str
+) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for rid, row in records:
         value = None if row is None else json.dumps(row).encode()
@@ -106,8 +107,16 @@ def expected(orders: list[dict], customers: dict, products: dict) -> Counter:
         if customer is None:
             continue
         product = products.get(order["product_id"]) or {"name": None, "price": None}
-        table[(order["order_id"], customer["name"], product["name"], product["price"],
-               order["qty"], RATES.get(order["currency"]))] += 1  # fmt: skip
+        table[
+            (
+                order["order_id"],
+                customer["name"],
+                product["name"],
+                product["price"],
+                order["qty"],
+                RATES.get(order["currency"]),
+            )
+        ] += 1
     return table
 
 
@@ -120,8 +129,14 @@ def committed_table(kafka: str, out: str) -> tuple[Counter, Counter]:
         value = json.loads(record.value, parse_float=Decimal)
         row, sign = (value["after"], 1) if value["after"] is not None else (value["before"], -1)
         price = row["price"]
-        key = (row["order_id"], row["customer"], row["product"],
-               None if price is None else f"{price:.2f}", row["qty"], row["rate"])  # fmt: skip
+        key = (
+            row["order_id"],
+            row["customer"],
+            row["product"],
+            None if price is None else f"{price:.2f}",
+            row["qty"],
+            row["rate"],
+        )
         table[key] += sign
         records[(value["op"], key)] += 1
     return table, records
@@ -142,15 +157,25 @@ def postgres() -> Iterator[PostgresCluster]:
 
 
 def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_once(
-    kafka: str, tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture,
+    kafka: str,
+    tmp_path: Path,
+    spark: SparkSession,
+    capsys: pytest.CaptureFixture,
     postgres: PostgresCluster,
-) -> None:  # fmt: skip
+) -> None:
     """The lookup, written last, names only the orders: it runs first, on the orders."""
     rng = random.Random(3)
     products = debezium_changelog(rng, "p", 30, product_row(rng), key="product_id")
-    orders = [{"order_id": f"o{i}", "customer_id": f"c{rng.randrange(25)}",
-               "product_id": f"p{rng.randrange(32)}", "qty": rng.randrange(1, 5),
-               "currency": rng.choice(["EUR", "USD", "GBP"])} for i in range(400)]  # fmt: skip
+    orders = [
+        {
+            "order_id": f"o{i}",
+            "customer_id": f"c{rng.randrange(25)}",
+            "product_id": f"p{rng.randrange(32)}",
+            "qty": rng.randrange(1, 5),
+            "currency": rng.choice(["EUR", "USD", "GBP"]),
+        }
+        for i in range(400)
+    ]
     customers = upserts(rng, 20, "customer_id")
     topics = {name: unique(name) for name in ("orders", "customers", "products")}
     create_topics(kafka, list(topics.values()), partitions=2)
@@ -161,10 +186,14 @@ def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_
     want = expected(orders, live_customers, final_table(products, "product_id"))
 
     def env(out: str, checkpoint: Path) -> dict[str, str]:
-        return service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(checkpoint),
-                           STREAMJOIN_SQL=SCRIPT.format(out=out, port=postgres.port, **topics),
-                           TRIGGER_INTERVAL="available-now", MAX_RECORDS_PER_TRIGGER="60",
-                           SPARK_CONF_spark_sql_shuffle_partitions="2")  # fmt: skip
+        return service_env(
+            KAFKA_BOOTSTRAP_SERVERS=kafka,
+            CHECKPOINT_LOCATION=str(checkpoint),
+            STREAMJOIN_SQL=SCRIPT.format(out=out, port=postgres.port, **topics),
+            TRIGGER_INTERVAL="available-now",
+            MAX_RECORDS_PER_TRIGGER="60",
+            SPARK_CONF_spark_sql_shuffle_partitions="2",
+        )
 
     reference, out = unique("reference"), unique("enriched")
     for topic in (reference, out):
@@ -226,12 +255,21 @@ def test_a_star_over_one_key_runs_as_one_operator_keeping_only_the_inputs_rows(
     the inputs' rows only."""
     rng = random.Random(11)
     orders = debezium_changelog(
-        rng, "o", 120, lambda oid: {"order_id": oid, "user_id": f"u{rng.randrange(12)}",
-                                    "amount": rng.randrange(1, 9)},
-    )  # fmt: skip
+        rng,
+        "o",
+        120,
+        lambda oid: {
+            "order_id": oid,
+            "user_id": f"u{rng.randrange(12)}",
+            "amount": rng.randrange(1, 9),
+        },
+    )
     users = upserts(rng, 10, "user_id")
-    accounts = [{"user_id": f"u{i}", "tier": tier} for i in range(0, 12, 2)
-                for tier in ("gold", "silver")[: 1 + i % 3 // 2]]  # fmt: skip
+    accounts = [
+        {"user_id": f"u{i}", "tier": tier}
+        for i in range(0, 12, 2)
+        for tier in ("gold", "silver")[: 1 + i % 3 // 2]
+    ]
     topics = {name: unique(name) for name in ("orders", "users", "accounts")}
     create_topics(kafka, list(topics.values()), partitions=2)
     produce_events(kafka, topics["orders"], orders, "order_id")
@@ -243,13 +281,15 @@ def test_a_star_over_one_key_runs_as_one_operator_keeping_only_the_inputs_rows(
         if order["user_id"] in live_users:
             tiers = [a["tier"] for a in accounts if a["user_id"] == order["user_id"]] or [None]
             for tier in tiers:
-                want[(order["order_id"], live_users[order["user_id"]], tier,
-                      order["amount"])] += 1  # fmt: skip
+                want[(order["order_id"], live_users[order["user_id"]], tier, order["amount"])] += 1
     out = unique("enriched")
     output_topics(kafka, out)
-    env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
-                      STREAMJOIN_SQL=STAR.format(multi=MULTI_WAY, out=out, **topics),
-                      TRIGGER_INTERVAL="available-now")  # fmt: skip
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        STREAMJOIN_SQL=STAR.format(multi=MULTI_WAY, out=out, **topics),
+        TRIGGER_INTERVAL="available-now",
+    )
     done = run_to_exit(env, timeout_s=600)
     assert done.returncode == 0, done.stderr[-3000:]
     table: Counter = Counter()
@@ -262,10 +302,12 @@ def test_a_star_over_one_key_runs_as_one_operator_keeping_only_the_inputs_rows(
     rows = {(o["operator"], o["side"]): o["rows"] for o in held["operators"]}
     live_orders = final_table(orders, "order_id")
     assert rows == {  # one operator: each input's rows, no result of a join
-        ("join", "left"): len(live_orders), ("join", "right"): len(live_users),
-        ("join", "input3"): len(accounts), ("normalizer", "left"): len(live_orders),
+        ("join", "left"): len(live_orders),
+        ("join", "right"): len(live_users),
+        ("join", "input3"): len(accounts),
+        ("normalizer", "left"): len(live_orders),
         ("normalizer", "right"): len(live_users),
-    }  # fmt: skip
+    }
 
 
 ENRICHMENT = """CREATE TABLE orders (
@@ -315,9 +357,15 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in
     own). The temporal join names only the orders, so it runs first; the lookups then take the
     regular join's changelog, a customer's update looked up again."""
     products = {
-        "fields": [["product_id", "STRING"], ["name", "STRING"], ["price", "DECIMAL(10, 2)"],
-                   ["currency", "STRING"]],
-        "rowtime": "update_time", "primary_key": ["product_id"], "changelog": "all",
+        "fields": [
+            ["product_id", "STRING"],
+            ["name", "STRING"],
+            ["price", "DECIMAL(10, 2)"],
+            ["currency", "STRING"],
+        ],
+        "rowtime": "update_time",
+        "primary_key": ["product_id"],
+        "changelog": "all",
         "rows": [
             {"op": "+I", "ts": at("10:00"), "v": ["p1", "ball", "10.00", "EUR"]},
             {"op": "+I", "ts": at("10:00"), "v": ["p2", "scooter", "20.00", "USD"]},
@@ -329,17 +377,26 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in
             {"op": "+I", "ts": at("23:00"), "v": ["p9", "closing", "1.00", "EUR"]},
             {"op": "+I", "ts": at("23:00"), "v": ["p10", "closing", "1.00", "EUR"]},
         ],
-    }  # fmt: skip
+    }
     orders = {
         "fields": [["order_id", "STRING"], ["customer_id", "STRING"], ["product_id", "STRING"]],
         "rowtime": "order_time",
-        "rows": [{"op": "+I", "ts": at(clock), "v": [oid, cid, pid]} for oid, cid, pid, clock in (
-            ("o1", "c1", "p1", "10:30"), ("o2", "c2", "p1", "11:30"), ("o3", "c1", "p2", "10:15"),
-            ("o4", "c2", "p3", "10:45"), ("o5", "c3", "p1", "10:40"), ("o6", "c1", "p2", "09:00"),
-            ("o7", "c2", "p4", "10:50"), ("o8", "c4", "p1", "11:40"),
-            ("closing", "c9", "p9", "23:00"), ("closing too", "c9", "p9", "23:00"),
-        )],
-    }  # fmt: skip
+        "rows": [
+            {"op": "+I", "ts": at(clock), "v": [oid, cid, pid]}
+            for oid, cid, pid, clock in (
+                ("o1", "c1", "p1", "10:30"),
+                ("o2", "c2", "p1", "11:30"),
+                ("o3", "c1", "p2", "10:15"),
+                ("o4", "c2", "p3", "10:45"),
+                ("o5", "c3", "p1", "10:40"),
+                ("o6", "c1", "p2", "09:00"),
+                ("o7", "c2", "p4", "10:50"),
+                ("o8", "c4", "p1", "11:40"),
+                ("closing", "c9", "p9", "23:00"),
+                ("closing too", "c9", "p9", "23:00"),
+            )
+        ],
+    }
     customers = [
         ("c1", {"customer_id": "c1", "name": "Ann", "tier": "gold"}),
         ("c2", {"customer_id": "c2", "name": "Bob", "tier": "silver"}),
@@ -356,21 +413,30 @@ def test_the_issues_enrichment_runs_a_regular_a_temporal_and_two_lookup_joins_in
         produce(kafka, topics[name], [value for _key, value, _ts in records], 2)
     out = unique("enriched")
     output_topics(kafka, out)
-    env = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
-                      STREAMJOIN_SQL=ENRICHMENT.format(out=out, port=postgres.port, **topics),
-                      TRIGGER_INTERVAL="200ms")  # fmt: skip
-    want = Counter({  # Dee's platinum tier has no row: her order is not joined
-        ("o1", "Anna", "gold", "ball", "10.00", 114, 10): 1,  # the ball's euro price at 10:30
-        ("o2", "Bob", "silver", "ball", "12.00", 102, 5): 1,  # its dollar price from 11:00
-        ("o3", "Anna", "gold", "scooter", "20.00", 102, 10): 1,
-        ("o4", "Bob", "silver", None, None, None, 5): 1,  # no such product
-        ("o6", "Anna", "gold", None, None, None, 10): 1,  # before the scooter's first version
-        ("o7", "Bob", "silver", "kite", "5.00", None, 5): 1,  # no rate for GBP
-    })  # fmt: skip
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        STREAMJOIN_SQL=ENRICHMENT.format(out=out, port=postgres.port, **topics),
+        TRIGGER_INTERVAL="200ms",
+    )
+    want = Counter(
+        {  # Dee's platinum tier has no row: her order is not joined
+            ("o1", "Anna", "gold", "ball", "10.00", 114, 10): 1,  # the ball's euro price at 10:30
+            ("o2", "Bob", "silver", "ball", "12.00", 102, 5): 1,  # its dollar price from 11:00
+            ("o3", "Anna", "gold", "scooter", "20.00", 102, 10): 1,
+            ("o4", "Bob", "silver", None, None, None, 5): 1,  # no such product
+            ("o6", "Anna", "gold", None, None, None, 10): 1,  # before the scooter's first version
+            ("o7", "Bob", "silver", "kite", "5.00", None, 5): 1,  # no rate for GBP
+        }
+    )
     service = Service(env, tmp_path / "log")
     try:
-        wait_for(lambda: enriched(kafka, out) == want, 300, "the output never became the "
-                 "query's", service)  # fmt: skip
+        wait_for(
+            lambda: enriched(kafka, out) == want,
+            300,
+            "the output never became the query's",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
 
@@ -382,6 +448,15 @@ def enriched(kafka: str, out: str) -> Counter:
         value = json.loads(record.value, parse_float=Decimal)
         row, sign = (value["after"], 1) if value["after"] else (value["before"], -1)
         price = None if row["price"] is None else f"{row['price']:.2f}"
-        applied[(row["order_id"], row["name"], row["tier"], row["product"], price,
-                 row["rate"], row["cut"])] += sign  # fmt: skip
+        applied[
+            (
+                row["order_id"],
+                row["name"],
+                row["tier"],
+                row["product"],
+                price,
+                row["rate"],
+                row["cut"],
+            )
+        ] += sign
     return applied

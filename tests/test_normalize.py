@@ -24,8 +24,11 @@ def run(changes: list[tuple[str, tuple]]) -> list[tuple[str, tuple]]:
 
 def test_upserts_become_a_full_changelog() -> None:
     assert run([("+U", A1), ("+U", A2), ("-D", ("a", None))]) == [
-        ("+I", A1), ("-U", A1), ("+U", A2), ("-D", A2)
-    ]  # fmt: skip
+        ("+I", A1),
+        ("-U", A1),
+        ("+U", A2),
+        ("-D", A2),
+    ]
 
 
 def test_an_update_without_before_image_retracts_the_real_old_row() -> None:
@@ -46,16 +49,19 @@ def test_a_whole_update_stays_an_update_with_its_own_times_and_seqs() -> None:
     before = ("a", 1, "as the database had it")
     out, last = normalize((A1, 10), [("-U", 6, 12, before), ("+U", 7, 20, A2)])
     assert [(c.kind, c.seq, c.ts, c.left) for c in out] == [
-        ("-U", 14, 12, before), ("+U", 15, 20, A2)
-    ]  # fmt: skip
+        ("-U", 14, 12, before),
+        ("+U", 15, 20, A2),
+    ]
     assert last == (A2, 20)
 
 
 def test_an_upsert_retracts_the_old_row_at_the_time_it_was_stored_with() -> None:
     out, last = normalize((A1, 10), [("+U", 7, 20, A2), ("-D", 9, None, ("a", None))])
     assert [(c.kind, c.seq, c.ts, c.left) for c in out] == [
-        ("-U", 14, 10, A1), ("+U", 15, 20, A2), ("-D", 18, 20, A2)
-    ]  # fmt: skip
+        ("-U", 14, 10, A1),
+        ("+U", 15, 20, A2),
+        ("-D", 18, 20, A2),
+    ]
     assert last is None
 
 
@@ -73,8 +79,10 @@ def test_the_processor_keeps_the_last_row_between_batches() -> None:
         return list(zip(out["op"], out["seq"], out["ts"], rows_out, strict=True))
 
     assert batch(("+U", 4, 20, A2), ("+U", 2, 10, A1)) == [
-        ("+I", 4, 10, A1), ("-U", 8, 10, A1), ("+U", 9, 20, A2)
-    ]  # fmt: skip
+        ("+I", 4, 10, A1),
+        ("-U", 8, 10, A1),
+        ("+U", 9, 20, A2),
+    ]
     assert batch(("-D", 6, 30, ("a", None))) == [("-D", 12, 30, A2)]
     assert tester.peekMapState("keys", 7) == {}
 
@@ -83,14 +91,16 @@ def test_under_a_state_ttl_a_keys_last_row_expires_as_the_joins_rows_do() -> Non
     """The normalizer forgets a key when the join forgets its row (the same TTL, counted from
     the same write), so it never retracts a row the join no longer holds; and it passes on an
     update equal to the last row, which refreshes the join's copy, as Flink's does."""
-    tester = TwsTester(normalizer_frame(("id", "v"), {"L_v": "integral"}, ttl_ms=60_000),
-                       timeMode="ProcessingTime")  # fmt: skip
+    tester = TwsTester(
+        normalizer_frame(("id", "v"), {"L_v": "integral"}, ttl_ms=60_000), timeMode="ProcessingTime"
+    )
 
     def batch(at: int, op: str, row: tuple) -> list[tuple]:
         if at:
             tester.setProcessingTime(at)
-        frame = pd.DataFrame({"op": [op], "seq": [at], "ts": [at], "k0": [row[0]],
-                              "L_id": [row[0]], "L_v": [row[1]]})  # fmt: skip
+        frame = pd.DataFrame(
+            {"op": [op], "seq": [at], "ts": [at], "k0": [row[0]], "L_id": [row[0]], "L_v": [row[1]]}
+        )
         out = tester.testInPandas(7, frame)
         if out.empty:
             return []

@@ -22,8 +22,11 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
     "durationMs": {"triggerExecution": 1500},
     "eventTime": {"max": "2026-11-22T09:59:50.000Z", "watermark": "2026-11-22T09:59:00.000Z"},
     "sources": [
-        {"description": "streamjoin-kafka", "endOffset": '{"orders": {"0": 90, "1": 100}}',
-         "latestOffset": '{"orders": {"0": 120, "1": 100}}'},
+        {
+            "description": "streamjoin-kafka",
+            "endOffset": '{"orders": {"0": 90, "1": 100}}',
+            "latestOffset": '{"orders": {"0": 120, "1": 100}}',
+        },
     ],
     "observedMetrics": {
         "changes": {"+I": 5, "-U": 0, "+U": 0, "-D": 2},
@@ -32,17 +35,21 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
         "right_event_time": {"max_ms": None},
     },
     "stateOperators": [
-        {"operatorName": "transformWithStateInPandasExec", "numRowsTotal": 42,
-         "memoryUsedBytes": 1024, "customMetrics": {"rocksdbSstFileSize": 4096,
-                                                 "numValuesRemovedDueToTTLExpiry": 3}},
+        {
+            "operatorName": "transformWithStateInPandasExec",
+            "numRowsTotal": 42,
+            "memoryUsedBytes": 1024,
+            "customMetrics": {"rocksdbSstFileSize": 4096, "numValuesRemovedDueToTTLExpiry": 3},
+        },
     ],
-}  # fmt: skip
+}
 NOW = 1795341600.0  # 2026-11-22T10:00:00Z
 
 
 def progress_metrics(registry: CollectorRegistry) -> ProgressMetrics:
-    letters = Counter("streamjoin_dead_letters", "dead letters", ["input", "reason"],
-                      registry=registry)  # fmt: skip
+    letters = Counter(
+        "streamjoin_dead_letters", "dead letters", ["input", "reason"], registry=registry
+    )
     return ProgressMetrics(registry, letters)
 
 

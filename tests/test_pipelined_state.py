@@ -51,8 +51,9 @@ class WritesThenReads(StatefulProcessor):
             entries.write_many([], names[::3])
             after = entries.get_many(names)
             wrong += sum((a is None) != (i % 3 == 0) for i, a in enumerate(after))
-        yield pd.DataFrame({"batch": [batch], "wired": [entries.wire is not None],
-                            "wrong": [wrong]})  # fmt: skip
+        yield pd.DataFrame(
+            {"batch": [batch], "wired": [entries.wire is not None], "wrong": [wrong]}
+        )
 
 
 def test_entries_written_and_read_in_one_exchange_are_those_of_single_calls(

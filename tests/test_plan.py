@@ -41,8 +41,15 @@ def test_a_complete_join_is_accepted() -> None:
     check_plan(load_config(JOIN))
     # Flink takes a Debezium input without a primary key as it comes (a multiset of rows)
     check_plan(load_config({**JOIN, "RIGHT_PRIMARY_KEY": None}))
-    check_plan(load_config({**JOIN, "RIGHT_FORMAT": "avro-confluent",
-                            "SCHEMA_REGISTRY_URL": "http://registry:8081"}))  # fmt: skip
+    check_plan(
+        load_config(
+            {
+                **JOIN,
+                "RIGHT_FORMAT": "avro-confluent",
+                "SCHEMA_REGISTRY_URL": "http://registry:8081",
+            }
+        )
+    )
 
 
 def test_append_is_refused_for_a_join_that_updates() -> None:
@@ -90,16 +97,20 @@ def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
 @pytest.mark.parametrize(
     ("changes", "start"),
     [
-        ({"RIGHT_FORMAT": "debezium-json", "RIGHT_PRIMARY_KEY": "ship_id"},
-         "RIGHT_FORMAT: expected an insert-only format (json|avro-confluent): an interval join "
-         "cannot take the updates and deletes"),
+        (
+            {"RIGHT_FORMAT": "debezium-json", "RIGHT_PRIMARY_KEY": "ship_id"},
+            "RIGHT_FORMAT: expected an insert-only format (json|avro-confluent): an interval join "
+            "cannot take the updates and deletes",
+        ),
         ({"RIGHT_TIME": "proctime"}, "RIGHT_TIME: expected an event time like LEFT_TIME"),
         ({"JOIN_KIND": "semi"}, "JOIN_KIND: expected inner|left|right|full"),
-        ({"JOIN_ON": "L.order_id = R.order_id AND L.ot >= R.st"},
-         "JOIN_ON: expected a condition over the inputs' columns (an interval join needs a "
-         "lower and an upper bound on L.ot - R.st"),
+        (
+            {"JOIN_ON": "L.order_id = R.order_id AND L.ot >= R.st"},
+            "JOIN_ON: expected a condition over the inputs' columns (an interval join needs a "
+            "lower and an upper bound on L.ot - R.st",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_interval_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
     assert refused(INTERVAL, **changes).startswith(start)
 
@@ -118,29 +129,44 @@ TEMPORAL = {
 def test_the_seeds_temporal_join_is_accepted_with_an_append_only_output() -> None:
     check_plan(load_config(TEMPORAL))
     check_plan(load_config({**TEMPORAL, "JOIN_TYPE": "temporal-proctime", "LEFT_TIME": None}))
-    check_plan(load_config({**TEMPORAL, "JOIN_TYPE": "temporal-function", "RIGHT_FORMAT": "json",
-                            "RIGHT_TIME": "kafka_timestamp"}))  # fmt: skip
+    check_plan(
+        load_config(
+            {
+                **TEMPORAL,
+                "JOIN_TYPE": "temporal-function",
+                "RIGHT_FORMAT": "json",
+                "RIGHT_TIME": "kafka_timestamp",
+            }
+        )
+    )
     # a changelog probe input (orders from CDC): its changes join with their kinds
-    check_plan(load_config({**TEMPORAL, "LEFT_FORMAT": "debezium-json",
-                            "OUTPUT_ENCODING": "retract"}))  # fmt: skip
+    check_plan(
+        load_config({**TEMPORAL, "LEFT_FORMAT": "debezium-json", "OUTPUT_ENCODING": "retract"})
+    )
 
 
 @pytest.mark.parametrize(
     ("changes", "start"),
     [
-        ({"RIGHT_SCHEMA": "product_id STRING, sku STRING", "JOIN_ON": "L.product_id = R.sku"},
-         "JOIN_ON: expected a condition over the inputs' columns (a temporal join's key must "
-         "contain the versioned table's primary key (R.product_id missing"),
+        (
+            {"RIGHT_SCHEMA": "product_id STRING, sku STRING", "JOIN_ON": "L.product_id = R.sku"},
+            "JOIN_ON: expected a condition over the inputs' columns (a temporal join's key must "
+            "contain the versioned table's primary key (R.product_id missing",
+        ),
         ({"RIGHT_FORMAT": "json"}, "RIGHT_FORMAT: expected a changelog format"),
         ({"JOIN_TYPE": "temporal-function"}, "RIGHT_FORMAT: expected an append-only format"),
-        ({"RIGHT_PRIMARY_KEY": None, "RIGHT_FORMAT": "json", "JOIN_TYPE": "temporal-function"},
-         "RIGHT_PRIMARY_KEY: expected the primary key"),
+        (
+            {"RIGHT_PRIMARY_KEY": None, "RIGHT_FORMAT": "json", "JOIN_TYPE": "temporal-function"},
+            "RIGHT_PRIMARY_KEY: expected the primary key",
+        ),
         ({"JOIN_KIND": "right"}, "JOIN_KIND: expected inner|left"),
         ({"LEFT_TIME": "proctime"}, "LEFT_TIME: expected an event time"),
-        ({"LEFT_FORMAT": "debezium-json", "OUTPUT_ENCODING": "append"},
-         "OUTPUT_ENCODING: expected retract, upsert or debezium-json"),
+        (
+            {"LEFT_FORMAT": "debezium-json", "OUTPUT_ENCODING": "append"},
+            "OUTPUT_ENCODING: expected retract, upsert or debezium-json",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_temporal_join_the_service_cannot_run_is_refused(changes: dict, start: str) -> None:
     assert refused(TEMPORAL, **changes).startswith(start)
 
@@ -173,18 +199,24 @@ def test_a_select_list_runs_only_the_function_library(select: str, named: str) -
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        ({"JOIN_SELECT": "L.order_id, UPPER(R.price) AS p"},
-         "JOIN_SELECT: expected a select list Flink accepts (UPPER(R.price) applies UPPER to "
-         "R.price (DECIMAL(10,2)): it takes a string)"),
-        ({"JOIN_SELECT": "L.order_id, ROUND(CHAR_LENGTH(L.order_id) || 'x', 2) AS n"},
-         "(LENGTH(L.order_id) || 'x' applies || to LENGTH(L.order_id) (a number): it takes a "
-         "string)"),
-        ({"JOIN_ON": "L.product_id = R.product_id AND ABS(L.order_id) > 1"},
-         "JOIN_ON: expected a condition Flink accepts (ABS(L.order_id) applies ABS to "
-         "L.order_id (STRING): it takes a number)"),
+        (
+            {"JOIN_SELECT": "L.order_id, UPPER(R.price) AS p"},
+            "JOIN_SELECT: expected a select list Flink accepts (UPPER(R.price) applies UPPER to "
+            "R.price (DECIMAL(10,2)): it takes a string)",
+        ),
+        (
+            {"JOIN_SELECT": "L.order_id, ROUND(CHAR_LENGTH(L.order_id) || 'x', 2) AS n"},
+            "(LENGTH(L.order_id) || 'x' applies || to LENGTH(L.order_id) (a number): it takes a "
+            "string)",
+        ),
+        (
+            {"JOIN_ON": "L.product_id = R.product_id AND ABS(L.order_id) > 1"},
+            "JOIN_ON: expected a condition Flink accepts (ABS(L.order_id) applies ABS to "
+            "L.order_id (STRING): it takes a number)",
+        ),
     ],
     ids=["select", "nested", "condition"],
-)  # fmt: skip
+)
 def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
     changes: dict, says: str
 ) -> None:
@@ -193,8 +225,11 @@ def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
     `explain_sql`); it failed inside a task before."""
     message = refusal(**changes)
     assert says in message, message
-    check_plan(load_config({**JOIN, "JOIN_SELECT": "UPPER(L.order_id) || 'x' AS o, "
-                            "ROUND(R.price * 2, 1) AS p"}))  # fmt: skip
+    check_plan(
+        load_config(
+            {**JOIN, "JOIN_SELECT": "UPPER(L.order_id) || 'x' AS o, ROUND(R.price * 2, 1) AS p"}
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -203,14 +238,19 @@ def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
         # the output key holds the join key: each key's changes come from one task, in order
         ({"OUTPUT_KEY": "L_order_id,L_product_id"}, False),
         ({"JOIN_KIND": "inner", "OUTPUT_KEY": "L_order_id,R_product_id"}, False),
-        ({"JOIN_SELECT": "L.order_id AS id, L.product_id AS pid", "OUTPUT_KEY": "id,pid"},
-         False),
+        ({"JOIN_SELECT": "L.order_id AS id, L.product_id AS pid", "OUTPUT_KEY": "id,pid"}, False),
         # an order moving between products is retracted and added by two tasks
         ({"OUTPUT_KEY": "L_order_id", "LEFT_FORMAT": "debezium-json"}, True),
         # the right side's key column is NULL in a LEFT join's padded rows
         ({"OUTPUT_KEY": "L_order_id,R_product_id", "LEFT_FORMAT": "debezium-json"}, True),
-        ({"JOIN_SELECT": "L.order_id AS id, UPPER(L.product_id) AS pid",
-          "OUTPUT_KEY": "id,pid", "LEFT_FORMAT": "debezium-json"}, True),
+        (
+            {
+                "JOIN_SELECT": "L.order_id AS id, UPPER(L.product_id) AS pid",
+                "OUTPUT_KEY": "id,pid",
+                "LEFT_FORMAT": "debezium-json",
+            },
+            True,
+        ),
         # an insert-only order never moves, and joins one product at most: its task orders
         # all of its changes (Flink's upsert key)
         ({"OUTPUT_KEY": "L_order_id"}, False),
@@ -222,7 +262,7 @@ def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
         ({"OUTPUT_KEY": "L_order_id", "OUTPUT_ENCODING": "retract"}, False),
         ({"OUTPUT_KEY": "L_order_id", "JOIN_KIND": "inner", "RIGHT_FORMAT": "json"}, False),
     ],
-)  # fmt: skip
+)
 def test_an_upsert_output_is_materialized_when_its_key_does_not_hold_the_join_key(
     changes: dict, materialized: bool
 ) -> None:
@@ -248,8 +288,15 @@ def test_a_versioned_table_needs_no_normalizer_but_a_changelog_probe_does() -> N
     kept = replace(config.join, versions_normalized=True)
     assert normalized(config.right, kept)
     # the regular join rebuilds both
-    regular = load_config({**TEMPORAL, "JOIN_TYPE": "regular", "JOIN_KIND": "inner",
-                           "OUTPUT_ENCODING": "retract", "LEFT_TIME": None})  # fmt: skip
+    regular = load_config(
+        {
+            **TEMPORAL,
+            "JOIN_TYPE": "regular",
+            "JOIN_KIND": "inner",
+            "OUTPUT_ENCODING": "retract",
+            "LEFT_TIME": None,
+        }
+    )
     assert normalized(regular.right, regular.join)
 
 

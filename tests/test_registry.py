@@ -12,8 +12,8 @@ from pathlib import Path
 
 from app.config.redaction import SECRET_NAMES, is_secret
 from app.config.registry import INPUT_FORMATS, PROPERTY_PREFIXES, VARIABLES
-from app.run.inputs import FORMATS
-from app.sql.ddl import _LOOKUP_OPTIONS
+from app.config.sql.ddl import _LOOKUP_OPTIONS
+from app.run.inputs import DECODERS
 
 ROOT = Path(__file__).parent.parent
 
@@ -48,8 +48,11 @@ def test_the_helm_values_schema_takes_what_the_registry_takes() -> None:
         if "enum" in rule:
             assert tuple(rule["enum"]) == VARIABLES[name].choices, name
     enumerated = {name for name, rule in config["properties"].items() if "enum" in rule}
-    chosen = {v.name for v in VARIABLES.values() if v.choices and not v.name.startswith(
-        ("LOOKUP_", "LOG_LEVEL"))}  # fmt: skip
+    chosen = {
+        v.name
+        for v in VARIABLES.values()
+        if v.choices and not v.name.startswith(("LOOKUP_", "LOG_LEVEL"))
+    }
     assert enumerated == chosen
     assert set(config["required"]) <= {v.name for v in VARIABLES.values() if v.required}
 
@@ -61,18 +64,31 @@ def test_a_variable_is_masked_exactly_when_its_name_looks_secret() -> None:
         assert variable.secret == bool(re.search(SECRET_NAMES, variable.name)), variable.name
         assert is_secret(variable.name) == variable.secret
     assert is_secret("KAFKA_SASL_PASSWORD") and not is_secret("KAFKA_SASL_MECHANISM")
-    assert all(not name.startswith(PROPERTY_PREFIXES) for name in VARIABLES if name not in (
-        "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID", "KAFKA_AUTO_OFFSET_RESET",
-        "SCHEMA_REGISTRY_URL"))  # fmt: skip
+    assert all(
+        not name.startswith(PROPERTY_PREFIXES)
+        for name in VARIABLES
+        if name
+        not in (
+            "KAFKA_BOOTSTRAP_SERVERS",
+            "KAFKA_GROUP_ID",
+            "KAFKA_AUTO_OFFSET_RESET",
+            "SCHEMA_REGISTRY_URL",
+        )
+    )
 
 
 def test_every_input_format_has_a_decoder_and_every_lookup_option_a_variable() -> None:
-    assert tuple(FORMATS) == INPUT_FORMATS
+    assert tuple(DECODERS) == INPUT_FORMATS
     lookup_options = {(v.flink or "").split(",")[0].strip("'") for v in VARIABLES.values()}
     assert {o for o in lookup_options if o.startswith("lookup.")} == set(_LOOKUP_OPTIONS)
 
 
 def test_help_lists_every_variable() -> None:
-    shown = subprocess.run([sys.executable, "-m", "app.cli", "--help"], capture_output=True,
-                           text=True, check=True, cwd=ROOT).stdout  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     assert all(f"  {name}: " in shown for name in VARIABLES)

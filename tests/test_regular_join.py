@@ -22,8 +22,13 @@ PRODUCTS = SideSpec(("product_id", "stock"), ("product_id",))
 class Join:
     """One join key's state and operator, fed change by change."""
 
-    def __init__(self, kind: str, on: str = "L.product_id = R.product_id",
-                 left: SideSpec = ORDERS, right: SideSpec = PRODUCTS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        on: str = "L.product_id = R.product_id",
+        left: SideSpec = ORDERS,
+        right: SideSpec = PRODUCTS,
+    ) -> None:
         self.spec = RegularJoinSpec(kind, on, left, right)
         self.operator = self.spec.operator()
         self.views = self.spec.new_views()
@@ -94,8 +99,11 @@ def test_residual_condition_decides_each_pair() -> None:
     assert join(LEFT, "+I", *O1) == [("+I", O1, P1)]  # 2 <= 3
     assert join(RIGHT, "-U", *P1) == [("-U", O1, P1), ("+I", O1, None)]
     assert join(RIGHT, "+U", *P1_MORE) == [
-        ("-D", O2, None), ("+I", O2, P1_MORE), ("-D", O1, None), ("+I", O1, P1_MORE)
-    ]  # fmt: skip
+        ("-D", O2, None),
+        ("+I", O2, P1_MORE),
+        ("-D", O1, None),
+        ("+I", O1, P1_MORE),
+    ]
 
 
 def test_null_keys_never_match_but_outer_rows_are_padded() -> None:

@@ -27,9 +27,20 @@ def changes(*rows: tuple) -> pd.DataFrame:
     for side, op, seq, row in rows:
         left = row if side == 0 else (None, None, None)
         right = row if side == 1 else (None, None)
-        records.append({"side": side, "op": op, "seq": seq, "ts": None, "k0": row[side ^ 1],
-                        "L_order_id": left[0], "L_product_id": left[1], "L_qty": left[2],
-                        "R_product_id": right[0], "R_price": right[1]})  # fmt: skip
+        records.append(
+            {
+                "side": side,
+                "op": op,
+                "seq": seq,
+                "ts": None,
+                "k0": row[side ^ 1],
+                "L_order_id": left[0],
+                "L_product_id": left[1],
+                "L_qty": left[2],
+                "R_product_id": right[0],
+                "R_price": right[1],
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -98,9 +109,8 @@ def test_a_batch_writes_back_only_the_keys_whose_rows_changed() -> None:
     # p2's row retracted and re-added unchanged within the batch: nothing to write for it
     tester.testInPandas(
         0,
-        changes((0, "+I", 3, ("o1", "p1", 1)), (1, "-U", 4, ("p2", 20)),
-                (1, "+U", 5, ("p2", 20))),
-    )  # fmt: skip
+        changes((0, "+I", 3, ("o1", "p1", 1)), (1, "-U", 4, ("p2", 20)), (1, "+U", 5, ("p2", 20))),
+    )
     assert written == [("p1",)]
 
 
@@ -149,8 +159,14 @@ def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None
     tester.testInPandas(0, changes(*deletes))
     assert tester.peekMapState("pages", 0) == {}
     (left, _right) = stored_keys(tester, 0)[("p1",)]
-    assert sorted(left[2]) == [("o1995",), ("o1996",), ("o1997",), ("o1998",), ("o1999",),
-                               ("o5000",)]  # fmt: skip
+    assert sorted(left[2]) == [
+        ("o1995",),
+        ("o1996",),
+        ("o1997",),
+        ("o1998",),
+        ("o1999",),
+        ("o5000",),
+    ]
 
 
 class Reports:
@@ -160,8 +176,9 @@ class Reports:
         self.latest: dict[tuple[str, str, int], int] = {}
 
     def add(self, reports: dict) -> None:
-        self.latest |= {key: sum(n for _expires, n in counts)
-                        for key, (_when, counts) in reports.items()}  # fmt: skip
+        self.latest |= {
+            key: sum(n for _expires, n in counts) for key, (_when, counts) in reports.items()
+        }
 
 
 def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
@@ -169,9 +186,13 @@ def test_each_bucket_reports_the_rows_it_holds_per_side() -> None:
     tester = TwsTester(join_frame(SPEC, KINDS, held_rows=reports))
     tester.testInPandas(
         3,
-        changes((1, "+I", 1, ("p1", 10)), (0, "+I", 2, ("o1", "p1", 1)),
-                (0, "+I", 3, ("o2", "p2", 1)), (0, "+I", 4, ("o3", "p2", 1))),
-    )  # fmt: skip
+        changes(
+            (1, "+I", 1, ("p1", 10)),
+            (0, "+I", 2, ("o1", "p1", 1)),
+            (0, "+I", 3, ("o2", "p2", 1)),
+            (0, "+I", 4, ("o3", "p2", 1)),
+        ),
+    )
     assert reports.latest == {("join", "left", 3): 3, ("join", "right", 3): 1}
     tester.testInPandas(3, changes((0, "-D", 5, ("o2", "p2", 1)), (1, "-D", 6, ("p1", 10))))
     assert reports.latest == {("join", "left", 3): 2, ("join", "right", 3): 0}
@@ -183,15 +204,20 @@ def test_under_a_state_ttl_a_key_that_keeps_getting_rows_holds_only_the_recent_o
     a key written every few seconds never expired)."""
     reports = Reports()
     spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
-    tester = TwsTester(join_frame(spec, KINDS, held_rows=reports),
-                       timeMode="ProcessingTime")  # fmt: skip
+    tester = TwsTester(join_frame(spec, KINDS, held_rows=reports), timeMode="ProcessingTime")
     tester.testInPandas(0, changes((1, "+I", 0, ("p1", 10))))
     for i in range(1, 61):
         tester.setProcessingTime(i * 10_000)
         out = tester.testInPandas(0, changes((0, "+I", i, (f"o{i}", "p1", 1))))
         expected_price = 10 if i < 6 else None  # the product, written at 0, lives 60 s
-        assert joined(out)[-1] == ("+I", f"o{i}", "p1", 1, "p1" if expected_price else None,
-                                   expected_price)  # fmt: skip
+        assert joined(out)[-1] == (
+            "+I",
+            f"o{i}",
+            "p1",
+            1,
+            "p1" if expected_price else None,
+            expected_price,
+        )
     (left, right) = stored_keys(tester, 0)[("p1",)]
     assert sorted(left[2]) == [(f"o{i}",) for i in range(55, 61)]
     assert right[1] is None  # the product went

@@ -25,8 +25,13 @@ def flink_finals(name: str) -> dict[str, list]:
 
 def cases_of_type(join_type: str) -> list[dict]:
     found = []
-    for name in ("golden_cases.json", "a_regular.json", "regular_more.json", "b_interval.json",
-                 "c_temporal.json"):  # fmt: skip
+    for name in (
+        "golden_cases.json",
+        "a_regular.json",
+        "regular_more.json",
+        "b_interval.json",
+        "c_temporal.json",
+    ):
         found += [c for c in load_cases(FIXTURES / name) if c["join"]["type"] == join_type]
     return found
 
@@ -87,8 +92,11 @@ def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables
     option = {"flink_conf": {"table.optimizer.multi-join.enabled": "true"}}
     cases = [c | {"options": option} for c in load_cases(FIXTURES / "multi_join.json")]
     cases = [c for c in cases if query_plan(case_config(c | {"join": sql_join(c)})).multi_way]
-    assert [c["id"] for c in cases] == ["flink_three_way_left_outer", "flink_four_way_mixed",
-                                        "rowtimes_after_a_regular_join"]  # fmt: skip
+    assert [c["id"] for c in cases] == [
+        "flink_three_way_left_outer",
+        "flink_four_way_mixed",
+        "rowtimes_after_a_regular_join",
+    ]
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]
     assert {d["case"]: d["final"] for d in lines if "final" in d} == {
@@ -238,9 +246,14 @@ def test_interval_join_state_levels_off_over_a_stream_twenty_intervals_long(
         "id": "soak",
         "options": {"replay_batch_rows": 20},
         "streams": {"l": stream("l", 0), "r": stream("r", minute)},
-        "join": {"type": "interval", "kind": "FULL", "left": "l", "right": "r",
-                 "on": "L.k = R.k AND L.t BETWEEN R.t - INTERVAL '10' MINUTE AND R.t"},
-    }  # fmt: skip
+        "join": {
+            "type": "interval",
+            "kind": "FULL",
+            "left": "l",
+            "right": "r",
+            "on": "L.k = R.k AND L.t BETWEEN R.t - INTERVAL '10' MINUTE AND R.t",
+        },
+    }
     progress: list[dict] = []
     changes = run_case(spark, case, tmp_path, progress)
     # per key: l@0 min joins r@1 and r@3, l@2 joins r@3 (L.t <= R.t); nothing left unmatched
@@ -281,20 +294,36 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
     prices = [{"ts": 0, "op": "+I", "v": [f"p{k}", k]} for k in range(5)]
     for i in range(5, 300, 15):  # every quarter of an hour a product changes price
         old = next(p for p in reversed(prices) if p["v"][0] == f"p{i % 5}")
-        prices += [{"ts": i * minute, "op": "-U", "v": old["v"]},
-                   {"ts": i * minute, "op": "+U", "v": [f"p{i % 5}", i]}]  # fmt: skip
+        prices += [
+            {"ts": i * minute, "op": "-U", "v": old["v"]},
+            {"ts": i * minute, "op": "+U", "v": [f"p{i % 5}", i]},
+        ]
     case = {
         "id": "temporal_soak",
         "options": {"replay_batch_rows": 40},
         "streams": {
-            "orders": {"fields": [["id", "STRING"], ["p", "STRING"]], "rowtime": "t",
-                       "watermark": {"delay_ms": 0}, "rows": orders},
-            "prices": {"fields": [["p", "STRING"], ["price", "INT"]], "rowtime": "t",
-                       "primary_key": ["p"], "watermark": {"delay_ms": 0}, "rows": prices},
+            "orders": {
+                "fields": [["id", "STRING"], ["p", "STRING"]],
+                "rowtime": "t",
+                "watermark": {"delay_ms": 0},
+                "rows": orders,
+            },
+            "prices": {
+                "fields": [["p", "STRING"], ["price", "INT"]],
+                "rowtime": "t",
+                "primary_key": ["p"],
+                "watermark": {"delay_ms": 0},
+                "rows": prices,
+            },
         },
-        "join": {"type": "temporal", "kind": "LEFT", "left": "orders", "right": "prices",
-                 "on": "L.p = R.p"},
-    }  # fmt: skip
+        "join": {
+            "type": "temporal",
+            "kind": "LEFT",
+            "left": "orders",
+            "right": "prices",
+            "on": "L.p = R.p",
+        },
+    }
     changes = run_case(spark, case, tmp_path)
     assert len(changes) == 300  # every order once, joined with the price valid at its time
     assert all(row["R_price"] is not None for _op, row in changes)
@@ -369,11 +398,16 @@ def test_cases_given_as_flink_sql_give_flinks_output(spark, tmp_path: Path) -> N
     """`replay` runs a case's `sql` as `STREAMJOIN_SQL`'s query is compiled: the SEMI/ANTI
     cases with the very `IN` / `EXISTS` text Flink ran, the golden cases (every join type and
     kind) with the query the oracle wrote for them."""
-    semi = [{k: v for k, v in c.items() if k != "join"}
-            for c in load_cases(FIXTURES / "flink_semi.json")]  # fmt: skip
+    semi = [
+        {k: v for k, v in c.items() if k != "join"}
+        for c in load_cases(FIXTURES / "flink_semi.json")
+    ]
     golden = [as_sql(c) for c in load_cases(FIXTURES / "golden_cases.json")]
-    timed = {c["id"] for c in load_cases(FIXTURES / "golden_cases.json")
-             if c["join"]["type"] != "regular"}  # fmt: skip
+    timed = {
+        c["id"]
+        for c in load_cases(FIXTURES / "golden_cases.json")
+        if c["join"]["type"] != "regular"
+    }
     code, lines = run(spark, semi + golden, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]
     finals = {d["case"]: d["final"] for d in lines if "final" in d}

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.spark
 # encrypted (AES), as the Helm chart's scale-out sets it.
 SECRET = "spark-rpc-0d1c8e"
 SASL_PASSWORD = "kafka-sasl-7f3a2b"  # set, never used against this plaintext broker
-AUTH = {"spark.authenticate": "true", "spark.authenticate.secret": SECRET,
-        "spark.network.crypto.enabled": "true"}  # fmt: skip
+AUTH = {
+    "spark.authenticate": "true",
+    "spark.authenticate.secret": SECRET,
+    "spark.network.crypto.enabled": "true",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +49,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 def scale_out_env(cluster: StandaloneCluster, **variables: str) -> dict[str, str]:
-    spark = {**AUTH, "spark.executor.cores": "1", "spark.executor.memory": "1g",
-             "spark.cores.max": "2", "spark.driver.host": "127.0.0.1"}  # fmt: skip
-    return service_env(**{
-        "SPARK_MASTER": cluster.url, "TRIGGER_INTERVAL": "500ms", "OUTPUT_ENCODING": "retract",
-        **{f"SPARK_CONF_{k}": v for k, v in spark.items()}, **variables,
-    })  # fmt: skip
+    spark = {
+        **AUTH,
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "1g",
+        "spark.cores.max": "2",
+        "spark.driver.host": "127.0.0.1",
+    }
+    return service_env(
+        **{
+            "SPARK_MASTER": cluster.url,
+            "TRIGGER_INTERVAL": "500ms",
+            "OUTPUT_ENCODING": "retract",
+            **{f"SPARK_CONF_{k}": v for k, v in spark.items()},
+            **variables,
+        }
+    )
 
 
 def page(service: Service, path: str) -> str:
@@ -84,8 +97,10 @@ def assert_no_secret_in(*texts: str) -> None:
 def committed(kafka: str, out: str, *columns: str) -> Counter:
     """The output's committed changes as (op, *columns)."""
     records = committed_output(kafka, out, f"{out}.markers")
-    return Counter((v.get("op", "+I"), *(v[c] for c in columns))  # append: no op
-                   for v in (json.loads(r.value) for r in records))  # fmt: skip
+    return Counter(
+        (v.get("op", "+I"), *(v[c] for c in columns))  # append: no op
+        for v in (json.loads(r.value) for r in records)
+    )
 
 
 def offsets_conf(checkpoint: Path) -> dict[str, str]:
@@ -111,10 +126,14 @@ def left_repartitioning(partitions: int) -> Callable[[Path], None]:
 
 
 def grow_and_shrink(
-    cluster: StandaloneCluster, env: dict[str, str], tmp_path: Path,
-    phases: list[Callable[[], None]], output: Callable[[], Counter], expected: list[Counter],
+    cluster: StandaloneCluster,
+    env: dict[str, str],
+    tmp_path: Path,
+    phases: list[Callable[[], None]],
+    output: Callable[[], Counter],
+    expected: list[Counter],
     interrupt: Callable[[Path], None],
-) -> str:  # fmt: skip
+) -> str:
     """Run a job over three phases of its input: on 2 state partitions and 2 executors (an
     available-now trigger: the run ends by itself), then grown to 4 (an executor SIGKILLed
     mid-run, then a graceful stop), then, after `interrupt` has left the checkpoint as a crash
@@ -122,8 +141,11 @@ def grow_and_shrink(
     change. Returns the logs of the three runs and the pages the second served."""
     logs = ""
     for n, (phase, partitions) in enumerate(zip(phases, (2, 4, 3), strict=True)):
-        run_env = {**env, "STATE_PARTITIONS": str(partitions),
-                   "SPARK_CONF_spark.cores.max": str(partitions)}  # fmt: skip
+        run_env = {
+            **env,
+            "STATE_PARTITIONS": str(partitions),
+            "SPARK_CONF_spark.cores.max": str(partitions),
+        }
         if n == 0:
             phase()  # there before it starts
             run_env["TRIGGER_INTERVAL"] = "available-now"
@@ -136,16 +158,21 @@ def grow_and_shrink(
             if n == 1:
                 wait_for(lambda: output() != expected[0], 300, "no output", service)
                 cluster.kill_executor()
-            wait_for(lambda: sum(output().values()) >= sum(expected[n].values()), 300,  # noqa: B023
-                     "the output never completed", service)  # fmt: skip
+            wait_for(
+                lambda: sum(output().values()) >= sum(expected[n].values()),  # noqa: B023
+                300,
+                "the output never completed",
+                service,
+            )
             if n == 1:  # what it serves, for the secrets check
                 logs += "".join(page(service, path) for path in ("/metrics", "/readyz", "/healthz"))
         finally:
             exit_code = service.terminate()
         assert exit_code == 0, service.log()[-3000:]
         assert output() == expected[n], service.log()[-3000:]
-        assert offsets_conf(Path(env["CHECKPOINT_LOCATION"]))["spark.sql.shuffle.partitions"] \
-            == str(partitions)  # fmt: skip
+        assert offsets_conf(Path(env["CHECKPOINT_LOCATION"]))[
+            "spark.sql.shuffle.partitions"
+        ] == str(partitions)
         logs += service.log()
         if n == 1:
             interrupt(Path(env["CHECKPOINT_LOCATION"]))
@@ -162,25 +189,41 @@ def test_a_regular_join_grows_to_4_partitions_and_shrinks_to_3_through_a_lost_ex
     exactly what the earlier ones joined."""
     orders, products, out = join_topics(kafka, partitions=4)
     env = scale_out_env(
-        cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        cluster,
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=products,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
         LEFT_SCHEMA="order_id STRING, product_id STRING",
-        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id",
+        RIGHT_FORMAT="debezium-json",
+        RIGHT_PRIMARY_KEY="product_id",
         RIGHT_SCHEMA="product_id STRING, name STRING",
-        JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
+        JOIN_ON="L.product_id = R.product_id",
+        JOIN_SELECT="L.order_id, R.name",
         KAFKA_SASL_PASSWORD=SASL_PASSWORD,
-    )  # fmt: skip
+    )
     product = {i: f"p{i % 20}" for i in range(300)}  # order i's product
 
     def send_orders(ids: range) -> None:
-        produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "product_id": product[i]})
-                                .encode() for i in ids], 4)  # fmt: skip
+        produce(
+            kafka,
+            orders,
+            [json.dumps({"order_id": f"o{i}", "product_id": product[i]}).encode() for i in ids],
+            4,
+        )
 
     def send_products(ids: range, op: str, version: int) -> None:
         rows = [{"product_id": f"p{i}", "name": f"p{i}@{version}"} for i in ids]
-        produce_events(kafka, products, [{"before": r if op == "d" else None,
-                                          "after": None if op == "d" else r, "op": op}
-                                         for r in rows], "product_id")  # fmt: skip
+        produce_events(
+            kafka,
+            products,
+            [
+                {"before": r if op == "d" else None, "after": None if op == "d" else r, "op": op}
+                for r in rows
+            ],
+            "product_id",
+        )
 
     # 1: products p0-p19 at version 1, orders o0-o99; 2: p0-p9 updated to version 2, then
     # orders o100-o199 of p10-p19; 3: p10-p19 deleted, orders o200-o299 of p0-p9 (each phase's
@@ -202,9 +245,14 @@ def test_a_regular_join_grows_to_4_partitions_and_shrinks_to_3_through_a_lost_ex
     third = second + Counter(("-D", f"o{i}", name[i]) for i in deleted)
     third += Counter(("+I", f"o{i}", f"{product[i]}@2") for i in range(200, 300))
     logs = grow_and_shrink(
-        cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
-        [first, second, third], left_repartitioning(3),
-    )  # fmt: skip
+        cluster,
+        env,
+        tmp_path,
+        phases,
+        lambda: committed(kafka, out, "order_id", "name"),
+        [first, second, third],
+        left_repartitioning(3),
+    )
     assert "finishing the state's repartitioning the last run began" in logs, logs[-3000:]
     assert_no_secret_in(logs, *everything_written(env, cluster))
     ran = cluster.executors_that_ran_tasks()
@@ -218,27 +266,47 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
     with a timer: those waiting at a stop join the versions that come after the rescale."""
     orders, products, out = join_topics(kafka, partitions=4)
     env = scale_out_env(
-        cluster, KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=products,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), OUTPUT_ENCODING="append",
-        JOIN_TYPE="temporal", JOIN_KIND="left",
-        LEFT_SCHEMA="order_id STRING, product_id STRING, ot TIMESTAMP(3)", LEFT_TIME="ot",
-        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="product_id", RIGHT_TIME="vt",
+        cluster,
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=products,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        OUTPUT_ENCODING="append",
+        JOIN_TYPE="temporal",
+        JOIN_KIND="left",
+        LEFT_SCHEMA="order_id STRING, product_id STRING, ot TIMESTAMP(3)",
+        LEFT_TIME="ot",
+        RIGHT_FORMAT="debezium-json",
+        RIGHT_PRIMARY_KEY="product_id",
+        RIGHT_TIME="vt",
         RIGHT_SCHEMA="product_id STRING, name STRING, vt TIMESTAMP(3)",
-        JOIN_ON="L.product_id = R.product_id", JOIN_SELECT="L.order_id, R.name",
-    )  # fmt: skip
+        JOIN_ON="L.product_id = R.product_id",
+        JOIN_SELECT="L.order_id, R.name",
+    )
 
     def at(minute: int) -> str:
         return f"2026-11-26 {minute // 60:02d}:{minute % 60:02d}:00.000"
 
     def send_orders(minutes: dict[int, int]) -> None:  # order id -> minute
-        produce(kafka, orders, [json.dumps({"order_id": f"o{i}", "product_id": f"p{i % 10}",
-                                            "ot": at(m)}).encode()
-                                for i, m in minutes.items()], 4)  # fmt: skip
+        produce(
+            kafka,
+            orders,
+            [
+                json.dumps({"order_id": f"o{i}", "product_id": f"p{i % 10}", "ot": at(m)}).encode()
+                for i, m in minutes.items()
+            ],
+            4,
+        )
 
     def send_versions(ids: range, hour: int) -> None:
         rows = [{"product_id": f"p{i}", "name": f"p{i}@{hour}", "vt": at(60 * hour)} for i in ids]
-        produce_events(kafka, products, [{"before": None, "after": r, "op": "c" if hour == 0
-                                          else "u"} for r in rows], "product_id")  # fmt: skip
+        produce_events(
+            kafka,
+            products,
+            [{"before": None, "after": r, "op": "c" if hour == 0 else "u"} for r in rows],
+            "product_id",
+        )
 
     minute = {i: i for i in range(50)}  # o0-o49 at 00:00-00:49
     minute |= {i: 40 + i for i in range(50, 70)}  # o50-o69 at 01:30-01:49
@@ -248,12 +316,17 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
     # 01:00). 2: versions at 02:00 (o50-o59 join), o60-o79 (o70-o79 wait). 3: versions at
     # 03:00 (o70-o79 join), o80-o89 and o99 (waits)
     phases = [
-        lambda: (send_versions(range(10), 0), send_versions(range(1), 1),
-                 send_orders({i: minute[i] for i in range(60)})),
+        lambda: (
+            send_versions(range(10), 0),
+            send_versions(range(1), 1),
+            send_orders({i: minute[i] for i in range(60)}),
+        ),
         lambda: (send_versions(range(10), 2), send_orders({i: minute[i] for i in range(60, 80)})),
-        lambda: (send_versions(range(10), 3),
-                 send_orders({i: minute[i] for i in [*range(80, 90), 99]})),
-    ]  # fmt: skip
+        lambda: (
+            send_versions(range(10), 3),
+            send_orders({i: minute[i] for i in [*range(80, 90), 99]}),
+        ),
+    ]
 
     versions = {k: [0, 60 * (k == 0), 120, 180] for k in range(10)}  # p0's at 01:00 too
 
@@ -265,9 +338,14 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
 
     expected = [joined(range(50)), joined(range(70)), joined(range(90))]
     logs = grow_and_shrink(
-        cluster, env, tmp_path, phases, lambda: committed(kafka, out, "order_id", "name"),
-        expected, left_repartitioning(3),
-    )  # fmt: skip
+        cluster,
+        env,
+        tmp_path,
+        phases,
+        lambda: committed(kafka, out, "order_id", "name"),
+        expected,
+        left_repartitioning(3),
+    )
     assert "finishing the state's repartitioning the last run began" in logs, logs[-3000:]
 
 
@@ -282,14 +360,22 @@ def test_a_wall_clock_job_rescaled_pads_what_waited_with_no_new_record(
     plans one at every start of a job on the wall clock."""
     orders, shipments, out = join_topics(kafka, partitions=2)
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders, RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
-        LEFT_SCHEMA="order_id STRING", RIGHT_SCHEMA="ship_id STRING, order_id STRING",
-        JOIN_TYPE="interval", JOIN_KIND="left", OUTPUT_ENCODING="append",
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="200ms",
+        LEFT_SCHEMA="order_id STRING",
+        RIGHT_SCHEMA="ship_id STRING, order_id STRING",
+        JOIN_TYPE="interval",
+        JOIN_KIND="left",
+        OUTPUT_ENCODING="append",
         JOIN_ON="L.order_id = R.order_id AND "
-                "L.proctime BETWEEN R.proctime - INTERVAL '40' SECOND AND R.proctime",
-        JOIN_SELECT="L.order_id, R.ship_id", STATE_PARTITIONS="2",
-    )  # fmt: skip
+        "L.proctime BETWEEN R.proctime - INTERVAL '40' SECOND AND R.proctime",
+        JOIN_SELECT="L.order_id, R.ship_id",
+        STATE_PARTITIONS="2",
+    )
     produce(kafka, orders, [json.dumps({"order_id": f"o{i}"}).encode() for i in range(20)], 2)
     service = Service(env, tmp_path / "service-2.log")
     try:
@@ -306,8 +392,12 @@ def test_a_wall_clock_job_rescaled_pads_what_waited_with_no_new_record(
     assert not committed(kafka, out, "order_id", "ship_id")  # none was due yet
     service = Service({**env, "STATE_PARTITIONS": "4"}, tmp_path / "service-4.log")
     try:
-        wait_for(lambda: sum(committed(kafka, out, "order_id", "ship_id").values()) >= 20,
-                 150, "the orders were not padded after the rescale", service)  # fmt: skip
+        wait_for(
+            lambda: sum(committed(kafka, out, "order_id", "ship_id").values()) >= 20,
+            150,
+            "the orders were not padded after the rescale",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     assert committed(kafka, out, "order_id", "ship_id") == Counter(

@@ -32,25 +32,39 @@ def test_a_query_plan_masks_every_secret_bearing_client_property(spark) -> None:
 
 
 def test_printed_configuration_masks_secrets_and_a_urls_user_info() -> None:
-    shown = shown_variables({
-        "KAFKA_SASL_PASSWORD": "hunter2", "KAFKA_sasl.jaas.config": "jaas-pw",
-        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "alice:wonderland",
-        "SCHEMA_REGISTRY_URL": "https://alice:wonderland@registry:8081/x",
-        "KAFKA_SSL_KEY_PEM": "MIIE", "LEFT_TOPIC": "orders", "HOME": "/root",
-    }, {"LEFT_TOPIC", "SCHEMA_REGISTRY_URL"})  # fmt: skip
+    shown = shown_variables(
+        {
+            "KAFKA_SASL_PASSWORD": "hunter2",
+            "KAFKA_sasl.jaas.config": "jaas-pw",
+            "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "alice:wonderland",
+            "SCHEMA_REGISTRY_URL": "https://alice:wonderland@registry:8081/x",
+            "KAFKA_SSL_KEY_PEM": "MIIE",
+            "LEFT_TOPIC": "orders",
+            "HOME": "/root",
+        },
+        {"LEFT_TOPIC", "SCHEMA_REGISTRY_URL"},
+    )
     assert shown == {
-        "KAFKA_SASL_PASSWORD": MASK, "KAFKA_SSL_KEY_PEM": MASK, "KAFKA_sasl.jaas.config": MASK,
-        "LEFT_TOPIC": "orders", "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": MASK,
+        "KAFKA_SASL_PASSWORD": MASK,
+        "KAFKA_SSL_KEY_PEM": MASK,
+        "KAFKA_sasl.jaas.config": MASK,
+        "LEFT_TOPIC": "orders",
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": MASK,
         "SCHEMA_REGISTRY_URL": f"https://{MASK}@registry:8081/x",
-    }  # fmt: skip
+    }
     assert without_user_info("http://registry:8081") == "http://registry:8081"
 
 
 def test_a_refused_value_is_quoted_without_the_secret_it_carries() -> None:
     """A registry URL with credentials that is refused is quoted without them."""
-    env = {"KAFKA_BOOTSTRAP_SERVERS": "b:9092", "LEFT_TOPIC": "l", "RIGHT_TOPIC": "r",
-           "OUTPUT_TOPIC": "o", "CHECKPOINT_LOCATION": "/tmp/ck",
-           "SCHEMA_REGISTRY_URL": "ftp://alice:wonderland@registry:8081"}  # fmt: skip
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": "b:9092",
+        "LEFT_TOPIC": "l",
+        "RIGHT_TOPIC": "r",
+        "OUTPUT_TOPIC": "o",
+        "CHECKPOINT_LOCATION": "/tmp/ck",
+        "SCHEMA_REGISTRY_URL": "ftp://alice:wonderland@registry:8081",
+    }
     with pytest.raises(ConfigError) as caught:
         load_config(env)
     assert str(caught.value).startswith("SCHEMA_REGISTRY_URL: expected an http(s):// URL")

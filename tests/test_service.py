@@ -47,10 +47,15 @@ def test_run_delivers_every_input_record_once_tagged_with_its_side_and_logs_json
     left, right, out = three_topics(kafka)
     produced = fill_inputs(kafka, left, right)
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), TRIGGER_INTERVAL="200ms",
-        JOIN_TYPE="forward", LOG_FORMAT="json",
-    )  # fmt: skip
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=left,
+        RIGHT_TOPIC=right,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"),
+        TRIGGER_INTERVAL="200ms",
+        JOIN_TYPE="forward",
+        LOG_FORMAT="json",
+    )
     service = Service(env, tmp_path / "service.log")
     try:
         records = read_topic(kafka, out, at_least=2 * PER_SIDE, timeout_s=240)
@@ -90,10 +95,16 @@ def test_at_least_once_sigkill_and_restart_lose_nothing_and_rewrite_only_uncommi
     produced = fill_inputs(kafka, left, right)
     checkpoint = tmp_path / "checkpoint"
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(checkpoint), TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="1500",
-        OUTPUT_DELIVERY="at-least-once", JOIN_TYPE="forward",
-    )  # fmt: skip
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=left,
+        RIGHT_TOPIC=right,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(checkpoint),
+        TRIGGER_INTERVAL="0",
+        MAX_RECORDS_PER_TRIGGER="1500",
+        OUTPUT_DELIVERY="at-least-once",
+        JOIN_TYPE="forward",
+    )
     first = Service(env, tmp_path / "first.log")
     wait_for(lambda: len(committed_ends(checkpoint)) == 2, 240, "no batch committed", first)
     first.kill()
@@ -106,8 +117,10 @@ def test_at_least_once_sigkill_and_restart_lose_nothing_and_rewrite_only_uncommi
     try:
         wait_for(
             lambda: len({r.value for r in read_topic(kafka, out)}) == len(produced),
-            240, "not every input record reached the output", second,
-        )  # fmt: skip
+            240,
+            "not every input record reached the output",
+            second,
+        )
         records = read_topic(kafka, out)
     finally:
         assert second.terminate() == 0, second.log()[-4000:]
@@ -139,9 +152,13 @@ def test_start_up_errors_are_one_line_naming_the_problem(
 ) -> None:
     left, right, out = three_topics(kafka)
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), JOIN_TYPE="forward",
-    )  # fmt: skip
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=left,
+        RIGHT_TOPIC=right,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"),
+        JOIN_TYPE="forward",
+    )
     result = run_to_exit({**env, **change})
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -169,17 +186,30 @@ def test_liveness_fails_while_a_micro_batch_runs_past_its_limit(kafka: str, tmp_
     left, right, out = three_topics(kafka)
     fill_inputs(kafka, left, right)
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right, OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"), JOIN_TYPE="forward",
-        READINESS_TIMEOUT="1s", TRIGGER_INTERVAL="200ms",
-    )  # fmt: skip
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=left,
+        RIGHT_TOPIC=right,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "checkpoint"),
+        JOIN_TYPE="forward",
+        READINESS_TIMEOUT="1s",
+        TRIGGER_INTERVAL="200ms",
+    )
     service = Service(env, tmp_path / "service.log")
     answers: list[tuple[int, str]] = []
     try:
-        wait_for(lambda: answers.append(health(service)) or answers[-1][0] == 503, 240,
-                 "/healthz never failed during the long first batch", service)  # fmt: skip
+        wait_for(
+            lambda: answers.append(health(service)) or answers[-1][0] == 503,
+            240,
+            "/healthz never failed during the long first batch",
+            service,
+        )
         assert answers[-1][1].startswith("not alive: no progress for "), answers[-1]
-        wait_for(lambda: health(service) == (200, "ok\n"), 240,
-                 "/healthz did not recover once batches ran in time", service)  # fmt: skip
+        wait_for(
+            lambda: health(service) == (200, "ok\n"),
+            240,
+            "/healthz did not recover once batches ran in time",
+            service,
+        )
     finally:
         assert service.terminate() == 0, service.log()[-3000:]

@@ -26,11 +26,16 @@ JOIN = {
     "JOIN_ON": "L.product_id = R.product_id",
 }
 INTERVAL = {
-    "JOIN_TYPE": "interval", "RIGHT_FORMAT": "json", "RIGHT_PRIMARY_KEY": "",
-    "LEFT_TIME": "order_time", "RIGHT_TIME": "updated", "JOIN_KIND": "inner",
+    "JOIN_TYPE": "interval",
+    "RIGHT_FORMAT": "json",
+    "RIGHT_PRIMARY_KEY": "",
+    "LEFT_TIME": "order_time",
+    "RIGHT_TIME": "updated",
+    "JOIN_KIND": "inner",
     "JOIN_ON": "L.product_id = R.product_id AND L.order_time BETWEEN R.updated - INTERVAL '1' "
-    "HOUR AND R.updated", "OUTPUT_ENCODING": "append",
-}  # fmt: skip
+    "HOUR AND R.updated",
+    "OUTPUT_ENCODING": "append",
+}
 
 
 @pytest.fixture
@@ -42,10 +47,18 @@ def topics(kafka: str) -> tuple[str, str, str]:
 
 def env_for(kafka: str, topics: tuple[str, str, str], checkpoint: Path, **changes: str) -> dict:
     left, right, out = topics
-    base = service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=left, RIGHT_TOPIC=right,
-                       OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(checkpoint), **JOIN)  # fmt: skip
-    merged = {**base, **{k.replace("{left}", left): v.replace("{left}", left)
-                         for k, v in changes.items()}}  # fmt: skip
+    base = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=left,
+        RIGHT_TOPIC=right,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(checkpoint),
+        **JOIN,
+    )
+    merged = {
+        **base,
+        **{k.replace("{left}", left): v.replace("{left}", left) for k, v in changes.items()},
+    }
     return {k: v for k, v in merged.items() if v != ""}
 
 
@@ -71,37 +84,58 @@ def assert_one_line(lines: list[str], start: str) -> None:
     ("changes", "start"),
     [
         # an epoch-millisecond BIGINT read as a time would put the bounds off by 1000x
-        ({**INTERVAL, "LEFT_TIME": "order_ms"},
-         "LEFT_TIME: expected a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column"),
+        (
+            {**INTERVAL, "LEFT_TIME": "order_ms"},
+            "LEFT_TIME: expected a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column",
+        ),
         ({**INTERVAL, "LEFT_TIME": "note"}, "LEFT_TIME: expected a TIMESTAMP(3)"),
-        ({"JOIN_ON": "L.qty = R.product_id"},
-         "JOIN_ON: expected a condition Flink accepts (L.qty = R.product_id compares L.qty (INT) "
-         "with R.product_id (STRING))"),
-        ({"JOIN_ON": "L.product_id = R.product_id AND L.qty = 'abc'"},
-         "JOIN_ON: expected a condition Flink accepts (L.qty = 'abc' compares"),
-        ({"JOIN_ON": "L.product_id"}, "JOIN_ON: expected a condition Flink accepts (L.product_id "
-         "(STRING) is not a condition"),
+        (
+            {"JOIN_ON": "L.qty = R.product_id"},
+            "JOIN_ON: expected a condition Flink accepts (L.qty = R.product_id compares L.qty "
+            "(INT) with R.product_id (STRING))",
+        ),
+        (
+            {"JOIN_ON": "L.product_id = R.product_id AND L.qty = 'abc'"},
+            "JOIN_ON: expected a condition Flink accepts (L.qty = 'abc' compares",
+        ),
+        (
+            {"JOIN_ON": "L.product_id"},
+            "JOIN_ON: expected a condition Flink accepts (L.product_id (STRING) is not a condition",
+        ),
         ({"JOIN_ON": "1"}, "JOIN_ON: expected a condition Flink accepts (the number 1 is not"),
-        ({"JOIN_ON": ""}, "JOIN_ON: expected a join condition over L and R like 'L.id = R.id' "
-         "(to forward both inputs unjoined, set JOIN_TYPE=forward)"),
+        (
+            {"JOIN_ON": ""},
+            "JOIN_ON: expected a join condition over L and R like 'L.id = R.id' "
+            "(to forward both inputs unjoined, set JOIN_TYPE=forward)",
+        ),
         ({"OUTPUT_TOPIC": "{left}"}, "OUTPUT_TOPIC: expected a topic other than the inputs'"),
         ({"DLQ_TOPIC": "{left}"}, "DLQ_TOPIC: expected a topic other than the inputs'"),
         ({"DLQ_TOPIC": "no-such-dlq"}, "DLQ_TOPIC: Kafka topic 'no-such-dlq' does not exist"),
-        ({"STARTING_OFFSETS": '{"elsewhere": {"0": 1}}'},
-         "STARTING_OFFSETS: expected offsets of the input topics"),
+        (
+            {"STARTING_OFFSETS": '{"elsewhere": {"0": 1}}'},
+            "STARTING_OFFSETS: expected offsets of the input topics",
+        ),
         ({"STATE_TTL": "3600"}, "STATE_TTL: expected a duration with its unit"),
         ({**INTERVAL, "STATE_TTL": "1h"}, "STATE_TTL: expected 0 or unset: a interval join's"),
-        ({"KAFKA_bootstrap.servers": "elsewhere:9092"},
-         "KAFKA_bootstrap.servers: expected a client property other than bootstrap.servers "
-         "(set KAFKA_BOOTSTRAP_SERVERS instead)"),
-        ({"JOIN_TPYE": "interval"}, "JOIN_TPYE: expected a variable streamjoin reads (did you "
-         "mean JOIN_TYPE?); streamjoin has no such variable"),
-        ({"LEFT_WATERMARK_DELAYS": "5s"}, "LEFT_WATERMARK_DELAYS: expected a variable streamjoin "
-         "reads (did you mean LEFT_WATERMARK_DELAY?)"),
+        (
+            {"KAFKA_bootstrap.servers": "elsewhere:9092"},
+            "KAFKA_bootstrap.servers: expected a client property other than bootstrap.servers "
+            "(set KAFKA_BOOTSTRAP_SERVERS instead)",
+        ),
+        (
+            {"JOIN_TPYE": "interval"},
+            "JOIN_TPYE: expected a variable streamjoin reads (did you "
+            "mean JOIN_TYPE?); streamjoin has no such variable",
+        ),
+        (
+            {"LEFT_WATERMARK_DELAYS": "5s"},
+            "LEFT_WATERMARK_DELAYS: expected a variable streamjoin "
+            "reads (did you mean LEFT_WATERMARK_DELAY?)",
+        ),
         ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL: expected one of DEBUG|INFO|WARNING|ERROR|CRITICAL"),
         ({"LOG_FORMAT": "xml"}, "LOG_FORMAT: expected one of text|json"),
     ],
-)  # fmt: skip
+)
 def test_what_was_silently_wrong_is_refused(
     kafka: str, topics, tmp_path: Path, changes: dict, start: str
 ) -> None:
@@ -116,12 +150,19 @@ def test_a_topic_the_sql_names_that_does_not_exist_is_told_at_its_line(
     output_topics(kafka, f"orders_enriched{suffix}")
     script = SCRIPT.format(suffix=suffix)  # its product_changelog topic is not created
     line = 1 + script[: script.index("CREATE TABLE product_changelog")].count("\n")
-    result = run_to_exit(service_env(KAFKA_BOOTSTRAP_SERVERS=kafka, STREAMJOIN_SQL=script,
-                                     CHECKPOINT_LOCATION=str(tmp_path / "ck")))  # fmt: skip
+    result = run_to_exit(
+        service_env(
+            KAFKA_BOOTSTRAP_SERVERS=kafka,
+            STREAMJOIN_SQL=script,
+            CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        )
+    )
     assert result.returncode == 2, result.stderr[-3000:]
-    assert_one_line(result.stderr.strip().splitlines(),
-                    f"STREAMJOIN_SQL line {line} (RIGHT_TOPIC): Kafka topic "
-                    f"'product_changelog{suffix}' does not exist")  # fmt: skip
+    assert_one_line(
+        result.stderr.strip().splitlines(),
+        f"STREAMJOIN_SQL line {line} (RIGHT_TOPIC): Kafka topic "
+        f"'product_changelog{suffix}' does not exist",
+    )
 
 
 def busy_port() -> socket.socket:
@@ -134,29 +175,51 @@ def busy_port() -> socket.socket:
 @pytest.mark.parametrize(
     ("changes", "start"),
     [
-        ({"JOIN_ON": ";"}, "JOIN_ON: expected a condition over L and R like 'L.id = R.id' "
-         "(one condition, not 0 statements)"),
-        ({"LEFT_SCHEMA": "order_id STRING); --"}, "LEFT_SCHEMA: expected a column list like "
-         "'id STRING, ts TIMESTAMP(3)' (one list of columns, nothing after it)"),
-        ({"JOIN_SELECT": "L.order_id, R.colour"}, "JOIN_SELECT: expected a select list over the "
-         "output's columns (select list: 'R.colour': no such column)"),
+        (
+            {"JOIN_ON": ";"},
+            "JOIN_ON: expected a condition over L and R like 'L.id = R.id' "
+            "(one condition, not 0 statements)",
+        ),
+        (
+            {"LEFT_SCHEMA": "order_id STRING); --"},
+            "LEFT_SCHEMA: expected a column list like "
+            "'id STRING, ts TIMESTAMP(3)' (one list of columns, nothing after it)",
+        ),
+        (
+            {"JOIN_SELECT": "L.order_id, R.colour"},
+            "JOIN_SELECT: expected a select list over the "
+            "output's columns (select list: 'R.colour': no such column)",
+        ),
         ({"OUTPUT_KEY": "order_id"}, "OUTPUT_KEY: expected columns of the output (L_order_id, "),
-        ({"RIGHT_FORMAT": "debezium-avro-confluent", "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"},
-         "SCHEMA_REGISTRY_URL: no schema registry answered"),
-        ({"LEFT_SCHEMA": "order_id STRING, product_id STRING, tags ROW<x INT>"},
-         "LEFT_SCHEMA: expected a column list like 'id STRING, ts TIMESTAMP(3)' (column tags: "
-         "unsupported type ROW<x INT>)"),
-        ({"CHECKPOINT_LOCATION": "/etc/hostname/checkpoint"},
-         "CHECKPOINT_LOCATION: /etc/hostname is a file, not a directory"),
+        (
+            {
+                "RIGHT_FORMAT": "debezium-avro-confluent",
+                "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1",
+            },
+            "SCHEMA_REGISTRY_URL: no schema registry answered",
+        ),
+        (
+            {"LEFT_SCHEMA": "order_id STRING, product_id STRING, tags ROW<x INT>"},
+            "LEFT_SCHEMA: expected a column list like 'id STRING, ts TIMESTAMP(3)' (column tags: "
+            "unsupported type ROW<x INT>)",
+        ),
+        (
+            {"CHECKPOINT_LOCATION": "/etc/hostname/checkpoint"},
+            "CHECKPOINT_LOCATION: /etc/hostname is a file, not a directory",
+        ),
         # root may write anywhere by its permission bits, yet not into /proc
-        ({"CHECKPOINT_LOCATION": "/proc/streamjoin-x"},
-         "CHECKPOINT_LOCATION: cannot write to /proc/streamjoin-x (No such file or directory)"),
-        ({"CHECKPOINT_LOCATION": "s3a://bucket/checkpoint"},
-         "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
-         "executors run elsewhere) or an hdfs:// URI; got s3a://…, whose Hadoop filesystem is "
-         "not installed"),
+        (
+            {"CHECKPOINT_LOCATION": "/proc/streamjoin-x"},
+            "CHECKPOINT_LOCATION: cannot write to /proc/streamjoin-x (No such file or directory)",
+        ),
+        (
+            {"CHECKPOINT_LOCATION": "s3a://bucket/checkpoint"},
+            "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
+            "executors run elsewhere) or an hdfs:// URI; got s3a://…, whose Hadoop filesystem is "
+            "not installed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_raised_a_traceback_is_one_line(
     kafka: str, topics, tmp_path: Path, changes: dict, start: str
 ) -> None:
@@ -168,9 +231,15 @@ def test_a_metrics_port_in_use_and_a_bad_registry_property_are_named(
     kafka: str, topics, tmp_path: Path
 ) -> None:
     with busy_port() as listener, SchemaRegistry() as registry:
-        lines = refused(kafka, topics, tmp_path, METRICS_PORT=str(listener.getsockname()[1]),
-                        RIGHT_FORMAT="debezium-avro-confluent", SCHEMA_REGISTRY_URL=registry.url,
-                        SCHEMA_REGISTRY_NOT_A_PROPERTY="1")  # fmt: skip
+        lines = refused(
+            kafka,
+            topics,
+            tmp_path,
+            METRICS_PORT=str(listener.getsockname()[1]),
+            RIGHT_FORMAT="debezium-avro-confluent",
+            SCHEMA_REGISTRY_URL=registry.url,
+            SCHEMA_REGISTRY_NOT_A_PROPERTY="1",
+        )
     assert len(lines) == 2, lines
     assert lines[0].startswith("streamjoin: METRICS_PORT: port ")
     assert "cannot be served" in lines[0]
@@ -182,9 +251,11 @@ def test_a_metrics_port_in_use_and_a_bad_registry_property_are_named(
 
 @pytest.mark.parametrize(
     ("key", "reason"),
-    [("spark.driver.memory", "Invalid maximum heap size: -Xmxlots"),  # the JVM's own words
-     ("spark.sql.shuffle.partitions", "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'lots'")],
-)  # fmt: skip
+    [
+        ("spark.driver.memory", "Invalid maximum heap size: -Xmxlots"),  # the JVM's own words
+        ("spark.sql.shuffle.partitions", "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'lots'"),
+    ],
+)
 def test_spark_refusing_its_configuration_is_one_line(
     kafka: str, topics, tmp_path: Path, key: str, reason: str
 ) -> None:
@@ -199,18 +270,27 @@ def test_spark_refusing_its_configuration_is_one_line(
 @pytest.mark.parametrize(
     ("changes", "start"),
     [
-        ({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
-         "KAFKA_BOOTSTRAP_SERVERS: cannot connect to 127.0.0.1:1 ("),
-        ({"KAFKA_BOOTSTRAP_SERVERS": "no-such-host.invalid:9092"},
-         "KAFKA_BOOTSTRAP_SERVERS: a host of no-such-host.invalid:9092 is not known to DNS"),
-        ({"KAFKA_SECURITY_PROTOCOL": "SSL"},
-         "KAFKA_SECURITY_PROTOCOL: no broker at 127.0.0.1:"),
-        ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
-          "KAFKA_SASL_USERNAME": "streamjoin", "KAFKA_SASL_PASSWORD": "hunter2-secret"},
-         "KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: the brokers at "),
+        (
+            {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+            "KAFKA_BOOTSTRAP_SERVERS: cannot connect to 127.0.0.1:1 (",
+        ),
+        (
+            {"KAFKA_BOOTSTRAP_SERVERS": "no-such-host.invalid:9092"},
+            "KAFKA_BOOTSTRAP_SERVERS: a host of no-such-host.invalid:9092 is not known to DNS",
+        ),
+        ({"KAFKA_SECURITY_PROTOCOL": "SSL"}, "KAFKA_SECURITY_PROTOCOL: no broker at 127.0.0.1:"),
+        (
+            {
+                "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "KAFKA_SASL_MECHANISM": "PLAIN",
+                "KAFKA_SASL_USERNAME": "streamjoin",
+                "KAFKA_SASL_PASSWORD": "hunter2-secret",
+            },
+            "KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: the brokers at ",
+        ),
         ({"KAFKA_NOT_A_PROPERTY": "1"}, "KAFKA_NOT_A_PROPERTY: not a usable Kafka client"),
     ],
-)  # fmt: skip
+)
 def test_a_broker_that_does_not_answer_is_told_apart(
     kafka: str, topics, tmp_path: Path, changes: dict, start: str
 ) -> None:
@@ -218,22 +298,39 @@ def test_a_broker_that_does_not_answer_is_told_apart(
 
 
 def test_every_mistake_is_reported_at_once(kafka: str, topics, tmp_path: Path) -> None:
-    lines = refused(kafka, topics, tmp_path, JOIN_KIND="sideways", STATE_TTL="5",
-                    OUTPUT_DELIVERY="twice", JOIN_TPYE="regular")  # fmt: skip
+    lines = refused(
+        kafka,
+        topics,
+        tmp_path,
+        JOIN_KIND="sideways",
+        STATE_TTL="5",
+        OUTPUT_DELIVERY="twice",
+        JOIN_TPYE="regular",
+    )
     assert sorted(line.split(":")[1].strip() for line in lines) == [
-        "JOIN_KIND", "JOIN_TPYE", "OUTPUT_DELIVERY", "STATE_TTL"
-    ]  # fmt: skip
+        "JOIN_KIND",
+        "JOIN_TPYE",
+        "OUTPUT_DELIVERY",
+        "STATE_TTL",
+    ]
 
 
 def test_check_runs_every_start_up_check_and_prints_the_plan_with_secrets_masked(
     kafka: str, topics, tmp_path: Path
 ) -> None:
-    env = env_for(kafka, topics, tmp_path / "checkpoint",
-                  JOIN_ON="L.product_id = R.product_id AND L.qty <= 3",
-                  KAFKA_SASL_PASSWORD="hunter2-secret", OUTPUT_ENCODING="upsert",
-                  OUTPUT_KEY="L_order_id", KAFKA_SECURITY_PROTOCOL="PLAINTEXT")  # fmt: skip
-    result = subprocess.run([*streamjoin_command(), "check"], env=env, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    env = env_for(
+        kafka,
+        topics,
+        tmp_path / "checkpoint",
+        JOIN_ON="L.product_id = R.product_id AND L.qty <= 3",
+        KAFKA_SASL_PASSWORD="hunter2-secret",
+        OUTPUT_ENCODING="upsert",
+        OUTPUT_KEY="L_order_id",
+        KAFKA_SECURITY_PROTOCOL="PLAINTEXT",
+    )
+    result = subprocess.run(
+        [*streamjoin_command(), "check"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "join: regular LEFT" in out
@@ -246,18 +343,25 @@ def test_check_runs_every_start_up_check_and_prints_the_plan_with_secrets_masked
     assert "KAFKA_SASL_PASSWORD=*********(redacted)" in out
     assert "hunter2" not in out + result.stderr
     assert not (tmp_path / "checkpoint").exists()
-    bad = subprocess.run([*streamjoin_command(), "check"], env={**env, "JOIN_ON": "L.x = R.y"},
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [*streamjoin_command(), "check"],
+        env={**env, "JOIN_ON": "L.x = R.y"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("streamjoin: JOIN_ON: ")
 
 
 def test_help_lists_the_commands_and_variables_and_version_prints() -> None:
-    help_text = subprocess.run([*streamjoin_command(), "--help"], capture_output=True,
-                               text=True, timeout=60).stdout  # fmt: skip
+    help_text = subprocess.run(
+        [*streamjoin_command(), "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
     for word in ("run", "check", "demo", "replay", "JOIN_ON", "OUTPUT_KEY", "KAFKA_<PROPERTY>"):
         assert word in help_text
-    version = subprocess.run([*streamjoin_command(), "--version"], capture_output=True,
-                             text=True, timeout=60).stdout  # fmt: skip
+    version = subprocess.run(
+        [*streamjoin_command(), "--version"], capture_output=True, text=True, timeout=60
+    ).stdout
     assert version.startswith("streamjoin ")
 
 

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from app.cli import main
-from ops.state_report import RowShape, key_text, table
+from app.state_report import RowShape, key_text, table
 from state.joins.interval_join import Bucket, KeyState, bucket_to_plain
 from state.joins.pages import PagedRows
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec, SideSpec, TemporalJoinSpec
@@ -28,13 +28,16 @@ PRICES = SideSpec(("product_id", "price", "ts"))  # no unique key: a multiset
 
 
 def held(operator, variable, name, value, now=0):
-    return [(h.side, h.key, h.count, h.oldest, h.rows)
-            for h in operator.inspect(variable, name, value, now)]  # fmt: skip
+    return [
+        (h.side, h.key, h.count, h.oldest, h.rows)
+        for h in operator.inspect(variable, name, value, now)
+    ]
 
 
 def test_a_regular_join_key_holds_each_sides_rows_and_a_paged_side_its_count() -> None:
-    operator = RegularJoinOperator(RegularJoinSpec("inner", "L.product_id = R.product_id",
-                                                   ORDERS, PRICES))  # fmt: skip
+    operator = RegularJoinOperator(
+        RegularJoinSpec("inner", "L.product_id = R.product_id", ORDERS, PRICES)
+    )
     orders = ("unique", (0,), {("o1",): [("o1", "p1", 5), 1, 0], ("o2",): [("o2", "p1", 6), 1, 0]})
     products = ("multiset", {("p1", 10, 4): [2, 0, 0]})
     entry = dump((None, (orders, products)))
@@ -61,8 +64,9 @@ def test_an_entry_whose_time_has_come_holds_nothing() -> None:
 
 
 def test_a_temporal_join_holds_versions_by_key_and_probe_rows_waiting_in_the_bucket() -> None:
-    operator = EventTimeTemporalJoinOperator(TemporalJoinSpec(
-        "left", "L.product_id = R.product_id", ORDERS, PRODUCTS, "ts"))  # fmt: skip
+    operator = EventTimeTemporalJoinOperator(
+        TemporalJoinSpec("left", "L.product_id = R.product_id", ORDERS, PRODUCTS, "ts")
+    )
     versions = {4: ("+I", ("p1", 10, 4)), 9: ("+U", ("p1", 12, 9))}
     entry = dump((None, (versions, 9, 9)))
     assert held(operator, "keys", dump_key(("p1",)), entry) == [
@@ -76,9 +80,16 @@ def test_a_temporal_join_holds_versions_by_key_and_probe_rows_waiting_in_the_buc
 
 
 def test_an_interval_join_bucket_holds_each_keys_cached_rows_by_time() -> None:
-    operator = IntervalJoinOperator(IntervalJoinSpec(
-        "inner", "L.product_id = R.product_id AND L.ts BETWEEN R.ts - INTERVAL '1' SECOND "
-        "AND R.ts", ORDERS, PRODUCTS, "ts", "ts"))  # fmt: skip
+    operator = IntervalJoinOperator(
+        IntervalJoinSpec(
+            "inner",
+            "L.product_id = R.product_id AND L.ts BETWEEN R.ts - INTERVAL '1' SECOND AND R.ts",
+            ORDERS,
+            PRODUCTS,
+            "ts",
+            "ts",
+        )
+    )
     state = KeyState(left={5: [[("o1", "p1", 5), False]], 2: [[("o2", "p1", 2), True]]})
     bucket = dump(bucket_to_plain(Bucket({("p1",): state})))
     assert held(operator, "bucket", None, bucket) == [
@@ -87,15 +98,23 @@ def test_an_interval_join_bucket_holds_each_keys_cached_rows_by_time() -> None:
 
 
 def test_rows_are_shown_by_column_and_keys_as_typed() -> None:
-    shape = RowShape.of(StructType([StructField("id", StringType()),
-                                    StructField("at", TimestampType())]))  # fmt: skip
+    shape = RowShape.of(
+        StructType([StructField("id", StringType()), StructField("at", TimestampType())])
+    )
     assert shape.show(("o1", 1_500_000)) == {"id": "o1", "at": "1970-01-01T00:00:01.500000+00:00"}
     assert key_text(("p1", 7, b"k")) == ["p1", "7", "k"]
 
 
 def test_the_report_as_text_names_each_operators_side_and_a_keys_rows() -> None:
-    side = {"id": 0, "operator": "join", "side": "left", "rows": 3, "keys": 2,
-            "oldest_event_time": 1_000, "largest_keys": [{"key": ["p1"], "rows": 2}]}  # fmt: skip
+    side = {
+        "id": 0,
+        "operator": "join",
+        "side": "left",
+        "rows": 3,
+        "keys": 2,
+        "oldest_event_time": 1_000,
+        "largest_keys": [{"key": ["p1"], "rows": 2}],
+    }
     result = {"checkpoint": "/ck", "batch": 4, "operators": [side]}
     assert table(result) == [
         "checkpoint /ck, batch 4",
@@ -112,11 +131,15 @@ def test_the_report_as_text_names_each_operators_side_and_a_keys_rows() -> None:
 def test_a_checkpoint_without_state_is_refused_in_one_line(
     tmp_path: Path, spark: SparkSession, capsys: pytest.CaptureFixture
 ) -> None:
-    env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LEFT_TOPIC": "orders",
-           "RIGHT_TOPIC": "products", "OUTPUT_TOPIC": "out",
-           "LEFT_SCHEMA": "order_id STRING, product_id STRING",
-           "RIGHT_SCHEMA": "product_id STRING, name STRING",
-           "JOIN_ON": "L.product_id = R.product_id"}  # fmt: skip
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+        "LEFT_TOPIC": "orders",
+        "RIGHT_TOPIC": "products",
+        "OUTPUT_TOPIC": "out",
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING",
+        "RIGHT_SCHEMA": "product_id STRING, name STRING",
+        "JOIN_ON": "L.product_id = R.product_id",
+    }
     (tmp_path / "ck").mkdir()
     with patch.dict(os.environ, env, clear=True):  # --checkpoint stands for CHECKPOINT_LOCATION
         assert main(["state", "--checkpoint", str(tmp_path / "ck")]) == 2

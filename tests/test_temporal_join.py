@@ -33,8 +33,11 @@ def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> N
     join.version(latest, "Euro", "+I", ("Euro", 114))
     join.version(latest, "US Dollar", "+I", ("US Dollar", 102))
     yen = []
-    for amount, currency, new_euro_rate in ((2, "Euro", None), (1, "US Dollar", None),
-                                            (2, "Euro", 116)):  # fmt: skip
+    for amount, currency, new_euro_rate in (
+        (2, "Euro", None),
+        (1, "US Dollar", None),
+        (2, "Euro", 116),
+    ):
         if new_euro_rate:  # 10:52: the rate changes, then the order comes
             join.version(latest, "Euro", "-U", ("Euro", 114))
             join.version(latest, "Euro", "+U", ("Euro", new_euro_rate))
@@ -49,11 +52,20 @@ def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> N
 
 
 RATES_HISTORY = [  # the seed's RatesHistory: an append-only history, primary key currency
-    (at(9), "US Dollar", 102), (at(9), "Euro", 114), (at(9), "Yen", 1),
-    (at(10, 45), "Euro", 116), (at(11, 15), "Euro", 119), (at(11, 49), "Pounds", 108),
-]  # fmt: skip
-ORDERS = [(at(10, 15), 2, "Euro"), (at(10, 30), 1, "US Dollar"), (at(10, 32), 50, "Yen"),
-          (at(10, 52), 3, "Euro"), (at(11, 4), 5, "US Dollar")]  # fmt: skip
+    (at(9), "US Dollar", 102),
+    (at(9), "Euro", 114),
+    (at(9), "Yen", 1),
+    (at(10, 45), "Euro", 116),
+    (at(11, 15), "Euro", 119),
+    (at(11, 49), "Pounds", 108),
+]
+ORDERS = [
+    (at(10, 15), 2, "Euro"),
+    (at(10, 30), 1, "US Dollar"),
+    (at(10, 32), 50, "Yen"),
+    (at(10, 52), 3, "Euro"),
+    (at(11, 4), 5, "US Dollar"),
+]
 
 
 def test_a_temporal_table_function_joins_the_rate_valid_at_the_orders_time() -> None:
@@ -68,8 +80,11 @@ def test_a_temporal_table_function_joins_the_rate_valid_at_the_orders_time() -> 
     assert yen == sorted([228, 102, 50, 348, 510])
     # each currency keeps only the last version at or before the watermark
     assert {k: len(s.versions) for k, s in bucket.keys.items()} == {
-        "US Dollar": 1, "Euro": 1, "Yen": 1, "Pounds": 1
-    }  # fmt: skip
+        "US Dollar": 1,
+        "Euro": 1,
+        "Yen": 1,
+        "Pounds": 1,
+    }
 
 
 def test_a_deleted_version_means_no_match_and_results_wait_for_the_watermark() -> None:
@@ -111,8 +126,9 @@ def test_an_update_before_does_not_end_a_version() -> None:
     join.probe(bucket, "Euro", 0, at(0, 1), ("o1",))
     join.probe(bucket, "Euro", 1, at(24, 4), ("o4",))
     assert triples(join.fire_due(bucket, at(48))) == [
-        ("+I", ("o1",), ("Euro", 114)), ("+I", ("o4",), ("Euro", 118))
-    ]  # fmt: skip
+        ("+I", ("o1",), ("Euro", 114)),
+        ("+I", ("o4",), ("Euro", 118)),
+    ]
 
 
 def test_a_changelog_probe_joins_each_change_as_of_its_time_with_its_kind() -> None:
@@ -153,8 +169,10 @@ def test_a_versioned_table_joins_as_it_does_behind_a_changelog_normalizer() -> N
             if roll < 0.45:
                 inputs = [("+U" if last else "+I", step, time, row)]
             elif roll < 0.6:
-                inputs = [("-U", step, last[1] if last else time, last[0] if last else row),
-                          ("+U", step, time, row)]  # fmt: skip
+                inputs = [
+                    ("-U", step, last[1] if last else time, last[0] if last else row),
+                    ("+U", step, time, row),
+                ]
             elif roll < 0.75:
                 inputs = [("-D", step, None, ("p1", None, None))]  # an upsert tombstone
             elif roll < 0.85:

@@ -27,9 +27,19 @@ def changes(*rows: tuple) -> pd.DataFrame:
         left = row if side == 0 else (None, None)
         right = row if side == 1 else (None, None)
         key = row[1] if side == 0 else row[0]  # the currency
-        records.append({"side": side, "op": op, "seq": seq, "ts": None, "k0": key,
-                        "L_amount": left[0], "L_currency": left[1],
-                        "R_currency": right[0], "R_rate": right[1]})  # fmt: skip
+        records.append(
+            {
+                "side": side,
+                "op": op,
+                "seq": seq,
+                "ts": None,
+                "k0": key,
+                "L_amount": left[0],
+                "L_currency": left[1],
+                "R_currency": right[0],
+                "R_rate": right[1],
+            }
+        )
     return pd.DataFrame(records)
 
 
@@ -50,9 +60,10 @@ def test_the_seeds_latest_rates_through_the_processing_time_processor() -> None:
     assert yen(first) == [228, 102]
     later = tester.testInPandas(
         0,
-        changes((1, "-U", 20, ("Euro", 114)), (1, "+U", 21, ("Euro", 116)),
-                (0, "+I", 22, (2, "Euro"))),
-    )  # fmt: skip
+        changes(
+            (1, "-U", 20, ("Euro", 114)), (1, "+U", 21, ("Euro", 116)), (0, "+I", 22, (2, "Euro"))
+        ),
+    )
     assert yen(later) == [232]
 
 
@@ -97,12 +108,15 @@ def test_after_another_join_rows_released_at_a_watermark_join_as_of_their_time()
     counted late. As the first join, the same rows came late: they wait for the next watermark."""
     spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
     kinds = {"L_amount": "integral", "R_rate": "integral"}
-    batch = pd.concat([
-        changes((1, "+I", 1, ("Euro", 114))).assign(ts=0),
-        changes((1, "+U", 2, ("Euro", 116))).assign(ts=600),
-        changes((0, "+I", 3, (2, "Euro"))).assign(ts=300),
-        changes((0, "+I", 4, (3, "Euro"))).assign(ts=700),
-    ], ignore_index=True)  # fmt: skip
+    batch = pd.concat(
+        [
+            changes((1, "+I", 1, ("Euro", 114))).assign(ts=0),
+            changes((1, "+U", 2, ("Euro", 116))).assign(ts=600),
+            changes((0, "+I", 3, (2, "Euro"))).assign(ts=300),
+            changes((0, "+I", 4, (3, "Euro"))).assign(ts=700),
+        ],
+        ignore_index=True,
+    )
     outputs = []
     for number in (2, 1):
         late = LateCounts()

@@ -41,24 +41,43 @@ def test_orders_from_cdc_join_the_rate_valid_at_their_time_as_flink_does(
     streams = case["streams"]
     closing = {"orders": [99, "ZZZ", "no1", 1], "rates": ["ZZZ", "no1", 1]}
     for name, topic in (("orders", orders_topic), ("rates", rates_topic)):
-        stream = {**streams[name], "rows": streams[name]["rows"] + [
-            {"op": "+I", "ts": LATER_MS, "v": closing[name]}]}  # fmt: skip
+        stream = {
+            **streams[name],
+            "rows": streams[name]["rows"] + [{"op": "+I", "ts": LATER_MS, "v": closing[name]}],
+        }
         source = stream_input("left", name, stream)
         produce(kafka, topic, [value for _key, value, _ts in stream_records(stream, source)])
     env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka, LEFT_TOPIC=orders_topic, RIGHT_TOPIC=rates_topic,
-        OUTPUT_TOPIC=out, CHECKPOINT_LOCATION=str(tmp_path / "ck"), TRIGGER_INTERVAL="200ms",
-        LEFT_FORMAT="debezium-json", LEFT_PRIMARY_KEY="order_id", LEFT_TIME="order_time",
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders_topic,
+        RIGHT_TOPIC=rates_topic,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="200ms",
+        LEFT_FORMAT="debezium-json",
+        LEFT_PRIMARY_KEY="order_id",
+        LEFT_TIME="order_time",
         LEFT_SCHEMA="order_id BIGINT, currency STRING, currency_no STRING, amount BIGINT, "
-                    "order_time TIMESTAMP(3)",
-        RIGHT_FORMAT="debezium-json", RIGHT_PRIMARY_KEY="currency", RIGHT_TIME="currency_time",
+        "order_time TIMESTAMP(3)",
+        RIGHT_FORMAT="debezium-json",
+        RIGHT_PRIMARY_KEY="currency",
+        RIGHT_TIME="currency_time",
         RIGHT_SCHEMA="currency STRING, currency_no STRING, rate BIGINT, currency_time TIMESTAMP(3)",
-        JOIN_TYPE="temporal", JOIN_KIND="left", JOIN_ON=case["join"]["on"],
-        JOIN_SELECT=case["join"]["select"], OUTPUT_ENCODING="retract",
-    )  # fmt: skip
+        JOIN_TYPE="temporal",
+        JOIN_KIND="left",
+        JOIN_ON=case["join"]["on"],
+        JOIN_SELECT=case["join"]["select"],
+        OUTPUT_ENCODING="retract",
+    )
     expected = flink_changes("flink_temporal.jsonl")[CASE]
-    closing_row = {"order_id": 99, "currency": "ZZZ", "amount": 1, "order_time": LATER_MS,
-                   "rate": 1, "currency_time": LATER_MS}  # fmt: skip
+    closing_row = {
+        "order_id": 99,
+        "currency": "ZZZ",
+        "amount": 1,
+        "order_time": LATER_MS,
+        "rate": 1,
+        "currency_time": LATER_MS,
+    }
     expected[("+I", json.dumps(closing_row))] += 1
 
     def output() -> Counter:
@@ -84,5 +103,11 @@ def test_orders_from_cdc_join_the_rate_valid_at_their_time_as_flink_does(
     assert held["left"]["rows"] == 0
     assert held["right"]["oldest_event_time"] == 1597449603000  # Yen's only version
     euro = state_report(env, capsys, spark, "--key", "Euro")
-    assert euro["right"]["held"] == [{"currency": "Euro", "currency_no": "no1", "rate": 118,
-                                      "currency_time": "2020-08-16T00:01:00+00:00"}]  # fmt: skip
+    assert euro["right"]["held"] == [
+        {
+            "currency": "Euro",
+            "currency_no": "no1",
+            "rate": 118,
+            "currency_time": "2020-08-16T00:01:00+00:00",
+        }
+    ]

@@ -76,12 +76,15 @@ def test_the_processor_applies_each_keys_changes_in_seq_order_and_keeps_its_rows
     )
     assert records(first) == [
         ("+I", b"o2", "o2", 5),
-        ("+I", b"o1", "o1", 1), ("-D", b"o1", "o1", 1), ("+I", b"o1", "o1", 2),
-    ]  # fmt: skip
+        ("+I", b"o1", "o1", 1),
+        ("-D", b"o1", "o1", 1),
+        ("+I", b"o1", "o1", 2),
+    ]
     entries = tester.peekMapState("keys", 0)
     assert {load(k[0]): load(v[0]) for k, v in entries.items()} == {
-        b"o1": (None, [("o1", 2)]), b"o2": (None, [("o2", 5)])  # no TTL: no expiry
-    }  # fmt: skip
+        b"o1": (None, [("o1", 2)]),
+        b"o2": (None, [("o2", 5)]),  # no TTL: no expiry
+    }
     # the next batch: o2 deleted (its entry goes), o1's row retracted by a late task's change
     second = tester.testInPandas(0, changes(("-D", 7, b"o2", "o2", 5), ("-U", 4, b"o1", "o1", 2)))
     assert records(second) == [("-D", b"o1", "o1", 2), ("-D", b"o2", "o2", 5)]

@@ -33,8 +33,11 @@ def test_workers_import_pyspark_from_the_installed_package_and_keep_other_paths(
     env = {**os.environ, "PYTHONPATH": python_path}
     found = subprocess.run(
         [worker_python(), "-c", "import pyspark; print(pyspark.__file__)"],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert found == pyspark.__file__
 
 
@@ -44,7 +47,7 @@ def _worker_facts(_: int) -> tuple[str, bool]:
     import sys
 
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    return parent, "app.run.lookup" in sys.modules
+    return parent, "app.run.lookups" in sys.modules
 
 
 def test_workers_are_forked_with_the_service_modules_already_imported(spark) -> None:

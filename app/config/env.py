@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from pyspark.sql.types import TimestampType
 
-from app.config.lookup import LookupConfig, read_lookup
+from app.config.lookup_table import LookupConfig, read_lookup
 from app.config.parsers import STARTING_MODES
 from app.config.redaction import shown_value
 from app.config.registry import LOG_LEVELS, LOOKUP, OWN_PREFIXES, VARIABLES
-from app.sql.ddl import Compiled, SqlError
-from app.sql.query import SQL_VARIABLES, compile_script
-from serdes.records.decode import METADATA_TYPES
+from app.config.sql.ddl import Compiled, SqlError
+from app.config.sql.query import SQL_VARIABLES, compile_script
+from serdes.kafka.decode import METADATA_TYPES
 from serdes.records.schema import Column, SchemaError
 from state.expr.condition import ConditionError
 
@@ -48,8 +48,9 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 class ConfigError(ValueError):
     """A variable that is missing or wrong: names it, says what was expected and what was seen."""
 
-    def __init__(self, variable: str, expected: str, got: str | None = None,
-                 seen: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, variable: str, expected: str, got: str | None = None, seen: str | None = None
+    ) -> None:
         """`seen` says what was found instead of quoting `got`; `got` is quoted as
         `app.config.redaction` shows it (a secret masked, a URL without its user info)."""
         seen = seen or ("it is not set" if got is None else f"got {shown_value(variable, got)!r}")
@@ -169,8 +170,10 @@ class Config:
         """The Spark properties the session is built with: SPARK_CONF_*, and STATE_PARTITIONS
         as the shuffle partitions (the partitions a new checkpoint's state takes)."""
         partitions = self.state_partitions
-        return {**self.spark_conf, **({} if partitions is None else
-                                      {SHUFFLE_PARTITIONS: str(partitions)})}  # fmt: skip
+        return {
+            **self.spark_conf,
+            **({} if partitions is None else {SHUFFLE_PARTITIONS: str(partitions)}),
+        }
 
     def inputs(self) -> tuple[InputConfig, ...]:
         """The Kafka inputs, in the order the query joins them (a lookup join's right is a
@@ -264,13 +267,15 @@ def _time(read: _Reader, prefix: str, schema: tuple[Column, ...] | None) -> str:
     if column is None:
         read.fail(ConfigError(name, expected, time))
     elif not isinstance(column.spark_type, TimestampType):
-        read.fail(ConfigError(
-            name,
-            f"a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column, as Flink's time attributes are ({time} "
-            f"is {column.declared}; a column of epoch milliseconds declared TIMESTAMP_LTZ(3) is "
-            f"read as Flink's TO_TIMESTAMP_LTZ({time}, 3) reads it)",
-            time,
-        ))  # fmt: skip
+        read.fail(
+            ConfigError(
+                name,
+                f"a TIMESTAMP(3) or TIMESTAMP_LTZ(3) column, as Flink's time attributes are "
+                f"({time} is {column.declared}; a column of epoch milliseconds declared "
+                f"TIMESTAMP_LTZ(3) is read as Flink's TO_TIMESTAMP_LTZ({time}, 3) reads it)",
+                time,
+            )
+        )
     return time
 
 
@@ -281,9 +286,11 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
     names = {c.name for c in schema or ()}
     primary_key = read.get(f"{prefix}_PRIMARY_KEY")
     if schema and primary_key and not set(primary_key) <= names:
-        read.fail(ConfigError(
-            f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
-        ))  # fmt: skip
+        read.fail(
+            ConfigError(
+                f"{prefix}_PRIMARY_KEY", f"columns of {prefix}_SCHEMA", ",".join(primary_key)
+            )
+        )
     metadata = _metadata(read, prefix, schema)
     return InputConfig(
         side=side,
@@ -297,8 +304,9 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
     )
 
 
-def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
-              ) -> tuple[tuple[str, str], ...]:  # fmt: skip
+def _metadata(
+    read: _Reader, prefix: str, schema: tuple[Column, ...] | None
+) -> tuple[tuple[str, str], ...]:
     """`<SIDE>_METADATA`: `column=key,…`, Flink's `column TYPE METADATA FROM 'key'`."""
     name, text = f"{prefix}_METADATA", read.raw(f"{prefix}_METADATA")
     if text is None or not read.good(f"{prefix}_SCHEMA"):
@@ -309,8 +317,14 @@ def _metadata(read: _Reader, prefix: str, schema: tuple[Column, ...] | None
         column, _, key = (part.strip() for part in pair.partition("="))
         want = METADATA_TYPES.get(key)
         if want is None or column not in declared:
-            read.fail(ConfigError(name, f"column=key pairs, the columns of {prefix}_SCHEMA, the "
-                                  "keys " + ", ".join(METADATA_TYPES), text))  # fmt: skip
+            read.fail(
+                ConfigError(
+                    name,
+                    f"column=key pairs, the columns of {prefix}_SCHEMA, the "
+                    "keys " + ", ".join(METADATA_TYPES),
+                    text,
+                )
+            )
             return ()
         if not declared[column].startswith(want):
             read.fail(ConfigError(name, f"{column} declared as {key} is ({want})", text))
@@ -356,10 +370,13 @@ def _spark_conf(read: _Reader) -> dict[str, str]:
             key = key.lower().replace("_", ".")
             key = _spark_keys().get(key, key)
         if not key.startswith("spark."):
-            read.fail(ConfigError(
-                name, "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
-                key,
-            ))  # fmt: skip
+            read.fail(
+                ConfigError(
+                    name,
+                    "a Spark property (SPARK_CONF_SPARK_EXECUTOR_MEMORY or SPARK_CONF_spark.x.y)",
+                    key,
+                )
+            )
             continue
         conf[key] = value
     return conf
@@ -372,8 +389,13 @@ def _unknown_variables(read: _Reader) -> None:
         if name.startswith(OWN_PREFIXES) and name not in VARIABLES:
             near = difflib.get_close_matches(name, sorted(VARIABLES), n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
-            read.fail(ConfigError(name, f"a variable streamjoin reads{hint}",
-                                  seen="streamjoin has no such variable"))  # fmt: skip
+            read.fail(
+                ConfigError(
+                    name,
+                    f"a variable streamjoin reads{hint}",
+                    seen="streamjoin has no such variable",
+                )
+            )
     level = read.raw("LOG_LEVEL", "INFO") or "INFO"
     if level.upper() not in LOG_LEVELS:
         read.fail(ConfigError("LOG_LEVEL", "one of " + "|".join(LOG_LEVELS), level))
@@ -382,14 +404,25 @@ def _unknown_variables(read: _Reader) -> None:
 
 def _starting_topics(read: _Reader, offsets: str | None, inputs: set[str]) -> None:
     if offsets is not None and "group-offsets" in offsets and not read.get("KAFKA_GROUP_ID"):
-        read.fail(ConfigError("STARTING_OFFSETS", "group-offsets with KAFKA_GROUP_ID set (the "
-                              "consumer group whose offsets to start from)", offsets))  # fmt: skip
+        read.fail(
+            ConfigError(
+                "STARTING_OFFSETS",
+                "group-offsets with KAFKA_GROUP_ID set (the "
+                "consumer group whose offsets to start from)",
+                offsets,
+            )
+        )
     if offsets is None or offsets in STARTING_MODES:
         return
     stray = sorted(set(json.loads(offsets)) - inputs)
     if stray:
-        read.fail(ConfigError("STARTING_OFFSETS", "offsets of the input topics ("
-                              + ", ".join(sorted(inputs)) + ")", offsets))  # fmt: skip
+        read.fail(
+            ConfigError(
+                "STARTING_OFFSETS",
+                "offsets of the input topics (" + ", ".join(sorted(inputs)) + ")",
+                offsets,
+            )
+        )
 
 
 def _one_partition_count(read: _Reader, spark_conf: dict[str, str]) -> None:
@@ -408,34 +441,46 @@ def _one_partition_count(read: _Reader, spark_conf: dict[str, str]) -> None:
 
 def _distinct_topics(read: _Reader, inputs: set[str], output: OutputConfig) -> None:
     """An output topic that is also an input feeds the service its own output: a loop."""
-    for name, topic in (("OUTPUT_TOPIC", output.topic), ("DLQ_TOPIC", output.dlq_topic),
-                        ("OUTPUT_MARKER_TOPIC", output.marker_topic)):  # fmt: skip
+    for name, topic in (
+        ("OUTPUT_TOPIC", output.topic),
+        ("DLQ_TOPIC", output.dlq_topic),
+        ("OUTPUT_MARKER_TOPIC", output.marker_topic),
+    ):
         if topic and topic in inputs:
-            read.fail(ConfigError(name, "a topic other than the inputs' (LEFT_TOPIC, "
-                                  "RIGHT_TOPIC): the service would read its own output",
-                                  topic))  # fmt: skip
+            read.fail(
+                ConfigError(
+                    name,
+                    "a topic other than the inputs' (LEFT_TOPIC, "
+                    "RIGHT_TOPIC): the service would read its own output",
+                    topic,
+                )
+            )
 
 
 def with_sql(env: Mapping[str, str]) -> Mapping[str, str]:
-    """The variables with those of `STREAMJOIN_SQL` / `STREAMJOIN_SQL_FILE` (`app.sql.query`);
-    a variable that says otherwise than the SQL is an error naming both."""
+    """The variables with those of `STREAMJOIN_SQL` / `STREAMJOIN_SQL_FILE`
+    (`app.config.sql.query`); a variable that says otherwise than the SQL is an error naming
+    both."""
     return _compiled_sql(env)[0]
 
 
-def _compiled_sql(env: Mapping[str, str]
-                  ) -> tuple[Mapping[str, str], Compiled, str]:  # fmt: skip
+def _compiled_sql(env: Mapping[str, str]) -> tuple[Mapping[str, str], Compiled, str]:
     """`with_sql`'s variables, the compiled SQL (an empty one without SQL), and the variable
     that holds the SQL."""
     given = [name for name in SQL_VARIABLES if (env.get(name) or "").strip()]
     blank = [name for name in SQL_VARIABLES if name in env and name not in given]
     if blank:  # set from a file that was not there, say: not the same as unset
-        raise ConfigError(blank[0], "Flink SQL (or unset, to configure the job by variables)",
-                          seen="it is empty")  # fmt: skip
+        raise ConfigError(
+            blank[0], "Flink SQL (or unset, to configure the job by variables)", seen="it is empty"
+        )
     if not given:
         return env, Compiled(), ""
     if len(given) == 2:
-        raise ConfigError("STREAMJOIN_SQL_FILE", "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
-                          seen="both are set")  # fmt: skip
+        raise ConfigError(
+            "STREAMJOIN_SQL_FILE",
+            "either STREAMJOIN_SQL or STREAMJOIN_SQL_FILE",
+            seen="both are set",
+        )
     variable = given[0]
     text = env[variable]
     if variable == "STREAMJOIN_SQL_FILE":
@@ -443,12 +488,16 @@ def _compiled_sql(env: Mapping[str, str]
             with open(env[variable].strip(), encoding="utf-8") as script:
                 text = script.read()
         except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(variable, "a readable file of Flink SQL", env[variable],
-                              seen=f"cannot read {env[variable].strip()!r} ({type(err).__name__})"
-                              ) from None  # fmt: skip
+            raise ConfigError(
+                variable,
+                "a readable file of Flink SQL",
+                env[variable],
+                seen=f"cannot read {env[variable].strip()!r} ({type(err).__name__})",
+            ) from None
         if not text.strip():
-            raise ConfigError(variable, "a readable file of Flink SQL",
-                              seen=f"{env[variable].strip()!r} is empty")  # fmt: skip
+            raise ConfigError(
+                variable, "a readable file of Flink SQL", seen=f"{env[variable].strip()!r} is empty"
+            )
     try:
         compiled = compile_script(text)
     except SqlError as err:
@@ -470,8 +519,9 @@ def _origin(compiled: Compiled, variable: str) -> dict[str, str]:
     return {name: f"{variable} line {line} ({name})" for name, line in compiled.lines.items()}
 
 
-def _chained_joins(chain: list[Compiled], variable: str, lookups: Mapping[str, str]
-                   ) -> tuple[tuple[ChainedJoin, ...], list[ConfigError]]:  # fmt: skip
+def _chained_joins(
+    chain: list[Compiled], variable: str, lookups: Mapping[str, str]
+) -> tuple[tuple[ChainedJoin, ...], list[ConfigError]]:
     """The joins after the first, read from their own variables as the first join's right
     input and join are (the job's retention and buckets are the first join's:
     `app.plan.planner.join_stages`); a lookup join's table options over `lookups`, the
@@ -479,14 +529,15 @@ def _chained_joins(chain: list[Compiled], variable: str, lookups: Mapping[str, s
     joins, errors = [], []
     for number, own in enumerate(chain, start=3):
         origin = _origin(own, variable)
-        read = _Reader({**lookups, **own.variables} if "LOOKUP_URL" in own.variables
-                       else own.variables)  # fmt: skip
-        join = JoinConfig(read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"),
-                          None, 0)  # fmt: skip
+        read = _Reader(
+            {**lookups, **own.variables} if "LOOKUP_URL" in own.variables else own.variables
+        )
+        join = JoinConfig(
+            read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"), None, 0
+        )
         source = replace(_input(read, "right", topic=join.type != LOOKUP), side=f"input{number}")
         lookup = read_lookup(read) if join.type == LOOKUP else None
-        joins.append(ChainedJoin(source, join, origin, read.raw("LEFT_TIME") or "proctime",
-                                 lookup))  # fmt: skip
+        joins.append(ChainedJoin(source, join, origin, read.raw("LEFT_TIME") or "proctime", lookup))
         errors += [traced(error, origin) for error in read.errors.values()]
     return tuple(joins), errors
 
@@ -527,9 +578,11 @@ def load_config(env: Mapping[str, str]) -> Config:
         key=output_key or (),
         delivery=read.get("OUTPUT_DELIVERY"),
         marker_topic=read.get("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers") or "",
-        transactional_id=read.get("OUTPUT_TRANSACTIONAL_ID",
-                                  f"streamjoin-{output_topic}-{query_id}") or "",
-    )  # fmt: skip
+        transactional_id=read.get(
+            "OUTPUT_TRANSACTIONAL_ID", f"streamjoin-{output_topic}-{query_id}"
+        )
+        or "",
+    )
     chained, chain_errors = _chained_joins(compiled.chain, sql_variable, lookups)
     topics = {left.topic, right.topic, *(c.input.topic for c in chained)} - {""}
     _distinct_topics(read, topics, output)
@@ -573,6 +626,6 @@ def load_config(env: Mapping[str, str]) -> Config:
         sql_origin=origin,
         chain=chained,
         multi_way=compiled.multi_way and f"{sql_variable} {compiled.multi_way}",
-    )  # fmt: skip
+    )
     raise_all([traced(error, origin) for error in read.errors.values()] + chain_errors)
     return config

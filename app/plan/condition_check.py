@@ -71,8 +71,10 @@ def function_problem(tree: exp.Expression, columns: Columns) -> str | None:
         for argument in arguments if function.all_args else arguments[:1]:
             found = None if argument is None else _operand(argument, columns)
             if found is not None and found[0] != function.takes:
-                return (f"{node.sql()} applies {function.name} to {found[1]}: it takes a "
-                        f"{function.takes}")  # fmt: skip
+                return (
+                    f"{node.sql()} applies {function.name} to {found[1]}: it takes a "
+                    f"{function.takes}"
+                )
     return None
 
 

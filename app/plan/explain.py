@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.config.env import Config, InputConfig, JoinConfig, with_sql
-from app.config.lookup import LookupConfig
+from app.config.lookup_table import LookupConfig
 from app.config.redaction import shown_variables, without_user_info
 from app.config.registry import FORWARD, INSERT_ONLY_FORMATS, VARIABLES
+from app.config.sql.query import SQL_TEXT
 from app.plan.planner import (
+    join_label,
     join_spec,
     join_stages,
     multi_way_refused,
@@ -22,11 +24,9 @@ from app.plan.planner import (
     produces_updates,
     upsert_materialized,
 )
-from app.run.joins import join_label
-from app.run.lookup import shuffled, table_lookup
-from app.sql.query import SQL_TEXT
+from app.plan.table_lookup import shuffled, table_lookup
 from state.changes import RowKind
-from state.joins.lookup import LookupJoinSpec
+from state.joins.lookup_join import LookupJoinSpec
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec
 
 AUTO_BUCKETS = "the checkpoint's, or 16 per state partition for a new one"
@@ -118,7 +118,7 @@ def _lookup(config: Config, number: int | None) -> list[str]:
         f"  evaluated after the lookup: {after.sql() if after is not None else 'none'}",
         f"  {kept}",
         "  input partitioned by the join key: " + ("yes" if shuffled(config) else "no"),
-    ]  # fmt: skip
+    ]
 
 
 # A join with no equality between its inputs: Spark partitions state by key, and every row has
@@ -134,8 +134,9 @@ def _head(number: int | None) -> str:
     then said with what it joins: the first two inputs, or the result so far."""
     if number is None:
         return "join:"
-    left, right = ("left", "right") if number == 1 else (join_label(number - 1),
-                                                         f"input{number + 1}")  # fmt: skip
+    left, right = (
+        ("left", "right") if number == 1 else (join_label(number - 1), f"input{number + 1}")
+    )
     return f"{join_label(number)} ({left} with {right}):"
 
 
@@ -161,20 +162,27 @@ def _multi_way(config: Config) -> list[str]:
     assert spec is not None
     stages = join_stages(config)
     labels = [source.side for source in config.inputs()]
-    lines = [f"join: multi-way, one operator over {', '.join(labels)} ({config.multi_way}): "
-             "only the inputs' rows are kept, no join's result"]  # fmt: skip
+    lines = [
+        f"join: multi-way, one operator over {', '.join(labels)} ({config.multi_way}): "
+        "only the inputs' rows are kept, no join's result"
+    ]
     for number, stage in enumerate(stages, start=1):
-        lines.append(f"  {join_label(number)}: {stage.join.kind.upper()} with "
-                     f"{labels[number]} ON {stage.join.on}")  # fmt: skip
-    lines.append("  shared join key: " + " = ".join(
-        f"{label}.{key}" for label, key in zip(labels, spec.keys, strict=True)
-    ))  # fmt: skip
+        lines.append(
+            f"  {join_label(number)}: {stage.join.kind.upper()} with "
+            f"{labels[number]} ON {stage.join.on}"
+        )
+    lines.append(
+        "  shared join key: "
+        + " = ".join(f"{label}.{key}" for label, key in zip(labels, spec.keys, strict=True))
+    )
     for label, side, key in zip(labels, spec.inputs, spec.keys, strict=True):
         layout = (
-            "one row" if side.unique_key and set(side.unique_key) <= {key}
-            else f"rows by unique key ({','.join(side.unique_key)})" if side.unique_key
+            "one row"
+            if side.unique_key and set(side.unique_key) <= {key}
+            else f"rows by unique key ({','.join(side.unique_key)})"
+            if side.unique_key
             else "a multiset of rows"
-        )  # fmt: skip
+        )
         lines.append(f"  {label} state: {layout} per key")
     lines.append(f"  state buckets: {config.join.state_buckets or AUTO_BUCKETS}")
     return lines
@@ -189,8 +197,10 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             return _input(source, join)
         return f"table {lookup.table} (PostgreSQL, {without_user_info(lookup.url)})"
 
-    lines = [f"left:  {_input(config.left, join)}",
-             f"right: {table(config.right, join, config.lookup)}"]  # fmt: skip
+    lines = [
+        f"left:  {_input(config.left, join)}",
+        f"right: {table(config.right, join, config.lookup)}",
+    ]
     lines += [f"{c.input.side}: {table(c.input, c.join, c.lookup)}" for c in config.chain]
     if join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
@@ -204,14 +214,18 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
         if config.multi_way:
             lines.append(f"  note: {multi_way_refused(config)}")
     if join.type == FORWARD:
-        lines.append(f"output: {output.topic}: every input record unchanged, with a "
-                     f"streamjoin.side header; delivery {output.delivery}")  # fmt: skip
+        lines.append(
+            f"output: {output.topic}: every input record unchanged, with a "
+            f"streamjoin.side header; delivery {output.delivery}"
+        )
     else:
         changes = " ".join(RowKind.ALL) if produces_updates(config) else RowKind.INSERT
         key = ",".join(output.key) or "the join key"
         encoded = f"{output.encoding}: {ENCODED[output.encoding]}"
-        lines.append(f"output: {output.topic}, {output.format}, changelog {changes}, "
-                     f"{encoded}; record key {key}")  # fmt: skip
+        lines.append(
+            f"output: {output.topic}, {output.format}, changelog {changes}, "
+            f"{encoded}; record key {key}"
+        )
         if upsert_materialized(config):
             lines.append("  upsert materializer: on (OUTPUT_KEY does not hold the join key)")
         lines.append(f"  dead letters: {output.dlq_topic}; delivery {output.delivery}")

@@ -19,21 +19,21 @@ from app.config.registry import (
     LOOKUP,
 )
 from app.plan.condition_check import Columns, condition_problem, function_problem
-from app.run.projection import parse_select, select_expressions, selected_columns
+from app.plan.projection import parse_select, select_expressions, selected_columns
 from serdes.records.schema import Column
+from state.columns import chained_names, side_column
 from state.expr.condition import ConditionError, parse_condition
-from state.joins.lookup import LookupJoinSpec
+from state.joins.lookup_join import LookupJoinSpec
 from state.joins.specs import (
     PROCTIME,
     IntervalJoinSpec,
+    JoinSpec,
     MultiJoinSpec,
     RegularJoinSpec,
     SideSpec,
     TemporalJoinSpec,
 )
-from state.spark.columns import chained_names, side_column
 
-JoinSpec = RegularJoinSpec | IntervalJoinSpec | TemporalJoinSpec | LookupJoinSpec
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 
 OUTER_KINDS = ("inner", "left", "right", "full")
@@ -46,22 +46,45 @@ def join_spec(config: Config) -> JoinSpec:
     if config.join.type == LOOKUP:
         return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
     if config.join.type == "interval":
-        return IntervalJoinSpec(config.join.kind, config.join.on or "", left, right,
-                                config.left.time, config.right.time,
-                                config.join.state_buckets)  # fmt: skip
+        return IntervalJoinSpec(
+            config.join.kind,
+            config.join.on or "",
+            left,
+            right,
+            config.left.time,
+            config.right.time,
+            config.join.state_buckets,
+        )
     if config.join.type in TEMPORAL_TYPES:
         probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
-        return TemporalJoinSpec(config.join.kind, config.join.on or "", left, right, probe_time,
-                                config.join.state_buckets,
-                                config.join.versions_normalized)  # fmt: skip
-    return RegularJoinSpec(config.join.kind, config.join.on or "", left, right,
-                           config.join.state_ttl_ms, config.join.state_buckets)  # fmt: skip
+        return TemporalJoinSpec(
+            config.join.kind,
+            config.join.on or "",
+            left,
+            right,
+            probe_time,
+            config.join.state_buckets,
+            config.join.versions_normalized,
+        )
+    return RegularJoinSpec(
+        config.join.kind,
+        config.join.on or "",
+        left,
+        right,
+        config.join.state_ttl_ms,
+        config.join.state_buckets,
+    )
 
 
 # The format of a chain's result so far, as the next join takes it: a changelog whose rows have
 # no declared key, kept as a multiset by the next join (Flink derives a unique key where it can;
 # the results are the same)
 JOINED = "joined"
+
+
+def join_label(number: int) -> str:
+    """How metrics and `streamjoin state` name the `number`-th join of a job (from 1)."""
+    return "join" if number == 1 else f"join{number}"
 
 
 def join_stages(config: Config) -> list[Config]:
@@ -86,18 +109,32 @@ def join_stages(config: Config) -> list[Config]:
     ]
     for number, chained in enumerate(config.chain, start=2):
         before = stages[-1]
-        left = InputConfig("left", "", JOINED if produces_updates(before) else "json",
-                           _result_columns(before, number), (), chained.left_time,
-                           0)  # fmt: skip
+        left = InputConfig(
+            "left",
+            "",
+            JOINED if produces_updates(before) else "json",
+            _result_columns(before, number),
+            (),
+            chained.left_time,
+            0,
+        )
         join = replace(
             chained.join,
             state_ttl_ms=retention(chained.join),
             state_buckets=first.state_buckets,
             spread_buckets=first.spread_buckets,
         )  # the job's, resolved at its start
-        stages.append(replace(config, left=left, right=replace(chained.input, side="right"),
-                              join=join, chain=(), lookup=chained.lookup,
-                              sql_origin=chained.origin))  # fmt: skip
+        stages.append(
+            replace(
+                config,
+                left=left,
+                right=replace(chained.input, side="right"),
+                join=join,
+                chain=(),
+                lookup=chained.lookup,
+                sql_origin=chained.origin,
+            )
+        )
     stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
     return stages
 
@@ -136,15 +173,22 @@ class QueryPlan:
 def query_plan(config: Config) -> QueryPlan:
     """The plan of a joining configuration (not `JOIN_TYPE=forward`)."""
     stages = tuple(join_stages(config))
-    return QueryPlan(config, stages, tuple(map(join_spec, stages)), multi_way_spec(config),
-                     upsert_materialized(config))  # fmt: skip
+    return QueryPlan(
+        config,
+        stages,
+        tuple(map(join_spec, stages)),
+        multi_way_spec(config),
+        upsert_materialized(config),
+    )
 
 
 def multi_way_refused(config: Config) -> str:
     """Why the multi-way join the SQL asks for does not run."""
-    return (f"{config.multi_way}: the joins run as a chain of joins of two: a multi-way join "
-            "takes INNER and LEFT regular joins whose inputs all share one join key (Flink's "
-            "too)")  # fmt: skip
+    return (
+        f"{config.multi_way}: the joins run as a chain of joins of two: a multi-way join "
+        "takes INNER and LEFT regular joins whose inputs all share one join key (Flink's "
+        "too)"
+    )
 
 
 def _result_columns(stage: Config, number: int) -> tuple[Column, ...]:
@@ -243,13 +287,18 @@ def _keyed_by_a_fixed_row(config: Config, spec: JoinSpec, held: set[str | None])
 def _interval_errors(config: Config) -> Iterator[ConfigError]:
     """An interval join takes insert-only inputs and one notion of time for both."""
     if config.join.kind not in OUTER_KINDS:
-        yield ConfigError("JOIN_KIND", "inner|left|right|full for an interval join",
-                          config.join.kind)  # fmt: skip
+        yield ConfigError(
+            "JOIN_KIND", "inner|left|right|full for an interval join", config.join.kind
+        )
     for source in (config.left, config.right):
         if source.format == JOINED:
-            yield ConfigError("LEFT_FORMAT", "an insert-only left: an interval join cannot take "
-                              "the updates and deletes of the changelog the joins before it "
-                              "give (as Flink)", "a changelog")  # fmt: skip
+            yield ConfigError(
+                "LEFT_FORMAT",
+                "an insert-only left: an interval join cannot take "
+                "the updates and deletes of the changelog the joins before it "
+                "give (as Flink)",
+                "a changelog",
+            )
         elif source.format not in INSERT_ONLY_FORMATS:
             yield ConfigError(
                 f"{source.side.upper()}_FORMAT",
@@ -259,9 +308,12 @@ def _interval_errors(config: Config) -> Iterator[ConfigError]:
             )
     if (config.left.time == PROCTIME) != (config.right.time == PROCTIME):
         same = "proctime" if config.left.time == PROCTIME else "an event time"
-        yield ConfigError("RIGHT_TIME", f"{same} like LEFT_TIME: an interval join runs in "
-                          "event time or in processing time, on both sides",
-                          config.right.time)  # fmt: skip
+        yield ConfigError(
+            "RIGHT_TIME",
+            f"{same} like LEFT_TIME: an interval join runs in "
+            "event time or in processing time, on both sides",
+            config.right.time,
+        )
 
 
 def _temporal_errors(config: Config) -> Iterator[ConfigError]:
@@ -272,24 +324,38 @@ def _temporal_errors(config: Config) -> Iterator[ConfigError]:
     if config.join.kind not in ("inner", "left"):
         yield ConfigError("JOIN_KIND", "inner|left for a temporal join", config.join.kind)
     if not right.primary_key:
-        yield ConfigError("RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join "
-                          "looks up versions of")  # fmt: skip
+        yield ConfigError(
+            "RIGHT_PRIMARY_KEY", f"the primary key of the table a {kind} join looks up versions of"
+        )
     if kind == "temporal" and right.format not in CHANGELOG_FORMATS:
-        yield ConfigError("RIGHT_FORMAT", "a changelog format (" + "|".join(CHANGELOG_FORMATS)
-                          + ") for the versioned table; an append-only history is "
-                          "JOIN_TYPE=temporal-function", right.format)  # fmt: skip
+        yield ConfigError(
+            "RIGHT_FORMAT",
+            "a changelog format ("
+            + "|".join(CHANGELOG_FORMATS)
+            + ") for the versioned table; an append-only history is "
+            "JOIN_TYPE=temporal-function",
+            right.format,
+        )
     if kind == "temporal-function" and right.format not in INSERT_ONLY_FORMATS:
-        yield ConfigError("RIGHT_FORMAT", "an append-only format (" + "|".join(INSERT_ONLY_FORMATS)
-                          + ") for a temporal table function's history",
-                          right.format)  # fmt: skip
+        yield ConfigError(
+            "RIGHT_FORMAT",
+            "an append-only format ("
+            + "|".join(INSERT_ONLY_FORMATS)
+            + ") for a temporal table function's history",
+            right.format,
+        )
     event_time = kind == "temporal" or (
         kind == "temporal-function" and config.left.time != PROCTIME
     )
     for source in (config.left, right) if event_time else ():
         if source.time == PROCTIME:
-            yield ConfigError(f"{source.side.upper()}_TIME", f"an event time (a column, "
-                              f"kafka_timestamp or source_ts_ms) for a {kind} join as of the "
-                              "probe row's event time", source.time)  # fmt: skip
+            yield ConfigError(
+                f"{source.side.upper()}_TIME",
+                f"an event time (a column, "
+                f"kafka_timestamp or source_ts_ms) for a {kind} join as of the "
+                "probe row's event time",
+                source.time,
+            )
 
 
 def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
@@ -297,36 +363,54 @@ def _input_errors(config: Config, source: InputConfig) -> Iterator[ConfigError]:
     if not source.schema:
         yield ConfigError(f"{prefix}_SCHEMA", "the input's columns, needed to join it")
     if source.format in AVRO_FORMATS and not config.schema_registry_url:
-        yield ConfigError("SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT="
-                          f"{source.format}")  # fmt: skip
+        yield ConfigError(
+            "SCHEMA_REGISTRY_URL", f"the registry's URL, for {prefix}_FORMAT={source.format}"
+        )
     if source.format == "upsert" and not source.primary_key:
-        yield ConfigError(f"{prefix}_PRIMARY_KEY", "the primary key of an upsert input: "
-                          "its record key, by which its changelog is normalized")  # fmt: skip
+        yield ConfigError(
+            f"{prefix}_PRIMARY_KEY",
+            "the primary key of an upsert input: "
+            "its record key, by which its changelog is normalized",
+        )
 
 
 def _lookup_errors(config: Config) -> Iterator[ConfigError]:
     if config.join.kind not in ("inner", "left"):
-        yield ConfigError("JOIN_KIND", "inner or left, for JOIN_TYPE=lookup (as Flink's lookup "
-                          "join)", config.join.kind)  # fmt: skip
+        yield ConfigError(
+            "JOIN_KIND",
+            "inner or left, for JOIN_TYPE=lookup (as Flink's lookup join)",
+            config.join.kind,
+        )
     if config.left.format not in (*INSERT_ONLY_FORMATS, JOINED):
-        yield ConfigError("LEFT_FORMAT", "json or avro-confluent: the lookup join takes an "
-                          "append-only left input", config.left.format)  # fmt: skip
+        yield ConfigError(
+            "LEFT_FORMAT",
+            "json or avro-confluent: the lookup join takes an append-only left input",
+            config.left.format,
+        )
     if not config.left.topic and config.lookup.on_error == "dead-letter":  # type: ignore[union-attr]
-        yield ConfigError("LOOKUP_ON_ERROR", "fail: a lookup join after another join has no "
-                          "Kafka record of its own to dead-letter", "dead-letter")  # fmt: skip
+        yield ConfigError(
+            "LOOKUP_ON_ERROR",
+            "fail: a lookup join after another join has no Kafka record of its own to dead-letter",
+            "dead-letter",
+        )
     try:
         keyed = bool(join_spec(config).equi_keys)
     except ConditionError:
         return  # told by the condition's own check
     if not keyed:
-        yield ConfigError("JOIN_ON", "at least one equality between an L column and a column "
-                          "of the table, like L.id = R.id", config.join.on)  # fmt: skip
+        yield ConfigError(
+            "JOIN_ON",
+            "at least one equality between an L column and a column of the table, like L.id = R.id",
+            config.join.on,
+        )
 
 
 def _typed_columns(config: Config) -> Columns:
     """Each input's columns with their types, by the alias conditions and select lists use."""
-    return {alias: {c.name: c for c in source.schema or ()}
-            for alias, source in (("L", config.left), ("R", config.right))}  # fmt: skip
+    return {
+        alias: {c.name: c for c in source.schema or ()}
+        for alias, source in (("L", config.left), ("R", config.right))
+    }
 
 
 def _condition_errors(config: Config) -> Iterator[ConfigError]:
@@ -335,8 +419,9 @@ def _condition_errors(config: Config) -> Iterator[ConfigError]:
         spec = join_spec(config)
         spec.operator()
     except ConditionError as err:
-        yield ConfigError("JOIN_ON", f"a condition over the inputs' columns ({err})",
-                          config.join.on)  # fmt: skip
+        yield ConfigError(
+            "JOIN_ON", f"a condition over the inputs' columns ({err})", config.join.on
+        )
         return
     problem = condition_problem(parse_condition(config.join.on or ""), _typed_columns(config))
     if problem:
@@ -350,18 +435,25 @@ def _output_errors(config: Config) -> Iterator[ConfigError]:
         try:
             select_expressions(config.join.select, visible)
         except ConditionError as err:
-            yield ConfigError("JOIN_SELECT", f"a select list over the output's columns ({err})",
-                              config.join.select)  # fmt: skip
+            yield ConfigError(
+                "JOIN_SELECT",
+                f"a select list over the output's columns ({err})",
+                config.join.select,
+            )
             return
         problem = function_problem(parse_select(config.join.select), _typed_columns(config))
         if problem:
-            yield ConfigError("JOIN_SELECT", f"a select list Flink accepts ({problem})",
-                              config.join.select)  # fmt: skip
+            yield ConfigError(
+                "JOIN_SELECT", f"a select list Flink accepts ({problem})", config.join.select
+            )
             return
     columns = output_columns(config, spec)
     if any(name not in columns for name in config.output.key):
-        yield ConfigError("OUTPUT_KEY", f"columns of the output ({', '.join(columns)})",
-                          ",".join(config.output.key))  # fmt: skip
+        yield ConfigError(
+            "OUTPUT_KEY",
+            f"columns of the output ({', '.join(columns)})",
+            ",".join(config.output.key),
+        )
     if config.output.encoding == "append" and produces_updates(config):
         yield ConfigError(
             "OUTPUT_ENCODING",
@@ -375,8 +467,11 @@ def plan_errors(config: Config) -> list[ConfigError]:
     """Every reason, each naming its variable (as its SQL line where SQL set it), why the
     service cannot run this job's joins."""
     stages = join_stages(config)
-    return [traced(error, stage.sql_origin) for stage in stages
-            for error in _join_errors(stage, output=stage is stages[-1])]  # fmt: skip
+    return [
+        traced(error, stage.sql_origin)
+        for stage in stages
+        for error in _join_errors(stage, output=stage is stages[-1])
+    ]
 
 
 def _join_errors(config: Config, output: bool) -> list[ConfigError]:
@@ -384,29 +479,42 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
     join = config.join
     if join.type == FORWARD:
         if join.on:
-            return [ConfigError("JOIN_ON", "no condition: JOIN_TYPE=forward joins nothing",
-                                join.on)]  # fmt: skip
+            return [
+                ConfigError("JOIN_ON", "no condition: JOIN_TYPE=forward joins nothing", join.on)
+            ]
         return []
     if not join.on:
-        return [ConfigError("JOIN_ON", "a join condition over L and R like 'L.id = R.id' (to "
-                            "forward both inputs unjoined, set JOIN_TYPE=forward)")]  # fmt: skip
+        return [
+            ConfigError(
+                "JOIN_ON",
+                "a join condition over L and R like 'L.id = R.id' (to "
+                "forward both inputs unjoined, set JOIN_TYPE=forward)",
+            )
+        ]
     errors = []
     if join.type == "interval":
         errors += _interval_errors(config)
     if join.type in TEMPORAL_TYPES:
         errors += _temporal_errors(config)
     if join.state_ttl_ms and join.type != "regular":
-        errors.append(ConfigError(
-            "STATE_TTL", f"0 or unset: a {join.type} join's state is bounded by time (its "
-            "watermark or the table's versions), not by retention", f"{join.state_ttl_ms}ms",
-        ))  # fmt: skip
+        errors.append(
+            ConfigError(
+                "STATE_TTL",
+                f"0 or unset: a {join.type} join's state is bounded by time (its "
+                "watermark or the table's versions), not by retention",
+                f"{join.state_ttl_ms}ms",
+            )
+        )
     if join.type == LOOKUP:
         errors += _lookup_errors(config)
     for source in (config.left, config.right) if join.type != LOOKUP else (config.left,):
         errors += _input_errors(config, source)
     if config.output.format == "avro-confluent" and not config.schema_registry_url:
-        errors.append(ConfigError("SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT="
-                                  "avro-confluent"))  # fmt: skip
+        errors.append(
+            ConfigError(
+                "SCHEMA_REGISTRY_URL", "the registry's URL, for OUTPUT_FORMAT=avro-confluent"
+            )
+        )
     if (
         config.left.schema
         and config.right.schema

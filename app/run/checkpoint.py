@@ -65,8 +65,11 @@ def _offsets_entry(spark: SparkSession, location: str, batch: int | None = None)
     if entry is None:
         return None
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    path = entry[1] if batch is None else jvm.org.apache.hadoop.fs.Path(entry[1].getParent(),
-                                                                         str(batch))  # fmt: skip
+    path = (
+        entry[1]
+        if batch is None
+        else jvm.org.apache.hadoop.fs.Path(entry[1].getParent(), str(batch))
+    )
     fs = _filesystem(spark, path)
     if not fs.exists(path):
         return None
@@ -290,7 +293,9 @@ class HeldRowsRecord:
         self.batch = batch
         if reports == self.saved:
             return
-        rows = [[*key, when, [list(c) for c in counts]]
-                for key, (when, counts) in sorted(reports.items())]  # fmt: skip
+        rows = [
+            [*key, when, [list(c) for c in counts]]
+            for key, (when, counts) in sorted(reports.items())
+        ]
         _write_record(self.spark, self.location, rows, HELD_ROWS)
         self.saved = dict(reports)

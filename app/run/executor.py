@@ -22,9 +22,13 @@ from app.config.env import ConfigError
 BACKEND = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
 # Set by Spark's executor pod builder (BasicExecutorFeatureStep) for every executor.
 REQUIRED = (
-    "SPARK_DRIVER_URL", "SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_CORES", "SPARK_APPLICATION_ID",
-    "SPARK_EXECUTOR_POD_IP", "SPARK_EXECUTOR_MEMORY",
-)  # fmt: skip
+    "SPARK_DRIVER_URL",
+    "SPARK_EXECUTOR_ID",
+    "SPARK_EXECUTOR_CORES",
+    "SPARK_APPLICATION_ID",
+    "SPARK_EXECUTOR_POD_IP",
+    "SPARK_EXECUTOR_MEMORY",
+)
 _JAVA_OPTION = re.compile(r"SPARK_JAVA_OPT_(\d+)")
 
 
@@ -40,8 +44,11 @@ def executor_command(env: Mapping[str, str], home: Path) -> list[str]:
     missing = [name for name in REQUIRED if not env.get(name)]
     if missing:
         raise ConfigError(" / ".join(missing), "what Spark on Kubernetes sets for an executor pod")
-    numbered = [(int(m.group(1)), value) for name, value in env.items()
-                if (m := _JAVA_OPTION.fullmatch(name))]  # fmt: skip
+    numbered = [
+        (int(m.group(1)), value)
+        for name, value in env.items()
+        if (m := _JAVA_OPTION.fullmatch(name))
+    ]
     java = str(Path(env["JAVA_HOME"]) / "bin" / "java") if env.get("JAVA_HOME") else "java"
     classpath = [
         env.get("SPARK_CONF_DIR") or str(home / "conf"),
@@ -52,16 +59,28 @@ def executor_command(env: Mapping[str, str], home: Path) -> list[str]:
     ]
     memory = env["SPARK_EXECUTOR_MEMORY"]
     return [
-        java, *(value for _, value in sorted(numbered)), f"-Xms{memory}", f"-Xmx{memory}",
-        "-cp", ":".join(part for part in classpath if part), BACKEND,
-        "--driver-url", env["SPARK_DRIVER_URL"],
-        "--executor-id", env["SPARK_EXECUTOR_ID"],
-        "--cores", env["SPARK_EXECUTOR_CORES"],
-        "--app-id", env["SPARK_APPLICATION_ID"],
-        "--hostname", env["SPARK_EXECUTOR_POD_IP"],
-        "--resourceProfileId", env.get("SPARK_RESOURCE_PROFILE_ID", "0"),
-        "--podName", env.get("SPARK_EXECUTOR_POD_NAME") or socket.gethostname(),
-    ]  # fmt: skip
+        java,
+        *(value for _, value in sorted(numbered)),
+        f"-Xms{memory}",
+        f"-Xmx{memory}",
+        "-cp",
+        ":".join(part for part in classpath if part),
+        BACKEND,
+        "--driver-url",
+        env["SPARK_DRIVER_URL"],
+        "--executor-id",
+        env["SPARK_EXECUTOR_ID"],
+        "--cores",
+        env["SPARK_EXECUTOR_CORES"],
+        "--app-id",
+        env["SPARK_APPLICATION_ID"],
+        "--hostname",
+        env["SPARK_EXECUTOR_POD_IP"],
+        "--resourceProfileId",
+        env.get("SPARK_RESOURCE_PROFILE_ID", "0"),
+        "--podName",
+        env.get("SPARK_EXECUTOR_POD_NAME") or socket.gethostname(),
+    ]
 
 
 def run_executor(env: Mapping[str, str]) -> NoReturn:

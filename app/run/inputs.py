@@ -25,14 +25,14 @@ from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
 from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
-from serdes.records.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
-FORMATS = {  # the decoder of each input format, in the registry's order
+DECODERS = {  # the decoder of each input format, in the registry's order
     "json": JsonFormat,
     "avro-confluent": AvroConfluentFormat,
     "debezium-json": DebeziumJsonFormat,
@@ -41,9 +41,16 @@ FORMATS = {  # the decoder of each input format, in the registry's order
 }
 
 
-def read_input(spark: SparkSession, config: Config, source: InputConfig,
-               drain_marker: Path | None, tasks: int | None, wall_clock: bool,
-               name: str = NAME, marks_group: str | None = None) -> DataFrame:  # fmt: skip
+def read_input(
+    spark: SparkSession,
+    config: Config,
+    source: InputConfig,
+    drain_marker: Path | None,
+    tasks: int | None,
+    wall_clock: bool,
+    name: str = NAME,
+    marks_group: str | None = None,
+) -> DataFrame:
     """The input's Kafka records, from the data source registered as `name`, read by `tasks`
     tasks a micro-batch (one per partition if None); `wall_clock`: an operator of the job runs
     on it (`app.run.operators.on_wall_clock`); with `marks_group`, their watermark column
@@ -72,17 +79,34 @@ def read_input(spark: SparkSession, config: Config, source: InputConfig,
     return reader.load()
 
 
-def read_decoded(spark: SparkSession, config: Config, source: InputConfig, tally: Tally,
-                 letters: DeadLetterTopic, keep_records: bool, drain_marker: Path | None,
-                 tasks: int | None, wall_clock: bool, partitions: int,
-                 job: str) -> DataFrame:  # fmt: skip
+def read_decoded(
+    spark: SparkSession,
+    config: Config,
+    source: InputConfig,
+    tally: Tally,
+    letters: DeadLetterTopic,
+    keep_records: bool,
+    drain_marker: Path | None,
+    tasks: int | None,
+    wall_clock: bool,
+    partitions: int,
+    job: str,
+) -> DataFrame:
     """The input's changes as `decode_input` gives them, decoded by the `tasks` that read the
     topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
     own; its dead letters written by those tasks; the watermark column filled where the input
     has event time and several `partitions` (`watermarked`), its marks kept for the `job`."""
     make_format = format_factory(config, source)
-    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
-                     keep_records, source.metadata)  # fmt: skip
+    decode = decoder(
+        make_format,
+        row_type(source),
+        source.side,
+        source.time,
+        tally,
+        letters,
+        keep_records,
+        source.metadata,
+    )
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
     per_partition = source.time != "proctime" and partitions > 1
@@ -122,8 +146,8 @@ def format_factory(config: Config | None, source: InputConfig) -> Callable[[], F
         registry = RegistrySchemas(
             config.schema_registry_url or "", config.schema_registry_properties
         )
-        return partial(FORMATS[source.format], source.schema, source.primary_key, registry)
-    return partial(FORMATS[source.format], source.schema, source.primary_key)
+        return partial(DECODERS[source.format], source.schema, source.primary_key, registry)
+    return partial(DECODERS[source.format], source.schema, source.primary_key)
 
 
 def decode_input(
@@ -138,14 +162,27 @@ def decode_input(
     dead-letter rows without it. `tally` counts the dead letters by reason; `keep_records` keeps
     each change's Kafka record beside it."""
     make_format = format_factory(config, source)
-    decode = decoder(make_format, row_type(source), source.side, source.time, tally, letters,
-                     keep_records, source.metadata)  # fmt: skip
+    decode = decoder(
+        make_format,
+        row_type(source),
+        source.side,
+        source.time,
+        tally,
+        letters,
+        keep_records,
+        source.metadata,
+    )
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
-def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
-                      held_rows: Accumulator[dict] | None = None,
-                      ttl_ms: int = 0, spread: bool = True) -> DataFrame:  # fmt: skip
+def normalize_changes(
+    changes: DataFrame,
+    source: InputConfig,
+    buckets: int,
+    held_rows: Accumulator[dict] | None = None,
+    ttl_ms: int = 0,
+    spread: bool = True,
+) -> DataFrame:
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
     in `buckets` (see `state.joins.normalize`, and `run_stateful` for `spread`); `held_rows`
     takes the keys held; `ttl_ms` is the job's state retention, which the normalizer keeps as
@@ -153,9 +190,16 @@ def normalize_changes(changes: DataFrame, source: InputConfig, buckets: int,
     row_schema = row_type(source)
     keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
     normalized_rows = run_stateful(
-        changes, NormalizeOperator(source.side, ttl_ms), keys, [(F.col("row"), row_schema)],
-        buckets, out_seq=True, out_ts=True, held_rows=held_rows, spread=spread,
-    )  # fmt: skip
+        changes,
+        NormalizeOperator(source.side, ttl_ms),
+        keys,
+        [(F.col("row"), row_schema)],
+        buckets,
+        out_seq=True,
+        out_ts=True,
+        held_rows=held_rows,
+        spread=spread,
+    )
     return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
 
 
@@ -171,8 +215,9 @@ def watermarked(changes: DataFrame, delay_ms: int, partitions: int) -> DataFrame
     return changes.withWatermark(column, f"{delay_ms} milliseconds")
 
 
-def timed_changes(decoded: DataFrame, source: InputConfig, partitions: int = 1,
-                  records: bool = False) -> DataFrame:  # fmt: skip
+def timed_changes(
+    decoded: DataFrame, source: InputConfig, partitions: int = 1, records: bool = False
+) -> DataFrame:
     """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`,
     over its topic's `partitions`); with `records`, each with its Kafka record's columns (kept
     by `decode_input`)."""
@@ -188,15 +233,22 @@ def timed_changes(decoded: DataFrame, source: InputConfig, partitions: int = 1,
     return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row", *kept)
 
 
-def join_input(changes: DataFrame, source: InputConfig, left: StructType, right: StructType,
-               join: JoinConfig, buckets: int,
-               held_rows: Accumulator[dict] | None = None) -> DataFrame:  # fmt: skip
+def join_input(
+    changes: DataFrame,
+    source: InputConfig,
+    left: StructType,
+    right: StructType,
+    join: JoinConfig,
+    buckets: int,
+    held_rows: Accumulator[dict] | None = None,
+) -> DataFrame:
     """One input's changes, normalized if `join` needs it (its keys in `buckets`, under the
     join's state retention), as one side of the unified changelog the joins take (`side`,
     `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source, join):
-        changes = normalize_changes(changes, source, buckets, held_rows, join.state_ttl_ms,
-                                    join.spread_buckets)  # fmt: skip
+        changes = normalize_changes(
+            changes, source, buckets, held_rows, join.state_ttl_ms, join.spread_buckets
+        )
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(

@@ -24,17 +24,17 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.plan.planner import JoinSpec
+from app.plan.planner import JoinSpec, join_label
 from app.run.stateful import run_stateful
 from serdes.records.encode import KEY_COLUMN
-from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
-from state.spark.columns import (
+from state.columns import (
     SIDE_PREFIXES,
     chained_column,
     chained_names,
     key_column,
     side_column,
 )
+from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
 from state.spark.frame import StatefulOperator
 from state.spark.interval import IntervalJoinOperator
 from state.spark.regular import MultiJoinOperator, RegularJoinOperator
@@ -65,15 +65,14 @@ def _join_key(spec: JoinSpec, left: StructType) -> list[tuple[Column, DataType]]
         )
         return [(F.lit(0), IntegerType())]
     return [
-        (F.when(F.col("side") == 0, F.col("left")[a])
-         .otherwise(F.col("right")[b].cast(left[a].dataType)), left[a].dataType)
+        (
+            F.when(F.col("side") == 0, F.col("left")[a]).otherwise(
+                F.col("right")[b].cast(left[a].dataType)
+            ),
+            left[a].dataType,
+        )
         for a, b in spec.equi_keys
-    ]  # fmt: skip
-
-
-def join_label(number: int) -> str:
-    """How metrics and `streamjoin state` name the `number`-th join of a job (from 1)."""
-    return "join" if number == 1 else f"join{number}"
+    ]
 
 
 def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
@@ -92,27 +91,41 @@ def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
 
 
 def bucketed_join(
-    changes: DataFrame, spec: JoinSpec, left: StructType, right: StructType,
-    late_rows: Accumulator[dict] | None = None, held_rows: Accumulator[dict] | None = None,
-    sequenced: bool = False, number: int = 1, spread: bool = True,
-) -> DataFrame:  # fmt: skip
+    changes: DataFrame,
+    spec: JoinSpec,
+    left: StructType,
+    right: StructType,
+    late_rows: Accumulator[dict] | None = None,
+    held_rows: Accumulator[dict] | None = None,
+    sequenced: bool = False,
+    number: int = 1,
+    spread: bool = True,
+) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
     in its task's order, for `materialized_upserts` or a next join (`as_left_input`); `spread`
     as `run_stateful` takes it."""
     return run_stateful(
-        changes, join_operator(spec, number), _join_key(spec, left),
-        [(F.col("left"), left), (F.col("right"), right)], spec.buckets,
-        outputs=(0, 1) if spec.projects_right else (0,), out_seq=sequenced,
-        late_rows=late_rows, held_rows=held_rows, chained=number > 1, spread=spread,
-    )  # fmt: skip
+        changes,
+        join_operator(spec, number),
+        _join_key(spec, left),
+        [(F.col("left"), left), (F.col("right"), right)],
+        spec.buckets,
+        outputs=(0, 1) if spec.projects_right else (0,),
+        out_seq=sequenced,
+        late_rows=late_rows,
+        held_rows=held_rows,
+        chained=number > 1,
+        spread=spread,
+    )
 
 
-def as_left_input(joined: DataFrame, number: int, right: StructType, time: str | None = None
-                  ) -> tuple[DataFrame, StructType]:  # fmt: skip
+def as_left_input(
+    joined: DataFrame, number: int, right: StructType, time: str | None = None
+) -> tuple[DataFrame, StructType]:
     """A join's result (`op`, `seq`, its `L_`/`R_` output columns) as the left side of the
     `number`-th join's unified changelog (`changelog_schema`), and the row type of that side
-    (its fields named by `state.spark.columns.chained_names`). Its `seq` orders each task's
+    (its fields named by `state.columns.chained_names`). Its `seq` orders each task's
     changes, so the next join takes the changes of one key in the order they were made, as
     Flink's channels keep it (a lookup join's are its left's); its event time is its column
     `time` (a rowtime of a table before it, for an interval or temporal join), else none."""
@@ -128,34 +141,57 @@ def as_left_input(joined: DataFrame, number: int, right: StructType, time: str |
     if time in names:
         ts = F.unix_millis(F.col(fields[names.index(time)].name))
     changes = joined.select(
-        F.lit(0).cast("byte").alias("side"), "op", "seq", ts.alias("ts"),
-        row.alias("left"), F.lit(None).cast(right).alias("right"),
-    )  # fmt: skip
+        F.lit(0).cast("byte").alias("side"),
+        "op",
+        "seq",
+        ts.alias("ts"),
+        row.alias("left"),
+        F.lit(None).cast(right).alias("right"),
+    )
     return changes, left
 
 
-def multi_way_input(changes: DataFrame, index: int, spec: MultiJoinSpec, row: StructType,
-                    left: StructType, right: StructType) -> DataFrame:  # fmt: skip
+def multi_way_input(
+    changes: DataFrame,
+    index: int,
+    spec: MultiJoinSpec,
+    row: StructType,
+    left: StructType,
+    right: StructType,
+) -> DataFrame:
     """Input `index`'s changes (`op`, `seq`, `ts`, `row`) as the multi-way join takes them
     (`state.spark.regular.MultiJoinOperator`): `side` the input, the last input's row as
     `right`, any other's columns at their place in `left` (the others NULL)."""
     last = index == len(spec.inputs) - 1
     own = {chained_column(index, name): name for name in row.names}
-    as_left = F.struct(*[
-        (F.col("row")[own[f.name]] if f.name in own else F.lit(None).cast(f.dataType)).alias(f.name)
-        for f in left
-    ])  # fmt: skip
+    as_left = F.struct(
+        *[
+            (F.col("row")[own[f.name]] if f.name in own else F.lit(None).cast(f.dataType)).alias(
+                f.name
+            )
+            for f in left
+        ]
+    )
     return changes.select(
-        F.lit(index).cast("byte").alias("side"), "op", "seq", "ts",
+        F.lit(index).cast("byte").alias("side"),
+        "op",
+        "seq",
+        "ts",
         (F.lit(None).cast(left) if last else as_left).alias("left"),
         (F.col("row") if last else F.lit(None).cast(right)).alias("right"),
-    )  # fmt: skip
+    )
 
 
-def multi_way_join(changes: DataFrame, spec: MultiJoinSpec, sides: tuple[str, ...],
-                   left: StructType, right: StructType,
-                   held_rows: Accumulator[dict] | None = None,
-                   sequenced: bool = False, spread: bool = True) -> DataFrame:  # fmt: skip
+def multi_way_join(
+    changes: DataFrame,
+    spec: MultiJoinSpec,
+    sides: tuple[str, ...],
+    left: StructType,
+    right: StructType,
+    held_rows: Accumulator[dict] | None = None,
+    sequenced: bool = False,
+    spread: bool = True,
+) -> DataFrame:
     """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
     inputs' labels; `spread` as `run_stateful` takes it."""
@@ -164,15 +200,25 @@ def multi_way_join(changes: DataFrame, spec: MultiJoinSpec, sides: tuple[str, ..
     for index, name in enumerate(spec.keys[:-1]):
         key = key.when(F.col("side") == index, F.col("left")[chained_column(index, name)])
     return run_stateful(
-        changes, MultiJoinOperator(spec, sides), [(key.cast(key_type), key_type)],
-        [(F.col("left"), left), (F.col("right"), right)], spec.buckets, outputs=(0, 1),
-        out_seq=sequenced, held_rows=held_rows, spread=spread,
-    )  # fmt: skip
+        changes,
+        MultiJoinOperator(spec, sides),
+        [(key.cast(key_type), key_type)],
+        [(F.col("left"), left), (F.col("right"), right)],
+        spec.buckets,
+        outputs=(0, 1),
+        out_seq=sequenced,
+        held_rows=held_rows,
+        spread=spread,
+    )
 
 
-def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,
-                         held_rows: Accumulator[dict] | None = None,
-                         spread: bool = True) -> DataFrame:  # fmt: skip
+def materialized_upserts(
+    changes: DataFrame,
+    buckets: int,
+    ttl_ms: int = 0,
+    held_rows: Accumulator[dict] | None = None,
+    spread: bool = True,
+) -> DataFrame:
     """An upsert output's changes (`op`, `seq`, the record key `KEY_COLUMN`, the row's
     columns) applied per record key as Flink's sink upsert materializer does
     (`state.joins.materialize`): `op`, `KEY_COLUMN` and the row's columns, the keys hashed
@@ -182,8 +228,15 @@ def materialized_upserts(changes: DataFrame, buckets: int, ttl_ms: int = 0,
     row = StructType([StructField(str(i), changes.schema[n].dataType) for i, n in enumerate(names)])
     struct = F.struct(*[F.col(f"`{name}`").alias(str(i)) for i, name in enumerate(names)])
     materialized = run_stateful(
-        changes, UpsertMaterializeOperator(ttl_ms), [(F.col(KEY_COLUMN), BinaryType())],
-        [(struct, row)], buckets, times=False, out_key=True, held_rows=held_rows, spread=spread,
-    )  # fmt: skip
+        changes,
+        UpsertMaterializeOperator(ttl_ms),
+        [(F.col(KEY_COLUMN), BinaryType())],
+        [(struct, row)],
+        buckets,
+        times=False,
+        out_key=True,
+        held_rows=held_rows,
+        spread=spread,
+    )
     values = [F.col(side_column(0, str(i))).alias(name) for i, name in enumerate(names)]
     return materialized.select("op", F.col(key_column(0)).alias(KEY_COLUMN), *values)

@@ -4,17 +4,30 @@ the job runs on the wall clock."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql.types import StructType
 
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import FORWARD
-from app.plan.planner import QueryPlan, normalized, query_plan
+from app.plan.planner import QueryPlan, join_label, normalized, query_plan
 from app.run.inputs import row_type
-from app.run.joins import join_label, join_operator
-from ops.state_report import PlannedOperator
+from app.run.joins import join_operator
+from state.spark.frame import StatefulOperator
 from state.spark.normalizer import NormalizeOperator
 from state.spark.regular import MultiJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
+
+
+@dataclass(frozen=True)
+class PlannedOperator:
+    """A stateful operator of the query, as `streamjoin state` reads its state: what it is
+    (`label`), the operator itself (which decodes its entries), and the input schema of each
+    side it holds rows of."""
+
+    label: str
+    operator: StatefulOperator
+    sides: dict[str, StructType]
 
 
 def on_wall_clock(config: Config) -> bool:
@@ -24,7 +37,7 @@ def on_wall_clock(config: Config) -> bool:
 
 
 def stateful_operators(config: Config) -> list[PlannedOperator]:
-    """The stateful operators the query of `config` runs (`app.run.query`), in the order Spark
+    """The stateful operators the query of `config` runs (`app.run.builder`), in the order Spark
     numbers them (its `operatorId`, from the sink down: the upsert materializer, then each join
     before what it reads, its left input's operators (the join before it, or a normalizer)
     before its right input's)."""
@@ -33,15 +46,21 @@ def stateful_operators(config: Config) -> list[PlannedOperator]:
     plan = query_plan(config)
     planned = []
     if plan.materialized:
-        planned.append(PlannedOperator("upsert", UpsertMaterializeOperator(
-            config.join.state_ttl_ms), {"output": StructType()}))  # fmt: skip
+        planned.append(
+            PlannedOperator(
+                "upsert",
+                UpsertMaterializeOperator(config.join.state_ttl_ms),
+                {"output": StructType()},
+            )
+        )
     if plan.multi_way is None:
         return planned + _join_operators(plan, len(plan.stages))
     sides = {source.side: row_type(source) for source in config.inputs()}
     operator = MultiJoinOperator(plan.multi_way, tuple(sides))
     planned.append(PlannedOperator("join", operator, sides))
-    return planned + _normalizers(config, [(s, sides[s.side]) for s in config.inputs()],
-                                  plan.last.join)  # fmt: skip
+    return planned + _normalizers(
+        config, [(s, sides[s.side]) for s in config.inputs()], plan.last.join
+    )
 
 
 def _join_operators(plan: QueryPlan, number: int) -> list[PlannedOperator]:
@@ -60,11 +79,17 @@ def _join_operators(plan: QueryPlan, number: int) -> list[PlannedOperator]:
     return planned + _normalizers(config, inputs, stage.join)
 
 
-def _normalizers(config: Config, inputs: list[tuple[InputConfig, StructType]],
-                 join: JoinConfig) -> list[PlannedOperator]:  # fmt: skip
+def _normalizers(
+    config: Config, inputs: list[tuple[InputConfig, StructType]], join: JoinConfig
+) -> list[PlannedOperator]:
     """The changelog normalizers of those `inputs` (each with its row type) that `join` needs
     normalized, in the order given."""
-    return [PlannedOperator("normalizer", NormalizeOperator(source.side,
-                                                            config.join.state_ttl_ms),
-                            {source.side: row})
-            for source, row in inputs if normalized(source, join)]  # fmt: skip
+    return [
+        PlannedOperator(
+            "normalizer",
+            NormalizeOperator(source.side, config.join.state_ttl_ms),
+            {source.side: row},
+        )
+        for source, row in inputs
+        if normalized(source, join)
+    ]

@@ -1,5 +1,5 @@
 """The start of `streamjoin run`: a checkpoint's settings resolved and checked, the query built
-(`app.run.query`, or both inputs forwarded with `JOIN_TYPE=forward`) and written to the output
+(`app.run.builder`, or both inputs forwarded with `JOIN_TYPE=forward`) and written to the output
 topic, exactly once where asked, under the trigger the configuration gives.
 """
 
@@ -16,6 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 from app.config.env import Config
 from app.config.registry import FORWARD, LOOKUP
 from app.plan.planner import QueryPlan, query_plan
+from app.run.builder import Writers, joined_output
 from app.run.checkpoint import (
     SPREAD_BUCKETS,
     VERSIONS_AS_IS,
@@ -30,7 +31,6 @@ from app.run.checkpoint import (
 )
 from app.run.inputs import forward_both, read_input
 from app.run.operators import on_wall_clock, stateful_operators
-from app.run.query import Writers, joined_output
 from app.run.rescale import rescale
 from app.run.session import quieted
 from app.run.starting import resolved_starts
@@ -52,8 +52,10 @@ def writers(spark: SparkSession, config: Config) -> Writers:
         count += partitions[source.topic]
     if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
         first[LOOKUP] = count
-        count += max(shuffle_partitions(spark, config.checkpoint_location),
-                     len(topics[config.left.topic].partitions))  # fmt: skip
+        count += max(
+            shuffle_partitions(spark, config.checkpoint_location),
+            len(topics[config.left.topic].partitions),
+        )
     return Writers(count, first, read_tasks(spark, config.checkpoint_location), partitions)
 
 
@@ -66,12 +68,16 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
     config = plan.config
     # the upsert materializer's state is keyed by the output key
     materializer_key = ",".join(config.output.key) if plan.materialized else None
-    settings = {"JOIN_TYPE": config.join.type, "JOIN_STATE_BUCKETS": config.join.state_buckets,
-                "OUTPUT_KEY": materializer_key,
-                # the joins after the first, each an operator of its own or all one (SQL's only)
-                "JOIN_CHAIN": ("multi-way " if plan.multi_way else "")
-                + " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
-                if config.chain else None}  # fmt: skip
+    settings = {
+        "JOIN_TYPE": config.join.type,
+        "JOIN_STATE_BUCKETS": config.join.state_buckets,
+        "OUTPUT_KEY": materializer_key,
+        # the joins after the first, each an operator of its own or all one (SQL's only)
+        "JOIN_CHAIN": ("multi-way " if plan.multi_way else "")
+        + " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
+        if config.chain
+        else None,
+    }
     settings |= SPREAD_BUCKETS if config.join.spread_buckets else {}
     return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
 
@@ -145,16 +151,26 @@ def start(
         config = replace(config, join=replace(config.join, spread_buckets=False))
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     plan = None if config.join.type == FORWARD else query_plan(config)
-    check_state_record(spark, config.checkpoint_location, state_settings(plan),
-                       len(config.inputs()), state_meaning(plan))  # fmt: skip
+    check_state_record(
+        spark,
+        config.checkpoint_location,
+        state_settings(plan),
+        len(config.inputs()),
+        state_meaning(plan),
+    )
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
         config.state_partitions is not None
         and stateful_operators(config)
-        and rescale(spark, config.checkpoint_location, config.state_partitions,
-                    len(config.inputs()), partial(_finish_pending, spark, config, metrics))
-    ):  # fmt: skip
+        and rescale(
+            spark,
+            config.checkpoint_location,
+            config.state_partitions,
+            len(config.inputs()),
+            partial(_finish_pending, spark, config, metrics),
+        )
+    ):
         tasks = writers(spark, config)
     if held is not None:
         metrics.held_rows.accumulator.add(held.restored())

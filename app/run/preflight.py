@@ -47,26 +47,34 @@ def _unreachable(config: Config, errors: list[KafkaError], failure: KafkaError) 
         KafkaError.SASL_AUTHENTICATION_FAILED
     )
     if auth is not None:
-        return StartupError(f"KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: the brokers at {servers} "
-                            f"refused the credentials ({auth.str()})")  # fmt: skip
+        return StartupError(
+            f"KAFKA_SASL_USERNAME / KAFKA_SASL_PASSWORD: the brokers at {servers} "
+            f"refused the credentials ({auth.str()})"
+        )
     tls = by_code.get(KafkaError._SSL)
     transport = by_code.get(KafkaError._TRANSPORT)
     if tls is not None or (transport is not None and "security.protocol" in transport.str()):
         cause = (tls or transport).str()  # type: ignore[union-attr]
-        return StartupError(f"KAFKA_SECURITY_PROTOCOL: the brokers at {servers} do not speak "
-                            f"it: TLS against a plaintext listener? ({cause})")  # fmt: skip
+        return StartupError(
+            f"KAFKA_SECURITY_PROTOCOL: the brokers at {servers} do not speak "
+            f"it: TLS against a plaintext listener? ({cause})"
+        )
     resolve = by_code.get(KafkaError._RESOLVE)
     if resolve is not None:
-        return StartupError(f"KAFKA_BOOTSTRAP_SERVERS: a host of {servers} is not known to "
-                            f"DNS ({resolve.str()})")  # fmt: skip
+        return StartupError(
+            f"KAFKA_BOOTSTRAP_SERVERS: a host of {servers} is not known to DNS ({resolve.str()})"
+        )
     if transport is not None:
-        return StartupError(f"KAFKA_BOOTSTRAP_SERVERS: cannot connect to {servers} "
-                            f"({transport.str()})")  # fmt: skip
+        return StartupError(
+            f"KAFKA_BOOTSTRAP_SERVERS: cannot connect to {servers} ({transport.str()})"
+        )
     protocol = config.kafka_properties.get("security.protocol", "").upper()
     if "SSL" in protocol:  # a plaintext listener never answers a TLS handshake
-        return StartupError(f"KAFKA_SECURITY_PROTOCOL: no broker at {servers} answered over "
-                            f"{protocol} within {METADATA_TIMEOUT_S:.0f}s: is its listener "
-                            "plaintext?")  # fmt: skip
+        return StartupError(
+            f"KAFKA_SECURITY_PROTOCOL: no broker at {servers} answered over "
+            f"{protocol} within {METADATA_TIMEOUT_S:.0f}s: is its listener "
+            "plaintext?"
+        )
     return StartupError(
         f"KAFKA_BOOTSTRAP_SERVERS: no Kafka cluster answered at {servers} within "
         f"{METADATA_TIMEOUT_S:.0f}s ({failure.str()})"
@@ -92,14 +100,22 @@ def check_kafka(config: Config) -> None:
         topics.append(("RIGHT_TOPIC", chained.input.topic, ""))
         origins.append(chained.origin)
     if config.join.type != FORWARD:
-        topics.append(("DLQ_TOPIC", config.output.dlq_topic,
-                       " (records that cannot be decoded are written there)"))  # fmt: skip
+        topics.append(
+            (
+                "DLQ_TOPIC",
+                config.output.dlq_topic,
+                " (records that cannot be decoded are written there)",
+            )
+        )
     if config.output.delivery == "exactly-once":
         topics.append(
-            ("OUTPUT_MARKER_TOPIC", config.output.marker_topic,
-             " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
-             "cleanup.policy=compact)")
-        )  # fmt: skip
+            (
+                "OUTPUT_MARKER_TOPIC",
+                config.output.marker_topic,
+                " (OUTPUT_DELIVERY=exactly-once records its batch markers there: create it with "
+                "cleanup.policy=compact)",
+            )
+        )
     origins += [config.sql_origin] * (len(topics) - len(origins))
     missing = [  # a topic the SQL named is told at its line
         f"{origin.get(variable, variable)}: Kafka topic {topic!r} does not exist at "
@@ -120,19 +136,23 @@ def _registry_problem(config: Config) -> str | None:
     if not config.schema_registry_url or not any("avro" in f for f in uses):
         return None
     try:
-        client = SchemaRegistryClient({"url": config.schema_registry_url, "timeout": 10,
-                                       **config.schema_registry_properties})  # fmt: skip
+        client = SchemaRegistryClient(
+            {"url": config.schema_registry_url, "timeout": 10, **config.schema_registry_properties}
+        )
     except ValueError as err:  # names the properties, never their values
         names = str(err).split(":", 1)[-1].split(",")
-        variables = ", ".join("SCHEMA_REGISTRY_" + n.strip().upper().replace(".", "_")
-                              for n in names)  # fmt: skip
+        variables = ", ".join(
+            "SCHEMA_REGISTRY_" + n.strip().upper().replace(".", "_") for n in names
+        )
         return f"{variables}: not a schema registry client property ({err})"
     try:
         client.get_subjects()
     except SchemaRegistryError as err:  # it answered
         if err.http_status_code in (401, 403):
-            return ("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO: the schema registry refused the "
-                    f"credentials (HTTP {err.http_status_code})")  # fmt: skip
+            return (
+                "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO: the schema registry refused the "
+                f"credentials (HTTP {err.http_status_code})"
+            )
     except Exception as err:  # the client raises its HTTP library's errors as they come
         return f"SCHEMA_REGISTRY_URL: no schema registry answered ({type(err).__name__}: {err})"
     return None

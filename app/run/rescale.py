@@ -47,9 +47,12 @@ REPARTITION_READER = "org.apache.spark.sql.execution.datasources.v2.state.StateS
 
 
 def rescale(
-    spark: SparkSession, location: str, partitions: int, inputs: int,
+    spark: SparkSession,
+    location: str,
+    partitions: int,
+    inputs: int,
     finish: Callable[[], None],
-) -> bool:  # fmt: skip
+) -> bool:
     """Move the state of the checkpoint at `location` to `partitions` partitions if it is in
     another number; whether it moved. `inputs` Kafka inputs share the new read tasks
     (`app.run.checkpoint.read_tasks`); `finish` runs the batch the last run left pending."""
@@ -59,8 +62,13 @@ def rescale(
     moved = False
     if _abandoned_repartition(spark, location, batch):
         log.info("finishing the state's repartitioning the last run began")
-        _repartition(spark, location, shuffle_partitions(spark, location, batch - 1),
-                     shuffle_partitions(spark, location), inputs)  # fmt: skip
+        _repartition(
+            spark,
+            location,
+            shuffle_partitions(spark, location, batch - 1),
+            shuffle_partitions(spark, location),
+            inputs,
+        )
         batch, moved = last_batch(spark, location), True
     before = shuffle_partitions(spark, location)
     if before == partitions:
@@ -74,8 +82,12 @@ def rescale(
             f"of {partitions} or more"
         )
     if last_committed_batch(spark, location) != batch:
-        log.info("running batch %d first, which the last run planned and did not finish, on "
-                 "its %d partitions", batch, before)  # fmt: skip
+        log.info(
+            "running batch %d first, which the last run planned and did not finish, on "
+            "its %d partitions",
+            batch,
+            before,
+        )
         finish()
     _repartition(spark, location, before, partitions, inputs)
     return True
@@ -98,6 +110,10 @@ def _repartition(spark: SparkSession, location: str, before: int, after: int, in
     quiet(spark, REPARTITION_READER)
     spark._streamingCheckpointManager.repartition(location, after)  # type: ignore[attr-defined]
     set_read_tasks(spark, location, max(1, after // inputs))
-    log.info("state repartitioned from %d to %d partitions in %.1f s; the query goes on from "
-             "batch %d", before, after, time.monotonic() - started,
-             (last_batch(spark, location) or 0) + 1)  # fmt: skip
+    log.info(
+        "state repartitioned from %d to %d partitions in %.1f s; the query goes on from batch %d",
+        before,
+        after,
+        time.monotonic() - started,
+        (last_batch(spark, location) or 0) + 1,
+    )

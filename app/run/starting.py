@@ -53,8 +53,9 @@ def resolved_starts(spark: SparkSession, config: Config, topics: list[str]) -> C
     return replace(config, starting_offsets=json.dumps(spec))
 
 
-def _group_start(config: Config, client: dict[str, str], topic: str,
-                 first: dict[int, int]) -> dict[str, int]:  # fmt: skip
+def _group_start(
+    config: Config, client: dict[str, str], topic: str, first: dict[int, int]
+) -> dict[str, int]:
     group = config.group_id or ""
     found = committed(client, group, topic, sorted(first))
     missing = sorted(p for p, o in found.items() if o is None)
@@ -65,5 +66,7 @@ def _group_start(config: Config, client: dict[str, str], topic: str,
             "it from: set earliest or latest (Flink's job fails here)"
         )
     # an offset the topic no longer holds starts at its earliest, as a consumer's reset would
-    return {str(p): RESET[config.offset_reset] if o is None else max(o, first[p])
-            for p, o in found.items()}  # fmt: skip
+    return {
+        str(p): RESET[config.offset_reset] if o is None else max(o, first[p])
+        for p, o in found.items()
+    }

@@ -2,7 +2,7 @@
 
 An operator's input is hashed into buckets of its keys, flattened into the columns its
 `ColumnLayout` names, and run by the one processor (`state.spark.frame.StatefulFrame`) under
-`transformWithStateInPandas`; see `state.spark.columns` for the columns and
+`transformWithStateInPandas`; see `state.columns` for the columns and
 `state.spark.frame` for why buckets and flat columns.
 """
 
@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 )
 
 from app.run.key_buckets import spread_ids
-from state.spark.columns import (
+from state.columns import (
     BUCKET,
     OP,
     SEQ,
@@ -65,19 +65,33 @@ def run_stateful(
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
     by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
     then `seq` / `ts` / the first key if asked, then the `outputs` sides' flat columns
-    (`state.spark.columns.side_column`); `chained`: the left side is a join's result in the
+    (`state.columns.side_column`); `chained`: the left side is a join's result in the
     same query (`state.spark.frame.StatefulFrame`); `spread`: each bucket grouped by its id of
     `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it)."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
-    kinds |= {side_column(s, f.name): value_kind(f.dataType)
-              for s, (_, row) in enumerate(sides) for f in row}  # fmt: skip
-    layout = ColumnLayout(len(keys), tuple(tuple(row.names) for _, row in sides), kinds, times,
-                          outputs, out_seq, out_ts, out_key)  # fmt: skip
+    kinds |= {
+        side_column(s, f.name): value_kind(f.dataType)
+        for s, (_, row) in enumerate(sides)
+        for f in row
+    }
+    layout = ColumnLayout(
+        len(keys),
+        tuple(tuple(row.names) for _, row in sides),
+        kinds,
+        times,
+        outputs,
+        out_seq,
+        out_ts,
+        out_key,
+    )
     key_columns = [column.alias(key_column(i)) for i, (column, _) in enumerate(keys)]
-    flat = [struct[f.name].alias(side_column(s, f.name))
-            for s, (struct, row) in enumerate(sides) for f in row]  # fmt: skip
+    flat = [
+        struct[f.name].alias(side_column(s, f.name))
+        for s, (struct, row) in enumerate(sides)
+        for f in row
+    ]
     head = [SIDE] if len(sides) > 1 else []
     head += [OP, SEQ, *([TS] if times else [])]
     fields = [StructField(OP, StringType(), False)]

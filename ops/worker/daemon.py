@@ -22,7 +22,7 @@ import importlib
 
 # What the service's workers import: the source and sink, the decoders, the join processors,
 # the lookup join and its client; pyarrow and pandas come with them.
-PRELOADED = ("pyspark.worker", "app.run.query", "app.run.lookup", "asyncpg")
+PRELOADED = ("pyspark.worker", "app.run.builder", "app.run.lookups", "asyncpg")
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The `streamjoin-kafka` Python data source: Spark options in, Kafka reader and writer out.
 
-`decoding_source` makes a variant that decodes as it reads (`serdes.records.decode.decoder`): the
+`decoding_source` makes a variant that decodes as it reads (`serdes.kafka.decode.decoder`): the
 records of one input leave the reading task as typed changes, its dead letters written by that
 task. Decoding in a step of its own (`mapInArrow`) cost a second Python stage per record: the
 JVM turned each source batch into rows, the rows back into Arrow for a second Python worker,

@@ -62,8 +62,7 @@ _clients: dict[tuple[str, tuple[tuple[str, str], ...]], Consumer] = {}
 def _client(group: str, client_config: dict[str, str]) -> Consumer:
     key = (group, tuple(sorted(client_config.items())))
     if key not in _clients:
-        _clients[key] = Consumer({**client_config, "group.id": group,
-                                  "enable.auto.commit": False})  # fmt: skip
+        _clients[key] = Consumer({**client_config, "group.id": group, "enable.auto.commit": False})
     return _clients[key]
 
 
@@ -74,8 +73,9 @@ def _forget(group: str, client_config: dict[str, str]) -> None:
         client.close()
 
 
-def planned_marks(client_config: dict[str, str], group: str, topic: str,
-                  partitions: Iterable[int], before: Marks) -> Marks:  # fmt: skip
+def planned_marks(
+    client_config: dict[str, str], group: str, topic: str, partitions: Iterable[int], before: Marks
+) -> Marks:
     """The marks a micro-batch starts from: those of the micro-batch before (`before`) raised
     to what its tasks committed to `group` (a broker that does not answer leaves them)."""
     partitions = list(partitions)
@@ -85,9 +85,13 @@ def planned_marks(client_config: dict[str, str], group: str, topic: str,
         )
     except KafkaException as err:
         _forget(group, client_config)
-        log.warning("could not read the event times of %s (group %s): %s; the watermark "
-                    "waits for the next micro-batch's", topic, group,
-                    err.args[0].str() if err.args else err)  # fmt: skip
+        log.warning(
+            "could not read the event times of %s (group %s): %s; the watermark "
+            "waits for the next micro-batch's",
+            topic,
+            group,
+            err.args[0].str() if err.args else err,
+        )
         return {p: before.get(p) for p in partitions}
     fetched = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
     return {p: _highest(before.get(p), fetched.get(p)) for p in partitions}
@@ -101,8 +105,13 @@ class PartitionMarks:
     group: str
     known: Marks
 
-    def stamped(self, batches: Iterator[pa.RecordBatch], own: Iterable[int], topic: str,
-                client_config: dict[str, str]) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    def stamped(
+        self,
+        batches: Iterator[pa.RecordBatch],
+        own: Iterable[int],
+        topic: str,
+        client_config: dict[str, str],
+    ) -> Iterator[pa.RecordBatch]:
         """The decoded `batches` of partitions `own`, each with the watermark column set to the
         least mark so far over all partitions; the own partitions' marks committed at the end."""
         highest = {p: self.known.get(p) for p in own}
@@ -125,16 +134,23 @@ class PartitionMarks:
             _client(self.group, client_config).commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
             _forget(self.group, client_config)
-            log.warning("could not record the event times read from %s (group %s): %s; the "
-                        "watermark waits for the next micro-batch's", topic, self.group,
-                        err.args[0].str() if err.args else err)  # fmt: skip
+            log.warning(
+                "could not record the event times read from %s (group %s): %s; the "
+                "watermark waits for the next micro-batch's",
+                topic,
+                self.group,
+                err.args[0].str() if err.args else err,
+            )
 
 
 def _with_watermark(batch: pa.RecordBatch, ms: int | None) -> pa.RecordBatch:
     column = batch.schema.get_field_index(WATERMARK_COLUMN)
     field = batch.schema.field(column)
-    value = pa.nulls(batch.num_rows, field.type) if ms is None else pa.array(
-        [ms * 1000] * batch.num_rows, pa.int64()).cast(field.type)  # fmt: skip
+    value = (
+        pa.nulls(batch.num_rows, field.type)
+        if ms is None
+        else pa.array([ms * 1000] * batch.num_rows, pa.int64()).cast(field.type)
+    )
     columns = list(batch.columns)
     columns[column] = value
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)

@@ -25,8 +25,9 @@ def _consumer(client_config: dict[str, str], group: str) -> Consumer:
     return Consumer({**client_config, "group.id": group, "enable.auto.commit": False})
 
 
-def committed(client_config: dict[str, str], group: str, topic: str,
-              partitions: list[int]) -> dict[int, int | None]:  # fmt: skip
+def committed(
+    client_config: dict[str, str], group: str, topic: str, partitions: list[int]
+) -> dict[int, int | None]:
     """The group's committed offset of each partition of `topic` (None where it has none)."""
     consumer = _consumer(client_config, group)
     try:
@@ -52,8 +53,12 @@ class GroupCommitter:
         for source in (progress or {}).get("sources") or ():
             offsets = source.get("endOffset")
             offsets = json.loads(offsets) if isinstance(offsets, str) else offsets or {}
-            ends |= {(topic, int(p)): int(o) for topic, parts in offsets.items()
-                     if topic in self.topics for p, o in parts.items()}  # fmt: skip
+            ends |= {
+                (topic, int(p)): int(o)
+                for topic, parts in offsets.items()
+                if topic in self.topics
+                for p, o in parts.items()
+            }
         moved = {tp: o for tp, o in ends.items() if self._last.get(tp) != o}
         if not moved:
             return
@@ -66,9 +71,12 @@ class GroupCommitter:
             )
         except KafkaException as err:
             if not self._failing:
-                log.warning("could not commit the offsets read to consumer group %r "
-                            "(KAFKA_GROUP_ID): %s; the next batches try again", self.group,
-                            err.args[0].str() if err.args else err)  # fmt: skip
+                log.warning(
+                    "could not commit the offsets read to consumer group %r "
+                    "(KAFKA_GROUP_ID): %s; the next batches try again",
+                    self.group,
+                    err.args[0].str() if err.args else err,
+                )
             self._failing = True
             return
         self._failing = False

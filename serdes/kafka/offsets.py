@@ -79,8 +79,11 @@ class PartitionBounds:
         except KafkaException as err:
             if not self._ends or err.args[0].fatal():
                 raise
-            log.warning("Kafka: the ends of %r could not be read (%s); trying again next "
-                        "trigger", self.topic, err.args[0].str())  # fmt: skip
+            log.warning(
+                "Kafka: the ends of %r could not be read (%s); trying again next trigger",
+                self.topic,
+                err.args[0].str(),
+            )
         return {p: self._ends[p] for p in sorted(self._ends)}
 
     def _probe_ends(self) -> None:

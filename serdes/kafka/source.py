@@ -66,9 +66,13 @@ class OffsetRanges(InputPartition):
 
 
 def task_ranges(
-    topic: str, start: dict[str, int], end: dict[str, int], tasks: int | None,
-    client_config: dict[str, str], marks: PartitionMarks | None = None,
-) -> list[OffsetRanges]:  # fmt: skip
+    topic: str,
+    start: dict[str, int],
+    end: dict[str, int],
+    tasks: int | None,
+    client_config: dict[str, str],
+    marks: PartitionMarks | None = None,
+) -> list[OffsetRanges]:
     """The micro-batch's reading tasks: partition `p` read by task `p % tasks`, or each
     partition by a task of its own when `tasks` is None; partitions with nothing new, and
     tasks left with no partition, are left out.
@@ -110,12 +114,19 @@ STARTED = "started at"
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches over one topic; a long-lived object on the driver."""
 
-    def __init__(self, topic: str, client_config: dict[str, str], starting: str,
-                 max_records: int | None, drain_marker: str | None = None,
-                 transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-                 | None = None, tasks: int | None = None,
-                 bounded: bool = False, wake: bool = False,
-                 marks_group: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topic: str,
+        client_config: dict[str, str],
+        starting: str,
+        max_records: int | None,
+        drain_marker: str | None = None,
+        transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+        tasks: int | None = None,
+        bounded: bool = False,
+        wake: bool = False,
+        marks_group: str | None = None,
+    ) -> None:
         self.topic = topic
         # where the reading tasks commit each partition's largest event time, for an input
         # whose watermark is its partitions' least (`serdes.kafka.event_times`); None: none
@@ -180,8 +191,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planned = {p: starts[p] + available.get(p, 0) for p in ends}
         if self.marks_group is None or planned == begun:
             return self._as_offsets(planned, _marks(start))  # nothing to read: start unchanged
-        marks = planned_marks(self.client_config, self.marks_group, self.topic, ends,
-                              _marks(start))  # fmt: skip
+        marks = planned_marks(self.client_config, self.marks_group, self.topic, ends, _marks(start))
         return self._as_offsets(planned, marks)
 
     def reportLatestOffset(self) -> Offsets:
@@ -194,8 +204,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             marks = PartitionMarks(
                 self.marks_group, {int(p): known.get(int(p)) for p in end.get(self.topic, {})}
             )
-        return task_ranges(self.topic, start.get(self.topic, {}), end.get(self.topic, {}),
-                           self.tasks, self.client_config, marks)  # fmt: skip
+        return task_ranges(
+            self.topic,
+            start.get(self.topic, {}),
+            end.get(self.topic, {}),
+            self.tasks,
+            self.client_config,
+            marks,
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRanges)
@@ -206,8 +222,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         decoded = self.transform(batches)
         if partition.marks is None:
             return decoded
-        return partition.marks.stamped(decoded, partition.ranges, partition.topic,
-                                       partition.client_config)  # fmt: skip
+        return partition.marks.stamped(
+            decoded, partition.ranges, partition.topic, partition.client_config
+        )
 
     def stop(self) -> None:
         if self._bounds is not None:

@@ -146,9 +146,13 @@ class ExactlyOnce:
         failures = DeliveryFailures()
         producer = self._initialised_producer(client_config, partition, failures)
         consumer = Consumer(
-            {"reconnect.backoff.ms": RECONNECT_BACKOFF_MS, **client_config,
-             "group.id": self._name(partition), "enable.auto.commit": False}
-        )  # fmt: skip
+            {
+                "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
+                **client_config,
+                "group.id": self._name(partition),
+                "enable.auto.commit": False,
+            }
+        )
         try:
             if self.committed_batch(consumer) >= batch:
                 return False
@@ -157,10 +161,17 @@ class ExactlyOnce:
             tag = (BATCH_HEADER, attempt.encode())
             tagged = ((t, k, v, [*h, tag] if h else [tag]) for t, k, v, h in records)
             produce_all(producer, tagged, failures, TIMEOUT_S, f"batch {batch}")
-            marker = {"batch": batch, "partition": partition, "records": len(records),
-                      "attempt": attempt}  # fmt: skip
-            producer.produce(self.marker_topic, json.dumps(marker).encode(),
-                             f"{self.transactional_id}/{partition}".encode())  # fmt: skip
+            marker = {
+                "batch": batch,
+                "partition": partition,
+                "records": len(records),
+                "attempt": attempt,
+            }
+            producer.produce(
+                self.marker_topic,
+                json.dumps(marker).encode(),
+                f"{self.transactional_id}/{partition}".encode(),
+            )
             _call(
                 "committing the batch marker",
                 producer.send_offsets_to_transaction,
@@ -205,9 +216,13 @@ def _call(what: str, method: Callable[..., object], *args: object) -> None:
                 continue
             raise TransactionError(
                 f"{what}: {error.str()}"
-                + (" (does the broker support transactions? OUTPUT_DELIVERY=at-least-once "
-                   "works without them)" if what == "initialising transactions" else "")
-            ) from None  # fmt: skip
+                + (
+                    " (does the broker support transactions? OUTPUT_DELIVERY=at-least-once "
+                    "works without them)"
+                    if what == "initialising transactions"
+                    else ""
+                )
+            ) from None
 
 
 def _abort(producer: Producer) -> None:

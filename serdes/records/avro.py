@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 
-from serdes.records.formats import Change, DebeziumJsonFormat, RowBuilder
+from serdes.records.formats import DebeziumJsonFormat, DecodedChange, RowBuilder
 from serdes.records.schema import Column
 from serdes.records.values import DecodeError
 from state.changes import RowKind
@@ -98,12 +98,13 @@ def connect_fields(avro_fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class AvroConfluentFormat:
     """One Avro record per Kafka record; every record is an insert."""
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str],
-                 schemas: RegistrySchemas) -> None:  # fmt: skip
+    def __init__(
+        self, columns: Sequence[Column], required: Sequence[str], schemas: RegistrySchemas
+    ) -> None:
         self.rows = RowBuilder(columns, required)
         self.schemas = schemas
 
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         record, schema = read_record(value, self.schemas)
         fields = connect_fields(schema.get("fields", []))
         return [(RowKind.INSERT, self.rows.build(record, self.rows.converters(fields)))]
@@ -112,12 +113,13 @@ class AvroConfluentFormat:
 class DebeziumAvroFormat(DebeziumJsonFormat):
     """Debezium's envelope in Avro (Confluent wire format); a null value is a tombstone."""
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str],
-                 schemas: RegistrySchemas) -> None:  # fmt: skip
+    def __init__(
+        self, columns: Sequence[Column], required: Sequence[str], schemas: RegistrySchemas
+    ) -> None:
         super().__init__(columns, required)
         self.schemas = schemas
 
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         if value is None:
             return []
         record, schema = read_record(value, self.schemas)

@@ -21,10 +21,16 @@ from pyspark.sql import types as T
 from serdes.records.avro import MAGIC_BYTE
 
 _PRIMITIVES = {
-    T.StringType: "string", T.BooleanType: "boolean", T.ByteType: "int", T.ShortType: "int",
-    T.IntegerType: "int", T.LongType: "long", T.FloatType: "float", T.DoubleType: "double",
+    T.StringType: "string",
+    T.BooleanType: "boolean",
+    T.ByteType: "int",
+    T.ShortType: "int",
+    T.IntegerType: "int",
+    T.LongType: "long",
+    T.FloatType: "float",
+    T.DoubleType: "double",
     T.BinaryType: "bytes",
-}  # fmt: skip
+}
 
 
 class _SchemaBuilder:
@@ -40,13 +46,25 @@ class _SchemaBuilder:
                 return known
             record_name = "".join(p.capitalize() for p in name.split("_")) or "Row"
             self.records[spark_type.json()] = record_name
-            return {"type": "record", "name": record_name, "fields": [
-                {"name": f.name, "type": ["null", self.type_of(f.dataType, f.name)],
-                 "default": None} for f in spark_type.fields
-            ]}  # fmt: skip
+            return {
+                "type": "record",
+                "name": record_name,
+                "fields": [
+                    {
+                        "name": f.name,
+                        "type": ["null", self.type_of(f.dataType, f.name)],
+                        "default": None,
+                    }
+                    for f in spark_type.fields
+                ],
+            }
         if isinstance(spark_type, T.DecimalType):
-            return {"type": "bytes", "logicalType": "decimal",
-                    "precision": spark_type.precision, "scale": spark_type.scale}  # fmt: skip
+            return {
+                "type": "bytes",
+                "logicalType": "decimal",
+                "precision": spark_type.precision,
+                "scale": spark_type.scale,
+            }
         if isinstance(spark_type, T.TimestampType):
             return {"type": "long", "logicalType": "timestamp-millis"}
         if isinstance(spark_type, T.DateType):
@@ -61,8 +79,9 @@ def value_schema(value_type: T.StructType) -> dict[str, Any]:
     return _SchemaBuilder().type_of(value_type, "value")
 
 
-def register_value_schema(url: str, properties: dict[str, str], topic: str,
-                          schema: dict[str, Any]) -> int:  # fmt: skip
+def register_value_schema(
+    url: str, properties: dict[str, str], topic: str, schema: dict[str, Any]
+) -> int:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     client = SchemaRegistryClient({"url": url, **properties})
@@ -96,7 +115,9 @@ def as_avro(records: DataFrame, url: str, properties: dict[str, str], topic: str
     schema = value_schema(value_type)
     schema_id = register_value_schema(url, properties, topic, schema)
     output = T.StructType(
-        [f if f.name != "value" else T.StructField("value", T.BinaryType())
-         for f in records.schema.fields]
-    )  # fmt: skip
+        [
+            f if f.name != "value" else T.StructField("value", T.BinaryType())
+            for f in records.schema.fields
+        ]
+    )
     return records.mapInArrow(serializer(schema_id, schema), output)

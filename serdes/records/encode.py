@@ -21,7 +21,7 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS", "ignoreNullFields"
 OP_HEADER = "op"
 KEY_COLUMN = "__key"
 # Columns of the joined changes that ride beside the record, not in it, for the dead-letter
-# topic (`app.run.projection`): a select list's first CAST that failed on the row, and on what;
+# topic (`app.plan.projection`): a select list's first CAST that failed on the row, and on what;
 # the joined row it failed on, as JSON.
 CAST_ERROR = "__cast_error"
 FAILED_ROW = "__failed_row"
@@ -70,11 +70,16 @@ def divert_failed_casts(records: DataFrame, topic: str) -> DataFrame:
         return records
     error, failed_row = F.col(CAST_ERROR), F.col(FAILED_ROW)
     failed = error.isNotNull()
-    letter_headers = F.concat(F.col("headers"), F.array(
-        F.struct(F.lit("streamjoin.error").alias("key"), error.cast("binary").alias("value")),
-        F.struct(F.lit("streamjoin.error.reason").alias("key"),
-                 F.lit("cast").cast("binary").alias("value")),
-    ))  # fmt: skip
+    letter_headers = F.concat(
+        F.col("headers"),
+        F.array(
+            F.struct(F.lit("streamjoin.error").alias("key"), error.cast("binary").alias("value")),
+            F.struct(
+                F.lit("streamjoin.error.reason").alias("key"),
+                F.lit("cast").cast("binary").alias("value"),
+            ),
+        ),
+    )
     return records.select(
         "key",
         F.when(failed, failed_row.cast("binary")).otherwise(F.col("value")).alias("value"),

@@ -21,7 +21,7 @@ from serdes.records.schema import Column
 from serdes.records.values import Converter, DecodeError, converter
 from state.changes import RowKind
 
-Change = tuple[str, tuple[Any, ...]]
+DecodedChange = tuple[str, tuple[Any, ...]]  # a record decoded: its kind and its row
 
 
 def _json_text(value: bytes) -> str | bytes:
@@ -104,7 +104,7 @@ class JsonFormat:
     def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
         self.rows = RowBuilder(columns, required)
 
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         data = _json_object(value)
         if data is None:
             raise DecodeError("null-value", "an insert-only JSON input has no deletes")
@@ -128,7 +128,7 @@ class DebeziumJsonFormat:
                 return field.get("fields")
         return None
 
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         data = _json_object(value)
         if data is None:
             return []  # the tombstone that follows a delete, for log compaction
@@ -138,7 +138,7 @@ class DebeziumJsonFormat:
         schema = data.get("schema") if "payload" in data else None
         return self.changes(payload, lambda side: self._row_schema(schema, side))
 
-    def changes(self, payload: dict[str, Any], connect_fields: Callable) -> list[Change]:
+    def changes(self, payload: dict[str, Any], connect_fields: Callable) -> list[DecodedChange]:
         """The changes of one Debezium envelope; `connect_fields(side)` gives the Connect
         schema of the `before` or `after` fields, if known. Keeps the envelope's
         `source.ts_ms` (when the change happened in the database) for event time."""
@@ -186,7 +186,7 @@ class UpsertJsonFormat:
             return {self.key_columns[0]: parsed if parsed is not None else key.decode("utf-8")}
         raise DecodeError("bad-key", f"expected a JSON object with {self.key_columns}")
 
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]:
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         key_fields = self._key(key)
         data = _json_object(value)
         if data is None:

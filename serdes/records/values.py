@@ -15,7 +15,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+from state.changes import EPOCH
+
 Converter = Callable[[Any], Any]
 
 

@@ -134,8 +134,9 @@ def split_condition(tree: exp.Expression) -> JoinCondition:
         keyed = isinstance(node, exp.EQ | exp.NullSafeEQ)
         sides = (_side(node.this), _side(node.expression)) if keyed else ()
         if sides in (("L", "R"), ("R", "L")):
-            left, right = (node.this, node.expression) if sides[0] == "L" else (
-                node.expression, node.this)  # fmt: skip
+            left, right = (
+                (node.this, node.expression) if sides[0] == "L" else (node.expression, node.this)
+            )
             if isinstance(node, exp.NullSafeEQ):
                 null_safe.add(len(equi))
             equi.append((left.name, right.name))

@@ -12,7 +12,7 @@ ones made to handle NULL (COALESCE, IF, CASE, NULLIF, IS [NOT] DISTINCT FROM, IS
 CONCAT_WS). Timestamps reach a condition either as datetimes (the regular join) or as epoch
 microseconds (the interval and temporal joins' columns): the date functions take both.
 A CAST or TRY_CAST that cannot convert its value is NULL here (Flink's CAST fails the job); a
-select list's CAST that fails sends its row to the dead-letter topic (`app.run.projection`).
+select list's CAST that fails sends its row to the dead-letter topic (`app.plan.projection`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlglot import exp
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+from state.changes import EPOCH
 
 
 @dataclass(frozen=True)
@@ -234,13 +234,47 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
 # CAST, EXTRACT, TRIM, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the
 # condition compiler, `state.expr.condition`, evaluates these forms itself).
 STRUCTURE: tuple[type[exp.Expression], ...] = (
-    exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Alias,
-    exp.Star, exp.Tuple, exp.DataType, exp.DataTypeParam, exp.Var,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.And, exp.Or, exp.Not,
-    exp.Is, exp.In, exp.Like, exp.Escape, exp.Between, exp.Case, exp.If, exp.Cast, exp.TryCast,
-    exp.Extract, exp.Trim,
-)  # fmt: skip
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Null,
+    exp.Boolean,
+    exp.Paren,
+    exp.Alias,
+    exp.Star,
+    exp.Tuple,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Var,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.Neg,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.Is,
+    exp.In,
+    exp.Like,
+    exp.Escape,
+    exp.Between,
+    exp.Case,
+    exp.If,
+    exp.Cast,
+    exp.TryCast,
+    exp.Extract,
+    exp.Trim,
+)
 
 
 def unsupported(tree: exp.Expression) -> exp.Expression | None:

@@ -55,8 +55,11 @@ class Bucket:
 
 def cached_rows(bucket: Bucket, left: bool) -> int:
     """The rows one side's caches hold, over the bucket's keys."""
-    return sum(len(rows) for state in bucket.keys.values()
-               for rows in (state.left if left else state.right).values())  # fmt: skip
+    return sum(
+        len(rows)
+        for state in bucket.keys.values()
+        for rows in (state.left if left else state.right).values()
+    )
 
 
 def bucket_to_plain(bucket: Bucket) -> tuple:

@@ -39,8 +39,9 @@ Combination = tuple[Row | None, ...]  # one row (or NULL padding) per input, fro
 class MultiJoin:
     """INNER and LEFT joins of several inputs, for the rows of one shared key."""
 
-    def __init__(self, kinds: Sequence[str], matchers: Sequence[Matcher],
-                 widths: Sequence[int]) -> None:  # fmt: skip
+    def __init__(
+        self, kinds: Sequence[str], matchers: Sequence[Matcher], widths: Sequence[int]
+    ) -> None:
         """`kinds[j]`, `matchers[j]`: the join of input `j + 1` with what comes before it;
         `widths[i]`: input `i`'s number of columns."""
         self.outer = tuple(kind == "left" for kind in kinds)
@@ -61,8 +62,9 @@ class MultiJoin:
         flat, matches = self._flat(combination), self.matchers[at - 1]
         return [row for row, _ in views[at].records() if matches(flat, row)]
 
-    def _extended(self, combinations: list[Combination],
-                  views: Sequence[View]) -> list[Combination]:  # fmt: skip
+    def _extended(
+        self, combinations: list[Combination], views: Sequence[View]
+    ) -> list[Combination]:
         """Each combination joined with the next input: one per matching row, or padded by a
         LEFT join that finds none."""
         out: list[Combination] = []
@@ -101,8 +103,9 @@ class MultiJoin:
         if side == 0:
             (view.add if adds else view.retract)(row)
             return self._changed(op, adds, self._completed((row,), views))
-        prefixes = [p for p in self._prefixes(side, views)
-                    if self.matchers[side - 1](self._flat(p), row)]  # fmt: skip
+        prefixes = [
+            p for p in self._prefixes(side, views) if self.matchers[side - 1](self._flat(p), row)
+        ]
         before = [len(self._matches(p, views)) for p in prefixes]
         (view.add if adds else view.retract)(row)
         out: list[Change] = []

@@ -42,8 +42,9 @@ Input = tuple[str, int, int | None, Row]
 Last = tuple[Row, int | None]  # the key's last row and its event time
 
 
-def normalize(last: Last | None, changes: Sequence[Input],
-              refresh: bool = False) -> tuple[list[Change], Last | None]:  # fmt: skip
+def normalize(
+    last: Last | None, changes: Sequence[Input], refresh: bool = False
+) -> tuple[list[Change], Last | None]:
     """The changes to emit for one key's input changes (in order), and the key's last row;
     `refresh` passes an update equal to the last row on (under a state TTL)."""
     out: list[Change] = []
@@ -57,12 +58,15 @@ def normalize(last: Last | None, changes: Sequence[Input],
                 out.append(Change(RowKind.INSERT, row, ts=ts, seq=seq * 2))
             elif last[0] != row or before is not None or refresh:
                 old_row, old_time = before or last
-                out += [Change(RowKind.UPDATE_BEFORE, old_row, ts=old_time, seq=seq * 2),
-                        Change(RowKind.UPDATE_AFTER, row, ts=ts, seq=seq * 2 + 1)]  # fmt: skip
+                out += [
+                    Change(RowKind.UPDATE_BEFORE, old_row, ts=old_time, seq=seq * 2),
+                    Change(RowKind.UPDATE_AFTER, row, ts=ts, seq=seq * 2 + 1),
+                ]
             last = (row, ts)
         elif last is not None:
-            out.append(Change(RowKind.DELETE, last[0], ts=ts if ts is not None else last[1],
-                              seq=seq * 2))  # fmt: skip
+            out.append(
+                Change(RowKind.DELETE, last[0], ts=ts if ts is not None else last[1], seq=seq * 2)
+            )
             last = None
         before = None
     return out, last

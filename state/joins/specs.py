@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Literal, Protocol
 
 from state.changes import Row
+from state.columns import chained_column
 from state.expr.condition import (
     ConditionError,
     JoinCondition,
@@ -26,7 +27,6 @@ from state.joins.multi_join import MultiJoin
 from state.joins.regular_join import RegularJoin, SemiAntiJoin
 from state.joins.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin
 from state.joins.views import View, new_view
-from state.spark.columns import chained_column
 from state.store.retention import FOREVER, Retention
 
 PROCTIME = "proctime"  # the time attribute of processing time
@@ -159,13 +159,17 @@ class MultiJoinSpec:
         return self.joins[0].clock
 
     def operator(self) -> MultiJoin:
-        return MultiJoin([join.kind for join in self.joins],
-                         [join.matcher() for join in self.joins],
-                         [len(side.fields) for side in self.inputs])  # fmt: skip
+        return MultiJoin(
+            [join.kind for join in self.joins],
+            [join.matcher() for join in self.joins],
+            [len(side.fields) for side in self.inputs],
+        )
 
     def new_views(self, retention: Retention = FOREVER) -> tuple[View, ...]:
-        return tuple(new_view([key], side.fields, side.unique_key, retention)
-                     for key, side in zip(self.keys, self.inputs, strict=True))  # fmt: skip
+        return tuple(
+            new_view([key], side.fields, side.unique_key, retention)
+            for key, side in zip(self.keys, self.inputs, strict=True)
+        )
 
 
 @dataclass(frozen=True)

@@ -171,8 +171,12 @@ def _prune(rows: dict | PagedRows, retention: Retention) -> None:
         del rows[identity]
 
 
-def new_view(join_key: Sequence[str], fields: Sequence[str], unique_key: Sequence[str],
-             retention: Retention = FOREVER) -> View:  # fmt: skip
+def new_view(
+    join_key: Sequence[str],
+    fields: Sequence[str],
+    unique_key: Sequence[str],
+    retention: Retention = FOREVER,
+) -> View:
     """The layout Flink would choose for an input with these columns and unique key."""
     if unique_key and set(unique_key) <= set(join_key):
         return SingleRowView(retention)

@@ -39,15 +39,17 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from ops.worker.collector import settle_worker
-from state.changes import Change, Row
+from state.changes import SIDES, Change, Row
+from state.columns import OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
-from state.spark.columns import OP, SEQ, SIDE, TS, ColumnLayout
 from state.spark.layouts import BucketLayout
 
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
-SIDES = ("left", "right")
-TIME_MODES: dict[Clock, str] = {"event": "EventTime", "processing": "ProcessingTime",
-                                "none": "None"}  # fmt: skip
+TIME_MODES: dict[Clock, str] = {
+    "event": "EventTime",
+    "processing": "ProcessingTime",
+    "none": "None",
+}
 
 # What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
 # None: never), as `state.store.keyed_state.held_by_expiry` gives them.
@@ -162,8 +164,9 @@ class StatefulOperator(Protocol):
         """The state variables `store` declares, in the order Spark records them."""
         ...
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """What one stored entry of `variable` holds (`name`: a map entry's, None for a value
         state's), read from a checkpoint by `streamjoin state`, as of processing time `now`:
         what has expired by then is not held."""
@@ -230,8 +233,11 @@ class StatefulFrame(StatefulProcessor):
 
     def _count_late(self, rows: InputRows, watermark: int) -> None:
         counted = (1,) if self.chained else (0, 1)  # a join's result is never late here
-        late = Counter(SIDES[s] for s, t in zip(rows.sides, rows.times, strict=True)
-                       if t is not None and t < watermark and s in counted)  # fmt: skip
+        late = Counter(
+            SIDES[s]
+            for s, t in zip(rows.sides, rows.times, strict=True)
+            if t is not None and t < watermark and s in counted
+        )
         if late and self.late_rows is not None:
             self.late_rows.add({(side,): count for side, count in late.items()})
 
@@ -242,8 +248,9 @@ class StatefulFrame(StatefulProcessor):
         # a timer due already (a late row's) fires at the next watermark, as in Flink
         wanted = None if next_timer is None else max(next_timer, now + 1)
         pending = bucket.spark_timer
-        if wanted != pending and (wanted is None or pending is None or pending <= now
-                                  or wanted < pending):  # fmt: skip
+        if wanted != pending and (
+            wanted is None or pending is None or pending <= now or wanted < pending
+        ):
             # One engine timer per bucket: one registered twice makes the engine warn, and a
             # stale one fires for nothing. A due one's work is done: `fire_due` ran first.
             if pending is not None:
@@ -258,19 +265,22 @@ class StatefulFrame(StatefulProcessor):
         self._save(bucket, before, now)
         if self.held_rows is not None:
             reported = time.time()
-            self.held_rows.add({
-                (self.operator.name, side, key[0]):
-                    (reported, ((None, n),) if isinstance(n, int) else n)
-                for side, n in self.operator.held(bucket).items()
-            })  # fmt: skip
+            self.held_rows.add(
+                {
+                    (self.operator.name, side, key[0]): (
+                        reported,
+                        ((None, n),) if isinstance(n, int) else n,
+                    )
+                    for side, n in self.operator.held(bucket).items()
+                }
+            )
 
     def _frame(self, changes: list[Change]) -> pd.DataFrame:
         layout = self.layout
         columns: dict[str, Any] = {OP: [c.kind for c in changes]}
         if layout.out_seq:
             if changes[0].seq is None:  # the operator leaves the order to the frame
-                columns[SEQ] = np.arange(self.emitted, self.emitted + len(changes),
-                                         dtype=np.int64)  # fmt: skip
+                columns[SEQ] = np.arange(self.emitted, self.emitted + len(changes), dtype=np.int64)
                 self.emitted += len(changes)
             else:
                 columns[SEQ] = [c.seq for c in changes]

@@ -46,8 +46,9 @@ class IntervalJoinOperator:
 
     variables = ("bucket",)
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A bucket's value: each key's cached rows of each side, by their times."""
         for key, state in bucket_from_plain(load(value)).keys.items():
             for side, cache in (("left", state.left), ("right", state.right)):
@@ -67,6 +68,7 @@ class IntervalJoinOperator:
             time = now if proctime else rows.times[i]
             side = rows.sides[i]
             operator_time = 0 if self.chained and side == 0 else now
-            changes += self.join.process(bucket, rows.keys[i], side, rows.row(i), time,
-                                         operator_time)  # fmt: skip
+            changes += self.join.process(
+                bucket, rows.keys[i], side, rows.row(i), time, operator_time
+            )
         return changes

@@ -159,9 +159,18 @@ class KeyedEntries:
             known = KeyFilter.from_plain(filtered[0])
         elif self.ttl_ms is None and not any(counts[0] for _expiry, counts in ledger):
             known = KeyFilter()  # no entries: every one from now on is in the filter
-        keys = StoredKeys(self.entries, dict(timers), self.to_plain, self.from_plain,
-                          self.timer_of, {e: list(c) for e, c in ledger}, self.size_of,
-                          self.ttl_ms, now, known)  # fmt: skip
+        keys = StoredKeys(
+            self.entries,
+            dict(timers),
+            self.to_plain,
+            self.from_plain,
+            self.timer_of,
+            {e: list(c) for e, c in ledger},
+            self.size_of,
+            self.ttl_ms,
+            now,
+            known,
+        )
         return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -179,7 +188,14 @@ class KeyedEntries:
                 self.own.clear()
             return
         known = None if keys.known is None else keys.known.to_plain()
-        blob = dump((bucket.spark_timer, list(keys.timers.items()), bucket.waiting,
-                     list(keys.ledger.items()), known))  # fmt: skip
+        blob = dump(
+            (
+                bucket.spark_timer,
+                list(keys.timers.items()),
+                bucket.waiting,
+                list(keys.ledger.items()),
+                known,
+            )
+        )
         if blob != before:
             self.own.update((blob,))

@@ -52,8 +52,9 @@ class NormalizeOperator:
 
     variables = ("bucket", "keys")
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A key's entry: its last row, at its event time."""
         self.retention.at(now)
         stored = entry_state(value, now) if variable == "keys" else None

@@ -166,9 +166,11 @@ def untested_pyspark(version: str = pyspark.__version__) -> str | None:
     """Why state calls are not pipelined with this pyspark (None: they are)."""
     if version == TESTED_PYSPARK:
         return None
-    return (f"pyspark {version} is not the one the pipelined state calls were tested with "
-            f"({TESTED_PYSPARK}): each state entry is read and written with a call of its own, "
-            "several times slower on large state")  # fmt: skip
+    return (
+        f"pyspark {version} is not the one the pipelined state calls were tested with "
+        f"({TESTED_PYSPARK}): each state entry is read and written with a call of its own, "
+        "several times slower on large state"
+    )
 
 
 def wire(state: MapState) -> StateWire | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from state.changes import Change, Row
+from state.changes import SIDES, Change, Row
 from state.joins.pages import PagedRows, settle
 from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
 from state.joins.views import (
@@ -31,7 +31,7 @@ from state.joins.views import (
     views_size,
     views_to_plain,
 )
-from state.spark.frame import SIDES, Held, InputRows, KeyHeld
+from state.spark.frame import Held, InputRows, KeyHeld
 from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries, entry_state
 from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, held_by_expiry, never
@@ -57,8 +57,7 @@ class RegularJoinOperator:
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
         ttl = self.retention.store_ttl_ms
         self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
-        return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size,
-                            ttl)  # fmt: skip
+        return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size, ttl)
 
     def _views_from_plain(self, plain: tuple) -> tuple[View, ...]:
         return views_from_plain(plain, self.retention)
@@ -71,8 +70,9 @@ class RegularJoinOperator:
 
     variables = ("bucket", "keys", "pages")
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A key's entry: each side's rows (a paged side's count alone); a page: its rows."""
         self.retention.at(now)
         if variable == "keys" and name is not None:
@@ -92,8 +92,11 @@ class RegularJoinOperator:
             view = self.spec.new_views(self.retention)[side]
             alive = self.retention.alive
             entries = [(identity, e) for identity, e in load(value) if alive(e[2])]
-            rows = ([e[0] for _identity, e in entries] if isinstance(view, UniqueKeyView)
-                    else [identity for identity, e in entries for _ in range(e[0])])  # fmt: skip
+            rows = (
+                [e[0] for _identity, e in entries]
+                if isinstance(view, UniqueKeyView)
+                else [identity for identity, e in entries for _ in range(e[0])]
+            )
             yield KeyHeld(self.sides[side], key, 0, rows=rows)
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, ...]:

@@ -52,20 +52,25 @@ class EventTimeTemporalJoinOperator:
 
     variables = ("bucket", "keys")
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A key's entry: the table's versions (right); the bucket's own value: the probe rows
         waiting for the watermark (left)."""
         if variable == "keys" and name is not None:
             plain = entry_state(value, now)
             if plain is not None and plain[0]:
                 versions = key_from_plain(plain).versions
-                yield KeyHeld("right", load(name), len(versions), min(versions),
-                              [row for _op, row in versions.values()])  # fmt: skip
+                yield KeyHeld(
+                    "right",
+                    load(name),
+                    len(versions),
+                    min(versions),
+                    [row for _op, row in versions.values()],
+                )
         elif variable == "bucket":
             for key, rows in waiting_rows(value).items():
-                yield KeyHeld("left", key, len(rows), min(r[1] for r in rows),
-                              [r[2] for r in rows])  # fmt: skip
+                yield KeyHeld("left", key, len(rows), min(r[1] for r in rows), [r[2] for r in rows])
 
     def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
         bucket.keys.prefetch(bucket.due(now))
@@ -73,8 +78,9 @@ class EventTimeTemporalJoinOperator:
 
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
         join = self.join
-        bucket.keys.prefetch(k for k, side in zip(rows.keys, rows.sides, strict=True)
-                             if side == BUILD)  # fmt: skip
+        bucket.keys.prefetch(
+            k for k, side in zip(rows.keys, rows.sides, strict=True) if side == BUILD
+        )
         for i in rows.order():
             key, row, op = rows.keys[i], rows.row(i), rows.ops[i]
             if rows.sides[i] == PROBE:
@@ -102,8 +108,9 @@ class ProcessingTimeTemporalJoinOperator:
 
     variables = ("bucket", "keys")
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A key's entry: the table's latest row (right)."""
         row = entry_state(value, now) if variable == "keys" else None
         if row is not None and name is not None:

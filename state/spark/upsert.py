@@ -48,8 +48,9 @@ class UpsertMaterializeOperator:
 
     variables = ("bucket", "keys")
 
-    def inspect(self, variable: str, name: bytes | None, value: bytes, now: int
-                ) -> Iterator[KeyHeld]:  # fmt: skip
+    def inspect(
+        self, variable: str, name: bytes | None, value: bytes, now: int
+    ) -> Iterator[KeyHeld]:
         """A record key's entry: the output rows it may still end on."""
         rows = entry_state(value, now) if variable == "keys" else None
         if rows and name is not None:

@@ -96,8 +96,9 @@ def ledger_slot(expires_ms: int, ttl_ms: int) -> int:
 
 def held_by_expiry(ledger: Ledger, side: int) -> tuple[tuple[int | None, int], ...]:
     """One side's rows in a ledger, by when Spark drops the entries holding them."""
-    return tuple((expires, c[side + 1]) for expires, c in ledger.items()
-                 if side + 1 < len(c) and c[side + 1])  # fmt: skip
+    return tuple(
+        (expires, c[side + 1]) for expires, c in ledger.items() if side + 1 < len(c) and c[side + 1]
+    )
 
 
 class StoredKeys:
@@ -151,8 +152,7 @@ class StoredKeys:
     def held(self) -> tuple[int, ...]:
         """What the entries hold, per side (two, or as many as `size_of` counts)."""
         width = max((len(c) for c in self.ledger.values()), default=3)
-        return tuple(sum(c[i] for c in self.ledger.values() if i < len(c))
-                     for i in range(1, width))  # fmt: skip
+        return tuple(sum(c[i] for c in self.ledger.values() if i < len(c)) for i in range(1, width))
 
     def _count(self, expires: int | None, size: tuple[int, ...], sign: int) -> None:
         counts = self.ledger.setdefault(expires, [0, 0, 0])

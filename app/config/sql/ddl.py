@@ -1,4 +1,4 @@
-"""The tables of a Flink SQL script (`app.sql.query`): its statements, each `CREATE TABLE`
+"""The tables of a Flink SQL script (`app.config.sql.query`): its statements, each `CREATE TABLE`
 read (columns, keys, watermarks, computed and metadata columns, options) and its connector
 options turned into the variables of an input, the output or a lookup table.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from app.config.parsers import duration_ms
 from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
-from serdes.records.decode import METADATA_TYPES
+from serdes.kafka.decode import METADATA_TYPES
 from serdes.records.schema import SchemaError, parse_schema
 from state.expr.condition import INTERVAL_UNIT_MS
 
@@ -87,8 +87,11 @@ class Compiled:
 
     def set(self, name: str, value: str, line: int) -> None:
         if name in self.variables and self.variables[name] != value:
-            raise SqlError(line, f"{name} would be {value!r} here but {self.variables[name]!r} "
-                           f"from line {self.lines[name]}: the tables must agree")  # fmt: skip
+            raise SqlError(
+                line,
+                f"{name} would be {value!r} here but {self.variables[name]!r} "
+                f"from line {self.lines[name]}: the tables must agree",
+            )
         self.variables[name] = value
         self.lines.setdefault(name, line)
 
@@ -120,8 +123,11 @@ def _check_hints(line: int, body: str) -> None:
     """Refuse a hint streamjoin would not run: the job would run without it, silently."""
     for name in _hint_names(body):
         if name.upper() not in HINTS:
-            raise SqlError(line, f"the hint {name.upper()} is not supported: the job would run "
-                           f"without it (hints streamjoin runs: {', '.join(HINTS)})")  # fmt: skip
+            raise SqlError(
+                line,
+                f"the hint {name.upper()} is not supported: the job would run "
+                f"without it (hints streamjoin runs: {', '.join(HINTS)})",
+            )
 
 
 def statements(text: str) -> Iterator[tuple[int, str]]:
@@ -260,13 +266,18 @@ def create_table(line: int, text: str) -> Table:
     options = re.match(r"^WITH\s*\((.*)\)$", rest, re.I | re.S)
     if options is None:
         what = rest.split()[0] if rest else "no WITH (...)"
-        raise SqlError(line, f"CREATE TABLE {table.name}: {what} is not supported (only the "
-                       "column list and WITH ('connector' = ...))")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: {what} is not supported (only the "
+            "column list and WITH ('connector' = ...))",
+        )
     for option in _split_top_level(options[1]):
         pair = _OPTION.match(option.strip())
         if pair is None:
-            raise SqlError(line, f"CREATE TABLE {table.name}: an option is 'key' = 'value', "
-                           f"not {option.strip()!r}")  # fmt: skip
+            raise SqlError(
+                line,
+                f"CREATE TABLE {table.name}: an option is 'key' = 'value', not {option.strip()!r}",
+            )
         table.options[sql_string(pair[1])] = sql_string(pair[2])
     return table
 
@@ -295,8 +306,11 @@ def _column(table: Table, item: str, line: int) -> None:
     if match := _WATERMARK.match(item):
         delay = _DELAY.match(match[2].strip())
         if delay is None or unquote(delay[1]) != unquote(match[1]):
-            raise SqlError(line, f"{where}: WATERMARK … AS {match[2].strip()} is not supported "
-                           f"(only {match[1]}, or {match[1]} - INTERVAL 'n' <unit>)")  # fmt: skip
+            raise SqlError(
+                line,
+                f"{where}: WATERMARK … AS {match[2].strip()} is not supported "
+                f"(only {match[1]}, or {match[1]} - INTERVAL 'n' <unit>)",
+            )
         delay_ms = int(delay[2]) * INTERVAL_UNIT_MS[delay[3].upper()] if delay[2] else 0
         table.watermark = (unquote(match[1]), delay_ms)
     elif match := _KEY.match(item):
@@ -307,8 +321,12 @@ def _column(table: Table, item: str, line: int) -> None:
         name = unquote(match[1])
         key = sql_string(match[3]) if match[3] else name
         if key not in METADATA_TYPES:
-            raise SqlError(line, f"{where}: METADATA FROM '{key}' is not supported (one of "
-                           + ", ".join(METADATA_TYPES) + ")")  # fmt: skip
+            raise SqlError(
+                line,
+                f"{where}: METADATA FROM '{key}' is not supported (one of "
+                + ", ".join(METADATA_TYPES)
+                + ")",
+            )
         table.physical.append((name, match[2]))
         table.declared.append(name)
         table.metadata[name] = key
@@ -322,9 +340,12 @@ def _column(table: Table, item: str, line: int) -> None:
                 (m, kind) for pattern, kind in _CONVERSIONS if (m := pattern.match(expression))
             ]
             if not found:
-                raise SqlError(line, f"{where}: the computed column {name} AS {expression} is "
-                               "not supported (PROCTIME(), TO_TIMESTAMP_LTZ(column, 3), "
-                               "CAST(column AS TIMESTAMP(p)))")  # fmt: skip
+                raise SqlError(
+                    line,
+                    f"{where}: the computed column {name} AS {expression} is "
+                    "not supported (PROCTIME(), TO_TIMESTAMP_LTZ(column, 3), "
+                    "CAST(column AS TIMESTAMP(p)))",
+                )
             conversion, kind = found[0]
             table.converted[name] = (unquote(conversion[1]), kind or conversion[2].upper())
     elif match := _PHYSICAL.match(item):
@@ -352,8 +373,11 @@ def _schema(table: Table) -> str:
     types = dict(table.physical)
     for column, (stored, kind) in table.converted.items():
         if stored not in types:
-            raise SqlError(table.line, f"CREATE TABLE {table.name}: the computed column {column} "
-                           f"reads {stored}, which is no column")  # fmt: skip
+            raise SqlError(
+                table.line,
+                f"CREATE TABLE {table.name}: the computed column {column} "
+                f"reads {stored}, which is no column",
+            )
         types[stored] = kind
     return ", ".join(f"{name} {kind}" for name, kind in types.items())
 
@@ -372,13 +396,18 @@ class _Options:
         for key, default in _DEFAULT_ONLY.items():
             value = self.left.pop(key, default)
             if value.lower() != default.lower():
-                raise SqlError(self.table.line, f"CREATE TABLE {self.table.name}: '{key}' "
-                               f"{value!r} is not supported (only Flink's default, "
-                               f"{default!r})")  # fmt: skip
+                raise SqlError(
+                    self.table.line,
+                    f"CREATE TABLE {self.table.name}: '{key}' "
+                    f"{value!r} is not supported (only Flink's default, "
+                    f"{default!r})",
+                )
         if self.left:
             key = sorted(self.left)[0]
-            raise SqlError(self.table.line, f"CREATE TABLE {self.table.name}: the option "
-                           f"'{key}' is not supported")  # fmt: skip
+            raise SqlError(
+                self.table.line,
+                f"CREATE TABLE {self.table.name}: the option '{key}' is not supported",
+            )
 
 
 def _kafka_properties(options: _Options, out: Compiled, source: bool = False) -> None:
@@ -394,8 +423,11 @@ def _kafka_properties(options: _Options, out: Compiled, source: bool = False) ->
                 out.set(f"KAFKA_{prop.upper().replace('.', '_')}", value, line)
         elif is_secret(prop):
             variable = "KAFKA_" + prop.upper().replace(".", "_")
-            raise SqlError(line, f"'{key}' is a secret: give it as the variable {variable} "
-                           "(from a Secret), not in the SQL")  # fmt: skip
+            raise SqlError(
+                line,
+                f"'{key}' is a secret: give it as the variable {variable} "
+                "(from a Secret), not in the SQL",
+            )
         else:
             out.set(f"KAFKA_{prop}", value, line)
 
@@ -407,8 +439,11 @@ def _registry(options: _Options, out: Compiled) -> None:
             out.set("SCHEMA_REGISTRY_URL", url, options.table.line)
     for key in [k for k in options.left if "avro-confluent." in k]:
         if is_secret(key):
-            raise SqlError(options.table.line, f"'{key}' is a secret: give it as a "
-                           "SCHEMA_REGISTRY_* variable from a Secret, not in the SQL")  # fmt: skip
+            raise SqlError(
+                options.table.line,
+                f"'{key}' is a secret: give it as a "
+                "SCHEMA_REGISTRY_* variable from a Secret, not in the SQL",
+            )
 
 
 def _format(options: _Options, upsert: bool) -> str:
@@ -417,14 +452,20 @@ def _format(options: _Options, upsert: bool) -> str:
     if upsert:
         key = options.take("key.format")
         if value != "json" or key not in (None, "json", "raw"):
-            raise SqlError(line, f"CREATE TABLE {table.name}: upsert-kafka reads 'key.format' "
-                           "json and 'value.format' json here")  # fmt: skip
+            raise SqlError(
+                line,
+                f"CREATE TABLE {table.name}: upsert-kafka reads 'key.format' "
+                "json and 'value.format' json here",
+            )
         if not table.primary_key:
             raise SqlError(line, f"CREATE TABLE {table.name}: upsert-kafka needs a PRIMARY KEY")
         return "upsert"
     if value not in _FORMATS:
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not supported "
-                       "(one of " + ", ".join(_FORMATS) + ")")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'format' {value!r} is not supported "
+            "(one of " + ", ".join(_FORMATS) + ")",
+        )
     return value
 
 
@@ -433,8 +474,11 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
     options, line = _Options(table), table.line
     connector = options.take("connector")
     if connector not in ("kafka", "upsert-kafka"):
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
-                       "input streamjoin reads (kafka, upsert-kafka)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
+            "input streamjoin reads (kafka, upsert-kafka)",
+        )
     topic = _topic(options)
     out.set(f"{side}_TOPIC", topic, line)
     out.set(f"{side}_FORMAT", _format(options, connector == "upsert-kafka"), line)
@@ -448,14 +492,20 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
         out.set(f"{side}_WATERMARK_DELAY", f"{table.watermark[1]}ms", line)
     mode = options.take("scan.startup.mode")
     if mode is not None and mode not in _STARTUP:
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is not "
-                       "supported (earliest-offset, latest-offset, group-offsets; a restart "
-                       "resumes from the checkpoint)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is not "
+            "supported (earliest-offset, latest-offset, group-offsets; a restart "
+            "resumes from the checkpoint)",
+        )
     if connector == "upsert-kafka":
         if mode is not None:  # Flink refuses the option on upsert-kafka
-            raise SqlError(line, f"CREATE TABLE {table.name}: an upsert-kafka table reads "
-                           "its topic from the beginning: 'scan.startup.mode' is not its "
-                           "option")  # fmt: skip
+            raise SqlError(
+                line,
+                f"CREATE TABLE {table.name}: an upsert-kafka table reads "
+                "its topic from the beginning: 'scan.startup.mode' is not its "
+                "option",
+            )
         start = "earliest"
     elif mode is not None:
         start = _STARTUP[mode]
@@ -472,8 +522,11 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
 def _topic(options: _Options) -> str:
     topic = options.take("topic")
     if topic is None or ";" in topic:
-        raise SqlError(options.table.line, f"CREATE TABLE {options.table.name}: one 'topic' is "
-                       "needed (no list, no 'topic-pattern')")  # fmt: skip
+        raise SqlError(
+            options.table.line,
+            f"CREATE TABLE {options.table.name}: one 'topic' is "
+            "needed (no list, no 'topic-pattern')",
+        )
     return topic
 
 
@@ -494,8 +547,11 @@ def output_table(table: Table, out: Compiled) -> None:
     options, line = _Options(table), table.line
     connector = options.take("connector")
     if connector not in ("kafka", "upsert-kafka"):
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
-                       "output streamjoin writes (kafka, upsert-kafka)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
+            "output streamjoin writes (kafka, upsert-kafka)",
+        )
     out.set("OUTPUT_TOPIC", _topic(options), line)
     value = options.take("value.format") or options.take("format")
     key_fields = options.take("key.fields")
@@ -511,16 +567,22 @@ def output_table(table: Table, out: Compiled) -> None:
         out.set("OUTPUT_ENCODING", "append", line)
     formats = (*OUTPUT_FORMATS, "debezium-json")  # the last an encoding, as Flink sees it
     if value not in formats:
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'format' {value!r} is not an output "
-                       "format (" + ", ".join(formats) + ")")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'format' {value!r} is not an output "
+            "format (" + ", ".join(formats) + ")",
+        )
     out.set("OUTPUT_FORMAT", value if value in OUTPUT_FORMATS else "json", line)
     if key_fields and connector == "kafka":
         out.set("OUTPUT_KEY", ",".join(k.strip() for k in key_fields.split(";")), line)
     guarantee = options.take("sink.delivery-guarantee")
     if guarantee is not None:
         if guarantee not in ("exactly-once", "at-least-once"):
-            raise SqlError(line, f"'sink.delivery-guarantee' {guarantee!r} is not supported "
-                           "(exactly-once, at-least-once)")  # fmt: skip
+            raise SqlError(
+                line,
+                f"'sink.delivery-guarantee' {guarantee!r} is not supported "
+                "(exactly-once, at-least-once)",
+            )
         out.set("OUTPUT_DELIVERY", guarantee, line)
     prefix = options.take("sink.transactional-id-prefix")
     if prefix is not None:
@@ -543,16 +605,20 @@ def jdbc_table(table: Table, out: Compiled) -> None:
     if match is None:
         raise SqlError(line, f"CREATE TABLE {table.name}: 'url' must be jdbc:postgresql://…")
     if options.take("password") is not None:
-        raise SqlError(line, f"CREATE TABLE {table.name}: 'password' is a secret: give it as "
-                       "the variable LOOKUP_PASSWORD (from a Secret), not in the SQL")  # fmt: skip
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: 'password' is a secret: give it as "
+            "the variable LOOKUP_PASSWORD (from a Secret), not in the SQL",
+        )
     user = options.take("username")
     out.set("LOOKUP_URL", f"postgresql://{user + '@' if user else ''}{match[1]}", line)
     out.set("LOOKUP_TABLE", options.take("table-name") or table.name, line)
     out.set("RIGHT_SCHEMA", _schema(table), line)
     strategy = options.take("lookup.full-cache.reload-strategy")
     if strategy not in (None, "PERIODIC"):
-        raise SqlError(line, f"'lookup.full-cache.reload-strategy' {strategy!r} is not "
-                       "supported (PERIODIC)")  # fmt: skip
+        raise SqlError(
+            line, f"'lookup.full-cache.reload-strategy' {strategy!r} is not supported (PERIODIC)"
+        )
     for key, variable in _LOOKUP_OPTIONS.items():
         value = options.take(key)
         if value is not None:

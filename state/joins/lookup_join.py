@@ -39,7 +39,7 @@ from state.joins.specs import SideSpec
 
 Key = tuple[Any, ...]
 
-Clock = Callable[[], float]
+TimeSource = Callable[[], float]
 
 CACHES = ("NONE", "PARTIAL", "FULL")
 
@@ -66,7 +66,7 @@ class _Entry:
 class PartialCache:
     """Rows by key, least recently used first; `get` answers None for a key not cached."""
 
-    def __init__(self, settings: CacheSettings, clock: Clock = time.monotonic) -> None:
+    def __init__(self, settings: CacheSettings, clock: TimeSource = time.monotonic) -> None:
         self.settings = settings
         self.clock = clock
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
@@ -104,8 +104,12 @@ class FullCache:
     """The whole table by key, loaded by `load` (all rows, keyed) when first used and again
     once `reload_interval_s` has passed."""
 
-    def __init__(self, settings: CacheSettings, load: Callable[[], dict[Key, list[Row]]],
-                 clock: Clock = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: CacheSettings,
+        load: Callable[[], dict[Key, list[Row]]],
+        clock: TimeSource = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.load = load
         self.clock = clock
@@ -133,8 +137,14 @@ class NoCache:
 Cache = PartialCache | FullCache | NoCache
 
 # Conjuncts on R alone that the table's query can filter: a column compared with literals.
-_PUSHED_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<",
-                       exp.LTE: "<="}  # fmt: skip
+_PUSHED_COMPARISONS = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+}
 
 
 @dataclass(frozen=True)
@@ -256,8 +266,13 @@ class LookupJoinSpec:
         for name, fields, alias, what in names:
             if name not in fields:
                 raise ConditionError(f"'{alias}.{name}': the {what} has no column {name!r}")
-        return LookupJoin(self.kind, tuple(a for a, _ in self.equi_keys), self.left.fields,
-                          self.right.fields, self.residual.after)  # fmt: skip
+        return LookupJoin(
+            self.kind,
+            tuple(a for a, _ in self.equi_keys),
+            self.left.fields,
+            self.right.fields,
+            self.residual.after,
+        )
 
 
 @dataclass
@@ -290,9 +305,11 @@ class LookupJoin:
         return [None if any(p is None for p in key) else key for key in zip(*columns, strict=True)]
 
     def matches(
-        self, keys: Sequence[Key | None], found: dict[Key, list[Row]],
+        self,
+        keys: Sequence[Key | None],
+        found: dict[Key, list[Row]],
         lefts: Sequence[Row] | None = None,
-    ) -> tuple[list[int], list[Row | None]]:  # fmt: skip
+    ) -> tuple[list[int], list[Row | None]]:
         """Each left row (by index; `keys` its keys, `lefts` the rows if `needs_rows`) with
         each matching table row, an unmatched one padded with None (LEFT) or dropped (INNER):
         the output's left indices, and its table rows."""

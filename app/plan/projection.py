@@ -102,14 +102,17 @@ def _cast_failures(select: str) -> exp.Expression | None:
             failed = exp.and_(
                 *_evaluated_when(cast),
                 exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
-                exp.Is(this=exp.TryCast(this=value.copy(), to=cast.args["to"].copy(), safe=True),
-                       expression=exp.Null()),
-            )  # fmt: skip
+                exp.Is(
+                    this=exp.TryCast(this=value.copy(), to=cast.args["to"].copy(), safe=True),
+                    expression=exp.Null(),
+                ),
+            )
             written = cast.sql(dialect=FLINK_LEXICON)
             message = exp.func(
-                "CONCAT", exp.Literal.string(f"{written} failed on the value "),
+                "CONCAT",
+                exp.Literal.string(f"{written} failed on the value "),
                 exp.TryCast(this=value.copy(), to=exp.DataType.build("STRING"), safe=True),
-            )  # fmt: skip
+            )
             branches.append(exp.If(this=failed, true=message))
     if not branches:
         return None
@@ -164,10 +167,11 @@ def selected_columns(select: str) -> dict[str, str | None]:
 def _joined_row(joined: DataFrame) -> Column:
     """The joined row as JSON: `{"op": …, "L": {column: value, …}, "R": {…}}`."""
     sides = [
-        F.struct(*[F.col(f"`{c}`").alias(c[2:]) for c in joined.columns if c.startswith(f"{a}_")])
-        .alias(a)
+        F.struct(
+            *[F.col(f"`{c}`").alias(c[2:]) for c in joined.columns if c.startswith(f"{a}_")]
+        ).alias(a)
         for a in ALIASES
-    ]  # fmt: skip
+    ]
     return F.to_json(F.struct("op", *sides), JSON_OPTIONS)
 
 
@@ -181,6 +185,9 @@ def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> Da
         return joined.select("op", *kept, *selected)
     error = F.expr(failure.sql(dialect="spark"))
     return joined.select(
-        "op", *kept, *selected, error.alias(CAST_ERROR),
+        "op",
+        *kept,
+        *selected,
+        error.alias(CAST_ERROR),
         F.when(error.isNotNull(), _joined_row(joined)).alias(FAILED_ROW),
-    )  # fmt: skip
+    )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from state.joins.lookup import Key, PushedFilter, Row
+from state.joins.lookup_join import Key, PushedFilter, Row
 
 RETRY_BASE_S = 0.1
 
@@ -84,8 +84,9 @@ class TableLookup:
         names = ", ".join(f"k{i}" for i in range(n))
         on = " AND ".join(f"t.{quote(c)} = k.k{i}" for i, c in enumerate(self.key_columns))
         where = self._where(n + 1)
-        return (f"SELECT {columns} FROM {table} AS t JOIN unnest({arrays}) AS k({names}) ON {on}"
-                + (f" WHERE {' AND '.join(where)}" if where else ""))  # fmt: skip
+        return f"SELECT {columns} FROM {table} AS t JOIN unnest({arrays}) AS k({names}) ON {on}" + (
+            f" WHERE {' AND '.join(where)}" if where else ""
+        )
 
     def key_query(self) -> str:
         """The rows of one key (the synchronous lookup)."""
@@ -140,9 +141,13 @@ class PostgresTable:
         if self._pool is None:
             size = self.lookup.max_concurrent if self.lookup.asynchronous else 1
             self._pool = await self.asyncpg.create_pool(
-                self.lookup.dsn, password=self.lookup.password, min_size=1, max_size=size,
-                command_timeout=self.lookup.timeout_s, timeout=self.lookup.timeout_s,
-            )  # fmt: skip
+                self.lookup.dsn,
+                password=self.lookup.password,
+                min_size=1,
+                max_size=size,
+                command_timeout=self.lookup.timeout_s,
+                timeout=self.lookup.timeout_s,
+            )
         return self._pool
 
     async def _query(self, sql: str, *args: Any) -> list[Row]:
@@ -166,8 +171,12 @@ class PostgresTable:
                 self.stats.queries += 1
                 self.stats.latencies_s.append(time.monotonic() - started)
                 return [tuple(r) for r in records]
-            except (OSError, asyncio.TimeoutError, self.asyncpg.PostgresError,
-                    self.asyncpg.InterfaceError) as error:  # fmt: skip
+            except (
+                OSError,
+                asyncio.TimeoutError,
+                self.asyncpg.PostgresError,
+                self.asyncpg.InterfaceError,
+            ) as error:
                 if isinstance(error, self.asyncpg.PostgresError) and not _transient(error):
                     self.stats.errors += 1
                     raise LookupFailed(f"{type(error).__name__}: {error}") from None
@@ -244,11 +253,19 @@ def _transient(error: Exception) -> bool:
 
 # PostgreSQL's types (as `format_type` names them) and the Flink types the right side declares.
 _FLINK_TYPES = {
-    "smallint": "SMALLINT", "integer": "INT", "bigint": "BIGINT", "real": "FLOAT",
-    "double precision": "DOUBLE", "boolean": "BOOLEAN", "text": "STRING", "date": "DATE",
-    "bytea": "BYTES", "timestamp without time zone": "TIMESTAMP(6)",
-    "timestamp with time zone": "TIMESTAMP_LTZ(6)", "numeric": "DECIMAL(38,18)",
-}  # fmt: skip
+    "smallint": "SMALLINT",
+    "integer": "INT",
+    "bigint": "BIGINT",
+    "real": "FLOAT",
+    "double precision": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "text": "STRING",
+    "date": "DATE",
+    "bytea": "BYTES",
+    "timestamp without time zone": "TIMESTAMP(6)",
+    "timestamp with time zone": "TIMESTAMP_LTZ(6)",
+    "numeric": "DECIMAL(38,18)",
+}
 _PARAMETRIZED = (
     (re.compile(r"^numeric\((\d+),(\d+)\)$"), lambda m: f"DECIMAL({m[1]},{m[2]})"),
     (re.compile(r"^(character varying|character)(\(\d+\))?$"), lambda m: "STRING"),
@@ -284,8 +301,9 @@ def table_columns(
             rows = await connection.fetch(
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                 "WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped "
-                "ORDER BY a.attnum", table,
-            )  # fmt: skip
+                "ORDER BY a.attnum",
+                table,
+            )
         finally:
             await connection.close()
         if not rows:

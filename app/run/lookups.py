@@ -1,11 +1,12 @@
 """The lookup join (`JOIN_TYPE=lookup`): the table's columns from its catalog, the plan's
-checks, and the Spark wiring, thin around `state.joins.lookup` and `serdes.postgres.lookup`.
+checks, and the Spark wiring, thin around `state.joins.lookup_join` and `serdes.postgres.client`.
 
 The left input is decoded as every input is, then (`LOOKUP_SHUFFLE`, on by default) partitioned
 by the join key, so each key's lookups land in one task and its worker's cache (Flink's
 lookup-shuffle hint does the same). Each task joins an Arrow batch at a time: the batch's
 distinct keys are answered from the worker's cache, the rest fetched in as few queries as
-`serdes.postgres.lookup` makes them, then every row is joined (`state.joins.lookup.LookupJoin`).
+`serdes.postgres.client` makes them, then every row is joined
+(`state.joins.lookup_join.LookupJoin`).
 The output's left columns are taken from the input batch by index, in Arrow, never turned into
 Python objects, and the table's columns are built from the distinct rows matched: several times
 cheaper than turning every pair into a Python tuple and back into Arrow columns
@@ -28,12 +29,13 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config.env import Config, ConfigError, InputConfig, traced
-from app.config.lookup import LookupConfig
-from app.config.registry import INSERT_ONLY_FORMATS
+from app.config.lookup_table import LookupConfig
+from app.plan.table_lookup import shuffled, table_lookup
 from ops.worker.collector import settle_worker
 from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.decode import Tally
 from serdes.kafka.produce import OutputRecord
-from serdes.postgres.lookup import (
+from serdes.postgres.client import (
     LookupFailed,
     PostgresTable,
     TableLookup,
@@ -41,10 +43,10 @@ from serdes.postgres.lookup import (
     flink_type,
     table_columns,
 )
-from serdes.records.decode import Tally
 from serdes.records.schema import parse_schema
 from serdes.records.values import DecodeError
-from state.joins.lookup import (
+from state.columns import side_column
+from state.joins.lookup_join import (
     Cache,
     FullCache,
     Key,
@@ -53,7 +55,6 @@ from state.joins.lookup import (
     PartialCache,
     Row,
 )
-from state.spark.columns import side_column
 
 
 def with_table(config: Config) -> Config:
@@ -79,12 +80,14 @@ def with_table(config: Config) -> Config:
 def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, LookupConfig]:
     """A lookup join's table with its columns, and its lookup with their PostgreSQL types."""
     try:
-        columns = dict(table_columns(lookup.url, lookup.password, lookup.table,
-                                     lookup.timeout_ms / 1000))  # fmt: skip
+        columns = dict(
+            table_columns(lookup.url, lookup.password, lookup.table, lookup.timeout_ms / 1000)
+        )
     except TableUnavailable as error:
         variable = "LOOKUP_TABLE" if str(error).startswith("no table") else "LOOKUP_URL"
-        raise ConfigError(variable, "a PostgreSQL table the service can query",
-                          seen=str(error)) from None  # fmt: skip
+        raise ConfigError(
+            variable, "a PostgreSQL table the service can query", seen=str(error)
+        ) from None
     declared = table.schema
     if declared is None:
         unsupported = [f"{n} {t}" for n, t in columns.items() if flink_type(t) is None]
@@ -98,23 +101,13 @@ def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, Looku
         declared = parse_schema(text)
     missing = [c.name for c in declared if c.name not in columns]
     if missing:
-        raise ConfigError("RIGHT_SCHEMA", f"columns of {lookup.table} ("
-                          + ", ".join(columns) + ")", ", ".join(missing))  # fmt: skip
+        raise ConfigError(
+            "RIGHT_SCHEMA",
+            f"columns of {lookup.table} (" + ", ".join(columns) + ")",
+            ", ".join(missing),
+        )
     types = {c.name: columns[c.name] for c in declared}
     return replace(table, schema=declared), replace(lookup, column_types=types)
-
-
-def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
-    lookup = config.lookup
-    assert lookup is not None
-    keys = tuple(b for _, b in spec.equi_keys)
-    return TableLookup(
-        dsn=lookup.url, table=lookup.table, columns=spec.right.fields, key_columns=keys,
-        key_types=tuple(lookup.column_types[k] for k in keys), pushed=spec.residual.pushed,
-        password=lookup.password, timeout_s=lookup.timeout_ms / 1000,
-        max_retries=lookup.max_retries, max_concurrent=lookup.max_concurrent,
-        asynchronous=lookup.asynchronous,
-    )  # fmt: skip
 
 
 # One table and cache per worker process and lookup, kept across its tasks.
@@ -135,9 +128,15 @@ def _table_and_cache(config_cache, lookup: TableLookup) -> tuple[PostgresTable, 
     return _TABLES[lookup]
 
 
-def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: Accumulator[dict],
-              latency: Accumulator[dict], letters: DeadLetterTopic | None = None,
-              tally: Tally | None = None) -> DataFrame:  # fmt: skip
+def looked_up(
+    changes: DataFrame,
+    config: Config,
+    spec: LookupJoinSpec,
+    events: Accumulator[dict],
+    latency: Accumulator[dict],
+    letters: DeadLetterTopic | None = None,
+    tally: Tally | None = None,
+) -> DataFrame:
     """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `seq`, `L_*`,
     `R_*`, each output row with its left change's kind and `seq`, as Flink's lookup join keeps
     the kind (over a changelog, a retraction is looked up anew, as Flink does by default).
@@ -156,13 +155,15 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
         + [StructField(side_column(0, f.name), f.dataType) for f in left_type]
         + [StructField(side_column(1, f.name), f.dataType) for f in right_type]
     )
-    arrow = pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
-                       for f in out_type])  # fmt: skip
+    arrow = pa.schema(
+        [pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC")) for f in out_type]
+    )
     join = spec.operator()
     right_fields = list(arrow)[2 + len(left_type) :]
 
-    def joined_batch(batch: pa.RecordBatch, keys: list[Key | None],
-                     found: dict[Key, list[Row]]) -> pa.RecordBatch:  # fmt: skip
+    def joined_batch(
+        batch: pa.RecordBatch, keys: list[Key | None], found: dict[Key, list[Row]]
+    ) -> pa.RecordBatch:
         """The output of a batch: the left columns taken from the input by the matches'
         indices (never turned into Python objects), the table's columns built from the
         distinct rows matched, then taken likewise (a padded row: a null index)."""
@@ -185,8 +186,10 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
         taken, chosen = pa.array(indices, pa.int64()), pa.array(positions, pa.int64())
         columns = [batch.column("op").take(taken), batch.column("seq").take(taken)]
         columns += [column.take(taken) for column in rows.flatten()]
-        columns += [pa.array([r[i] for r in matched], f.type).take(chosen)
-                    for i, f in enumerate(right_fields)]  # fmt: skip
+        columns += [
+            pa.array([r[i] for r in matched], f.type).take(chosen)
+            for i, f in enumerate(right_fields)
+        ]
         return pa.RecordBatch.from_arrays(columns, schema=arrow)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -234,17 +237,14 @@ def looked_up(changes: DataFrame, config: Config, spec: LookupJoinSpec, events: 
     return changes.mapInArrow(run, out_type)
 
 
-def shuffled(config: Config) -> bool:
-    """Whether the left input is partitioned by the join key (`LOOKUP_SHUFFLE`): not a
-    changelog, whose changes of a row (-U, +U) may look up other keys, and whose order the
-    next join or the sink relies on, which a shuffle would lose."""
-    return config.lookup.shuffle and config.left.format in INSERT_ONLY_FORMATS  # type: ignore[union-attr]
-
-
 def _dead_lettered(
-    batch: pa.RecordBatch, keys: list[Key | None], failed: set[Key], error: LookupFailed,
-    letters: DeadLetterTopic, undone: list[OutputRecord],
-) -> tuple[pa.RecordBatch, list[Key | None]]:  # fmt: skip
+    batch: pa.RecordBatch,
+    keys: list[Key | None],
+    failed: set[Key],
+    error: LookupFailed,
+    letters: DeadLetterTopic,
+    undone: list[OutputRecord],
+) -> tuple[pa.RecordBatch, list[Key | None]]:
     """`batch` without its rows whose key is in `failed`, and their keys; those rows' records
     added to `undone` as dead letters."""
     reason = DecodeError("lookup-failed", str(error))

@@ -36,16 +36,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from serdes.records.values import EPOCH
-from state.spark.frame import StatefulOperator
+from app.run.operators import PlannedOperator
+from state.changes import EPOCH
 
-HELD = StructType([
-    StructField("side", StringType()),
-    StructField("key", StringType()),  # the key's values as a JSON list
-    StructField("count", LongType()),
-    StructField("oldest", LongType()),
-    StructField("rows", StringType()),  # with a key asked for: its rows as a JSON list
-])  # fmt: skip
+HELD = StructType(
+    [
+        StructField("side", StringType()),
+        StructField("key", StringType()),  # the key's values as a JSON list
+        StructField("count", LongType()),
+        StructField("oldest", LongType()),
+        StructField("rows", StringType()),  # with a key asked for: its rows as a JSON list
+    ]
+)
 # The state stores a read opens report their snapshot uploads to the driver's coordinator from a
 # maintenance thread; a read uploads nothing, and at the stop that thread outlives the
 # coordinator and warns at every tick that it is gone. Forcing uploads on a lag needs those
@@ -55,17 +57,6 @@ READ_ONLY_STATE = {
     "spark.sql.streaming.stateStore.coordinatorReportSnapshotUploadLag": "false",
     "spark.sql.streaming.stateStore.forceSnapshotUploadOnLag": "false",
 }
-
-
-@dataclass(frozen=True)
-class PlannedOperator:
-    """A stateful operator of the query, as `streamjoin state` reads its state: what it is
-    (`label`), the operator itself (which decodes its entries), and the input schema of each
-    side it holds rows of."""
-
-    label: str
-    operator: StatefulOperator
-    sides: dict[str, StructType]
 
 
 class NoStateError(Exception):
@@ -95,8 +86,11 @@ class RowShape:
 
     @classmethod
     def of(cls, schema: StructType) -> RowShape:
-        stamps = {i for i, f in enumerate(schema)
-                  if isinstance(f.dataType, TimestampType | TimestampNTZType)}  # fmt: skip
+        stamps = {
+            i
+            for i, f in enumerate(schema)
+            if isinstance(f.dataType, TimestampType | TimestampNTZType)
+        }
         return cls(tuple(schema.names), frozenset(stamps))
 
     def show(self, row: tuple) -> Any:
@@ -109,8 +103,9 @@ def key_text(key: tuple) -> list[str]:
     return [str(plain(v)) for v in key]
 
 
-def decoder(planned: PlannedOperator, variable: str, now: int, key: list[str] | None
-            ) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:  # fmt: skip
+def decoder(
+    planned: PlannedOperator, variable: str, now: int, key: list[str] | None
+) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """The `mapInPandas` function that decodes one state variable's entries (`name`, `value`)
     into `HELD` rows: every key's counts, or only `key`'s, with its rows."""
     operator = planned.operator
@@ -125,8 +120,15 @@ def decoder(planned: PlannedOperator, variable: str, now: int, key: list[str] | 
                         continue
                     shape = shapes.get(held.side, RowShape((), frozenset()))
                     rows = None if key is None else json.dumps([shape.show(r) for r in held.rows])
-                    out.append((held.side, json.dumps([plain(v) for v in held.key]), held.count,
-                                held.oldest, rows))  # fmt: skip
+                    out.append(
+                        (
+                            held.side,
+                            json.dumps([plain(v) for v in held.key]),
+                            held.count,
+                            held.oldest,
+                            rows,
+                        )
+                    )
             yield pd.DataFrame(out, columns=HELD.names)
 
     return decode
@@ -136,32 +138,47 @@ def _metadata(spark: SparkSession, location: str) -> list[Any]:
     try:
         return spark.read.format("state-metadata").load(location).orderBy("operatorId").collect()
     except AnalysisException as err:
-        raise NoStateError(f"{location} holds no readable state ({str(err).splitlines()[0]})"
-                           ) from None  # fmt: skip
+        raise NoStateError(
+            f"{location} holds no readable state ({str(err).splitlines()[0]})"
+        ) from None
 
 
-def _entries(spark: SparkSession, location: str, operator_id: int, variable: str,
-             batch: int) -> DataFrame:  # fmt: skip
-    state = (spark.read.format("statestore").option("operatorId", operator_id)
-             .option("stateVarName", variable).option("batchId", batch).load(location))  # fmt: skip
+def _entries(
+    spark: SparkSession, location: str, operator_id: int, variable: str, batch: int
+) -> DataFrame:
+    state = (
+        spark.read.format("statestore")
+        .option("operatorId", operator_id)
+        .option("stateVarName", variable)
+        .option("batchId", batch)
+        .load(location)
+    )
     if "user_map_key" in state.columns:  # a map state: an entry per name
-        return state.select(F.col("user_map_key.key").alias("name"),
-                            F.col("user_map_value.bucket").alias("value"))  # fmt: skip
-    return state.select(F.lit(None).cast("binary").alias("name"),
-                        F.col("value.bucket").alias("value"))  # fmt: skip
+        return state.select(
+            F.col("user_map_key.key").alias("name"), F.col("user_map_value.bucket").alias("value")
+        )
+    return state.select(
+        F.lit(None).cast("binary").alias("name"), F.col("value.bucket").alias("value")
+    )
 
 
-def held_state(spark: SparkSession, location: str, planned: list[PlannedOperator],
-               key: list[str] | None) -> tuple[int, DataFrame]:  # fmt: skip
+def held_state(
+    spark: SparkSession, location: str, planned: list[PlannedOperator], key: list[str] | None
+) -> tuple[int, DataFrame]:
     """The last committed batch and the rows of `HELD` with `operator` (id and label) of every
     planned operator's state; `NoStateError` when the checkpoint's operators are not those."""
     recorded = _metadata(spark, location)
     if not recorded:
         raise NoStateError(f"{location} holds no state: no batch has been committed")
     # Spark's own variables (timers, TTL indexes) are named `$...`
-    found = [sorted(v["stateName"] for v in
-                    json.loads(r.operatorProperties or "{}").get("stateVariables", [])
-                    if not v["stateName"].startswith("$")) for r in recorded]  # fmt: skip
+    found = [
+        sorted(
+            v["stateName"]
+            for v in json.loads(r.operatorProperties or "{}").get("stateVariables", [])
+            if not v["stateName"].startswith("$")
+        )
+        for r in recorded
+    ]
     wanted = [sorted(p.operator.variables) for p in planned]
     if found != wanted:
         raise NoStateError(
@@ -176,24 +193,35 @@ def held_state(spark: SparkSession, location: str, planned: list[PlannedOperator
         for variable in operator.operator.variables:
             entries = _entries(spark, location, number, variable, batch)
             held = entries.mapInPandas(decoder(operator, variable, now, key), HELD)
-            parts.append(held.select(F.lit(number).alias("id"),
-                                     F.lit(operator.label).alias("operator"), "*"))  # fmt: skip
+            parts.append(
+                held.select(F.lit(number).alias("id"), F.lit(operator.label).alias("operator"), "*")
+            )
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
     return batch, union
 
 
-def report(spark: SparkSession, location: str, planned: list[PlannedOperator],
-           key: list[str] | None = None, top: int = 5) -> dict[str, Any]:  # fmt: skip
+def report(
+    spark: SparkSession,
+    location: str,
+    planned: list[PlannedOperator],
+    key: list[str] | None = None,
+    top: int = 5,
+) -> dict[str, Any]:
     """What the checkpoint at `location` holds: per operator and side, rows, keys, the oldest
     event time (ms) and the `top` largest keys; with `key`, that key's rows. `left` and `right`
     are the join's own sides."""
     batch, held = held_state(spark, location, planned, key)
-    by_key = held.groupBy("id", "operator", "side", "key").agg(
-        F.sum("count").alias("rows"), F.min("oldest").alias("oldest"),
-        F.collect_list("rows").alias("rows_json"),
-    ).cache()  # fmt: skip
+    by_key = (
+        held.groupBy("id", "operator", "side", "key")
+        .agg(
+            F.sum("count").alias("rows"),
+            F.min("oldest").alias("oldest"),
+            F.collect_list("rows").alias("rows_json"),
+        )
+        .cache()
+    )
     totals = by_key.groupBy("id", "operator", "side").agg(
         F.sum("rows").alias("rows"), F.count("*").alias("keys"), F.min("oldest").alias("oldest")
     )
@@ -201,26 +229,33 @@ def report(spark: SparkSession, location: str, planned: list[PlannedOperator],
     largest = by_key.withColumn("rank", rank).where(F.col("rank") <= top)
     sides: dict[tuple[int, str], dict[str, Any]] = {}
     for r in totals.orderBy("id", "side").collect():
-        sides[(r.id, r.side)] = {"id": r.id, "operator": r.operator, "side": r.side,
-                                 "rows": r.rows, "keys": r.keys,
-                                 "oldest_event_time": r.oldest, "largest_keys": []}  # fmt: skip
+        sides[(r.id, r.side)] = {
+            "id": r.id,
+            "operator": r.operator,
+            "side": r.side,
+            "rows": r.rows,
+            "keys": r.keys,
+            "oldest_event_time": r.oldest,
+            "largest_keys": [],
+        }
     for r in largest.orderBy("id", "side", "rank").collect():
         sides[(r.id, r.side)]["largest_keys"].append({"key": json.loads(r.key), "rows": r.rows})
     if key is not None:
         for r in by_key.collect():
-            sides[(r.id, r.side)]["held"] = [row for rows in r.rows_json
-                                             for row in json.loads(rows)]  # fmt: skip
+            sides[(r.id, r.side)]["held"] = [
+                row for rows in r.rows_json for row in json.loads(rows)
+            ]
     by_key.unpersist()
     operators = list(sides.values())
     result: dict[str, Any] = {"checkpoint": location, "batch": batch}
     if key is not None:
         result["key"] = key
     for side in ("left", "right"):
-        join = next((o for o in operators if o["operator"] == "join" and o["side"] == side),
-                    None)  # fmt: skip
+        join = next((o for o in operators if o["operator"] == "join" and o["side"] == side), None)
         empty = {"rows": 0, "keys": 0, "oldest_event_time": None, "largest_keys": []}
-        result[side] = {k: v for k, v in (join or empty).items()
-                        if k not in ("id", "operator", "side")}  # fmt: skip
+        result[side] = {
+            k: v for k, v in (join or empty).items() if k not in ("id", "operator", "side")
+        }
         if key is not None:
             result[side].setdefault("held", [])
     result["operators"] = operators
@@ -241,8 +276,9 @@ def table(result: dict[str, Any]) -> list[str]:
     lines.append(f"{'held by':<{width}}  {'rows':>10}  {'keys':>10}  oldest event time")
     for o in operators:
         label = f"{o['operator']} {o['side']}"
-        lines.append(f"{label:<{width}}  {o['rows']:>10}  {o['keys']:>10}  "
-                     f"{_when(o['oldest_event_time'])}")  # fmt: skip
+        lines.append(
+            f"{label:<{width}}  {o['rows']:>10}  {o['keys']:>10}  {_when(o['oldest_event_time'])}"
+        )
     if "key" in result:
         lines.append(f"rows held for key {', '.join(result['key'])}:")
         for o in operators:
@@ -252,6 +288,7 @@ def table(result: dict[str, Any]) -> list[str]:
     lines.append("largest keys:")
     for o in operators:
         for entry in o["largest_keys"]:
-            lines.append(f"  {o['operator']} {o['side']}: {json.dumps(entry['key'])} "
-                         f"{entry['rows']} rows")  # fmt: skip
+            lines.append(
+                f"  {o['operator']} {o['side']}: {json.dumps(entry['key'])} {entry['rows']} rows"
+            )
     return lines

@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 
 from app.config.env import Config, InputConfig
 from app.config.registry import LOOKUP
-from app.plan.planner import JoinSpec, QueryPlan, normalized
+from app.plan.planner import QueryPlan, normalized
+from app.plan.projection import project
 from app.run.inputs import join_input, normalize_changes, read_decoded, row_type, timed_changes
 from app.run.joins import (
     as_left_input,
@@ -27,7 +28,6 @@ from app.run.joins import (
     multi_way_join,
 )
 from app.run.operators import on_wall_clock
-from app.run.projection import project
 from ops.metrics import ServiceMetrics
 from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
 from serdes.kafka.dead_letters import DeadLetterTopic
@@ -35,7 +35,8 @@ from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro_out import as_avro
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 from state.changes import RowKind
-from state.spark.columns import side_column
+from state.columns import side_column
+from state.joins.specs import JoinSpec
 
 # An input's changes (`op`, `seq`, `ts`, `row`) under its watermark, by the input
 ChangesOf = Callable[[InputConfig], DataFrame]
@@ -56,8 +57,12 @@ class Writers:
     partitions: dict[str, int]
 
 
-def joined_changes(plan: QueryPlan, changes_of: ChangesOf, metrics: ServiceMetrics | None,
-                   lookup_letters: DeadLetterTopic | None = None) -> DataFrame:  # fmt: skip
+def joined_changes(
+    plan: QueryPlan,
+    changes_of: ChangesOf,
+    metrics: ServiceMetrics | None,
+    lookup_letters: DeadLetterTopic | None = None,
+) -> DataFrame:
     """The changes of the plan's last join (`op`, its `L_`/`R_` columns, `seq` where the
     upsert materializer or a next join takes them): each input's changes (`changes_of`)
     normalized where its join needs it, joined in the order Flink SQL plans the joins, or all
@@ -71,31 +76,61 @@ def joined_changes(plan: QueryPlan, changes_of: ChangesOf, metrics: ServiceMetri
         for index, source in enumerate(config.inputs()):
             changes = changes_of(source)
             if normalized(source, last.join):
-                changes = normalize_changes(changes, source, plan.multi_way.buckets, held,
-                                            plan.multi_way.state_ttl_ms,
-                                            last.join.spread_buckets)  # fmt: skip
-            inputs.append(multi_way_input(changes, index, plan.multi_way, row_type(source),
-                                          row_type(last.left), row_type(last.right)))  # fmt: skip
+                changes = normalize_changes(
+                    changes,
+                    source,
+                    plan.multi_way.buckets,
+                    held,
+                    plan.multi_way.state_ttl_ms,
+                    last.join.spread_buckets,
+                )
+            inputs.append(
+                multi_way_input(
+                    changes,
+                    index,
+                    plan.multi_way,
+                    row_type(source),
+                    row_type(last.left),
+                    row_type(last.right),
+                )
+            )
         return multi_way_join(
-            functools.reduce(DataFrame.unionByName, inputs), plan.multi_way,
-            tuple(s.side for s in config.inputs()), row_type(last.left), row_type(last.right),
-            held, sequenced=plan.materialized, spread=config.join.spread_buckets,
-        )  # fmt: skip
+            functools.reduce(DataFrame.unionByName, inputs),
+            plan.multi_way,
+            tuple(s.side for s in config.inputs()),
+            row_type(last.left),
+            row_type(last.right),
+            held,
+            sequenced=plan.materialized,
+            spread=config.join.spread_buckets,
+        )
     first = plan.stages[0]
     if first.lookup is not None:
-        joined = _looked_up(changes_of(config.left), first, plan.specs[0], metrics,
-                            lookup_letters)  # fmt: skip
+        joined = _looked_up(changes_of(config.left), first, plan.specs[0], metrics, lookup_letters)
     else:
         left_type, right_type = row_type(first.left), row_type(first.right)
         sides = [
-            join_input(changes_of(source), source, left_type, right_type, first.join,
-                       first.join.state_buckets, held)
+            join_input(
+                changes_of(source),
+                source,
+                left_type,
+                right_type,
+                first.join,
+                first.join.state_buckets,
+                held,
+            )
             for source in (first.left, first.right)
-        ]  # fmt: skip
-        joined = bucketed_join(sides[0].unionByName(sides[1]), plan.specs[0], left_type,
-                               right_type, late, held,
-                               sequenced=plan.materialized or len(plan.stages) > 1,
-                               spread=first.join.spread_buckets)  # fmt: skip
+        ]
+        joined = bucketed_join(
+            sides[0].unionByName(sides[1]),
+            plan.specs[0],
+            left_type,
+            right_type,
+            late,
+            held,
+            sequenced=plan.materialized or len(plan.stages) > 1,
+            spread=first.join.spread_buckets,
+        )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
     ):
@@ -105,23 +140,49 @@ def joined_changes(plan: QueryPlan, changes_of: ChangesOf, metrics: ServiceMetri
             changes = left.select("op", "seq", "ts", F.col("left").alias("row"))
             joined = _looked_up(changes, stage, spec, metrics)
             continue
-        right = join_input(changes_of(chained.input), chained.input, left_type, right_type,
-                           stage.join, stage.join.state_buckets, held)  # fmt: skip
-        joined = bucketed_join(left.unionByName(right), spec, left_type, right_type, late, held,
-                               sequenced=plan.materialized or stage is not last,
-                               number=number, spread=stage.join.spread_buckets)  # fmt: skip
+        right = join_input(
+            changes_of(chained.input),
+            chained.input,
+            left_type,
+            right_type,
+            stage.join,
+            stage.join.state_buckets,
+            held,
+        )
+        joined = bucketed_join(
+            left.unionByName(right),
+            spec,
+            left_type,
+            right_type,
+            late,
+            held,
+            sequenced=plan.materialized or stage is not last,
+            number=number,
+            spread=stage.join.spread_buckets,
+        )
     return joined
 
 
-def _looked_up(changes: DataFrame, stage: Config, spec: JoinSpec, metrics: ServiceMetrics | None,
-               letters: DeadLetterTopic | None = None) -> DataFrame:  # fmt: skip
+def _looked_up(
+    changes: DataFrame,
+    stage: Config,
+    spec: JoinSpec,
+    metrics: ServiceMetrics | None,
+    letters: DeadLetterTopic | None = None,
+) -> DataFrame:
     """A lookup join of `changes` (`op`, `seq`, `ts`, `row`): `op`, `seq`, `L_*`, `R_*`."""
-    from app.run.lookup import looked_up
+    from app.run.lookups import looked_up
 
     assert metrics is not None, "a lookup join runs in the service, which counts its lookups"
-    return looked_up(changes, stage, spec, metrics.lookups.events.accumulator,
-                     metrics.lookups.latency, letters,
-                     metrics.dead_letters.accumulator)  # fmt: skip
+    return looked_up(
+        changes,
+        stage,
+        spec,
+        metrics.lookups.events.accumulator,
+        metrics.lookups.latency,
+        letters,
+        metrics.dead_letters.accumulator,
+    )
 
 
 def _join_key(spec: JoinSpec) -> Column:
@@ -135,9 +196,15 @@ def _join_key(spec: JoinSpec) -> Column:
     return F.to_json(F.struct(*parts) if parts else F.struct(F.lit(0))).cast("binary")
 
 
-def joined_output(spark: SparkSession, plan: QueryPlan, metrics: ServiceMetrics,
-                  tasks: Writers, drain_marker: Path | None, exactly_once: ExactlyOnce | None,
-                  job: str) -> DataFrame:  # fmt: skip
+def joined_output(
+    spark: SparkSession,
+    plan: QueryPlan,
+    metrics: ServiceMetrics,
+    tasks: Writers,
+    drain_marker: Path | None,
+    exactly_once: ExactlyOnce | None,
+    job: str,
+) -> DataFrame:
     """`streamjoin run`'s query: its inputs read from Kafka by `tasks`, which write their dead
     letters, joined (`joined_changes`), projected, materialized for an upsert output, encoded as
     the output topic's records (the rows a CAST failed on, with the dead-letter topic's name);
@@ -146,17 +213,29 @@ def joined_output(spark: SparkSession, plan: QueryPlan, metrics: ServiceMetrics,
     dlq, client = config.output.dlq_topic, config.kafka_client_config()
     lookup_letters = (  # failed lookups, when they are dead-lettered
         DeadLetterTopic(dlq, client, exactly_once, tasks.first[LOOKUP])
-        if config.lookup is not None and config.lookup.on_error == "dead-letter" else None
-    )  # fmt: skip
+        if config.lookup is not None and config.lookup.on_error == "dead-letter"
+        else None
+    )
     wall_clock = on_wall_clock(config)
 
     def changes_of(source: InputConfig) -> DataFrame:
         letters = DeadLetterTopic(dlq, client, exactly_once, tasks.first[source.side])
-        decoded = read_decoded(spark, config, source, metrics.dead_letters.accumulator, letters,
-                               lookup_letters is not None, drain_marker, tasks.read,
-                               wall_clock, tasks.partitions[source.topic], job)  # fmt: skip
-        return timed_changes(decoded, source, tasks.partitions[source.topic],
-                             records=lookup_letters is not None)  # fmt: skip
+        decoded = read_decoded(
+            spark,
+            config,
+            source,
+            metrics.dead_letters.accumulator,
+            letters,
+            lookup_letters is not None,
+            drain_marker,
+            tasks.read,
+            wall_clock,
+            tasks.partitions[source.topic],
+            job,
+        )
+        return timed_changes(
+            decoded, source, tasks.partitions[source.topic], records=lookup_letters is not None
+        )
 
     joined = joined_changes(plan, changes_of, metrics, lookup_letters)
     joined = joined.observe(
@@ -173,13 +252,20 @@ def joined_output(spark: SparkSession, plan: QueryPlan, metrics: ServiceMetrics,
         )
     if plan.materialized:
         joined = materialized_upserts(
-            joined, config.join.state_buckets, config.join.state_ttl_ms,
-            metrics.held_rows.accumulator, config.join.spread_buckets,
-        )  # fmt: skip
+            joined,
+            config.join.state_buckets,
+            config.join.state_ttl_ms,
+            metrics.held_rows.accumulator,
+            config.join.spread_buckets,
+        )
     records = encode(joined, config.output.encoding)
     if config.output.format == "avro-confluent":
-        records = as_avro(records, config.schema_registry_url or "",
-                          config.schema_registry_properties, config.output.topic)  # fmt: skip
+        records = as_avro(
+            records,
+            config.schema_registry_url or "",
+            config.schema_registry_properties,
+            config.output.topic,
+        )
     else:
         records = as_json(records)
     records = divert_failed_casts(records, config.output.dlq_topic)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from state.joins.lookup import CacheSettings
+from state.joins.lookup_join import CacheSettings
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from app.sql.ddl import (
+from app.config.sql.ddl import (
     CREATE_TABLE,
     Compiled,
     SqlError,
@@ -54,9 +54,9 @@ from app.sql.ddl import (
     starting_offsets,
     statements,
 )
+from state.columns import chained_column
 from state.expr.condition import FLINK_LEXICON
 from state.expr.functions import describe, unsupported
-from state.spark.columns import chained_column
 
 SQL_TEXT = "STREAMJOIN_SQL"
 SQL_VARIABLES = (SQL_TEXT, "STREAMJOIN_SQL_FILE")
@@ -83,8 +83,9 @@ class _Sides:
     `L` (in a chain of joins, the result so far, whose columns are `chained_column(i, name)`
     for its i-th table's)."""
 
-    def __init__(self, line: int, tables: list[Table], aliases: list[set[str]],
-                 prefer: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, line: int, tables: list[Table], aliases: list[set[str]], prefer: str | None = None
+    ) -> None:
         """`prefer`: the side an unqualified name both sides have is (a subquery's own)."""
         self.line, self.members, self.prefer = line, tables, prefer
         self.last = len(tables) - 1
@@ -117,11 +118,15 @@ class _Sides:
             index = self.names[qualifier]
             table = self.members[index]
             if column.name not in [*table.columns(), table.proctime]:
-                raise SqlError(self.line, f"{column.sql()}: {table.name} has no column "
-                               f"{column.name}")  # fmt: skip
+                raise SqlError(
+                    self.line, f"{column.sql()}: {table.name} has no column {column.name}"
+                )
             return index
-        found = [i for i, table in enumerate(self.members)
-                 if self.side(i) in self.visible and column.name in table.columns()]  # fmt: skip
+        found = [
+            i
+            for i, table in enumerate(self.members)
+            if self.side(i) in self.visible and column.name in table.columns()
+        ]
         if len(found) > 1 and self.prefer:
             return self.last
         if len(found) != 1:
@@ -147,8 +152,11 @@ class _Sides:
             if isinstance(part, exp.Column) and not isinstance(part.this, exp.Star):
                 index = self.index_of(part)
                 if part.name == self.members[index].proctime:
-                    raise SqlError(self.line, f"{part.sql()}: the processing-time column is "
-                                   "only for FOR SYSTEM_TIME AS OF")  # fmt: skip
+                    raise SqlError(
+                        self.line,
+                        f"{part.sql()}: the processing-time column is "
+                        "only for FOR SYSTEM_TIME AS OF",
+                    )
                 return self.column(index, part.name)
             return part
 
@@ -164,9 +172,16 @@ def _column_of(side: str, name: str) -> exp.Column:
 
 
 def _refuse_clauses(line: int, select: exp.Select) -> None:
-    for key, what in (("group", "GROUP BY"), ("having", "HAVING"), ("order", "ORDER BY"),
-                      ("limit", "LIMIT"), ("distinct", "DISTINCT"), ("with", "WITH"),
-                      ("windows", "WINDOW"), ("qualify", "QUALIFY")):  # fmt: skip
+    for key, what in (
+        ("group", "GROUP BY"),
+        ("having", "HAVING"),
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("distinct", "DISTINCT"),
+        ("with", "WITH"),
+        ("windows", "WINDOW"),
+        ("qualify", "QUALIFY"),
+    ):
         if select.args.get(key):
             raise SqlError(line, f"{what} is not supported: streamjoin runs joins only")
     for node in select.expressions:
@@ -191,15 +206,19 @@ def _and(parts: list[exp.Expression]) -> exp.Expression | None:
 
 def _table_of(line: int, node: exp.Expression, tables: dict[str, Table]) -> tuple[Table, str]:
     if not isinstance(node, exp.Table) or node.args.get("db") or not node.name:
-        raise SqlError(line, f"{node.sql()} is not supported: only a table is joined (no "
-                       "subquery, table function or window)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"{node.sql()} is not supported: only a table is joined (no "
+            "subquery, table function or window)",
+        )
     if node.name not in tables:
         raise SqlError(line, f"no table {node.name} (CREATE TABLE it first)")
     return tables[node.name], node.alias or node.name
 
 
-def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
-                  outputs: list[str] | None) -> tuple[list[JoinQuery], list[Table]]:  # fmt: skip
+def compile_query(
+    line: int, query: exp.Expression, tables: dict[str, Table], outputs: list[str] | None
+) -> tuple[list[JoinQuery], list[Table]]:
     """The joins a SELECT is, and the tables it joins in order: the first join's of the first
     two, each next one's of the result so far (`L`) and the next table (`R`), as Flink plans a
     FROM clause (left-deep, in the written order). The last join carries the select list;
@@ -214,15 +233,15 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     joins = query.args.get("joins") or []
     where = _conjuncts(query.args.get("where").this if query.args.get("where") else None)
     if not joins:
-        subquery, right, sides = _subquery_join(line, tables, [left], [{left_alias, left.name}],
-                                                where)  # fmt: skip
+        subquery, right, sides = _subquery_join(
+            line, tables, [left], [{left_alias, left.name}], where
+        )
         return [replace(subquery, select=_select_list(line, query, sides, outputs))], [left, right]
     # IN / EXISTS beside joins: a semi or anti join of their result, as Flink plans the filter
     subqueries = [part for part in where if part.find(exp.Select)]
     where = [part for part in where if not part.find(exp.Select)]
     if len(subqueries) > 1:
-        raise SqlError(line, "more than one IN / EXISTS (SELECT …) beside JOINs is not "
-                       "supported")  # fmt: skip
+        raise SqlError(line, "more than one IN / EXISTS (SELECT …) beside JOINs is not supported")
     joins = _flattened(line, joins)
     members, aliases, function_times = [left], [{left_alias, left.name}], []
     for join in joins:
@@ -235,14 +254,16 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
         function_times.append(function_time)
     kinds = [(join.side or "inner").lower() for join in joins]
     order = _run_order(line, joins, members, aliases, function_times, kinds)
-    joins, function_times, kinds = ([items[n] for n in order]
-                                    for items in (joins, function_times, kinds))  # fmt: skip
+    joins, function_times, kinds = (
+        [items[n] for n in order] for items in (joins, function_times, kinds)
+    )
     written = [0, *(1 + order.index(n) for n in range(len(order)))]  # each table's new place
     members, aliases = ([items[0], *(items[1 + n] for n in order)] for items in (members, aliases))
     outer = next((kind for kind in kinds if kind != "inner"), None)
     if where and outer:
-        raise SqlError(line, f"a WHERE after a {outer.upper()} JOIN is not supported: put the "
-                       "condition in ON")  # fmt: skip
+        raise SqlError(
+            line, f"a WHERE after a {outer.upper()} JOIN is not supported: put the condition in ON"
+        )
     # a WHERE conjunct is a condition of the first join that has all the tables it names
     placed: dict[int, list[exp.Expression]] = {n: [] for n in range(1, len(members))}
     everything = _Sides(line, members, aliases)
@@ -252,8 +273,11 @@ def compile_query(line: int, query: exp.Expression, tables: dict[str, Table],
     for number, join in enumerate(joins, start=1):
         sides = _Sides(line, members[: number + 1], aliases[: number + 1])
         on = _conjuncts(join.args.get("on")) + placed[number]
-        queries.append(_join_query(line, sides, join, kinds[number - 1], on,
-                                   function_times[number - 1], queries))  # fmt: skip
+        queries.append(
+            _join_query(
+                line, sides, join, kinds[number - 1], on, function_times[number - 1], queries
+            )
+        )
     if subqueries:
         subquery, right, sides = _subquery_join(line, tables, members, aliases, subqueries)
         queries.append(subquery)
@@ -274,16 +298,22 @@ def _flattened(line: int, joins: list[exp.Join]) -> list[exp.Join]:
     flat: list[exp.Join] = []
     for join in joins:
         group = join.this
-        if not (isinstance(group, exp.Subquery) and isinstance(group.this, exp.Table)
-                and group.this.args.get("joins")):  # fmt: skip
+        if not (
+            isinstance(group, exp.Subquery)
+            and isinstance(group.this, exp.Table)
+            and group.this.args.get("joins")
+        ):
             flat.append(join)
             continue
         nested = group.this.args["joins"]
         kinds = [(join.side or "inner").lower(), *((j.side or "inner").lower() for j in nested)]
         if join.kind or kinds[0] != "inner" or any(k not in ("inner", "left") for k in kinds):
-            raise SqlError(line, f"{group.sql(FLINK_LEXICON)}: a nested join is supported as "
-                           "an INNER JOIN of INNER and LEFT joins (a JOIN (b LEFT JOIN c ON …) "
-                           "ON …)")  # fmt: skip
+            raise SqlError(
+                line,
+                f"{group.sql(FLINK_LEXICON)}: a nested join is supported as "
+                "an INNER JOIN of INNER and LEFT joins (a JOIN (b LEFT JOIN c ON …) "
+                "ON …)",
+            )
         later = {name.lower() for j in nested for name in (j.this.alias_or_name, j.this.name)}
         on = join.args.get("on")
         named = {c.table.lower() for c in on.find_all(exp.Column)} if on is not None else set()
@@ -300,9 +330,14 @@ def _flattened(line: int, joins: list[exp.Join]) -> list[exp.Join]:
     return flat
 
 
-def _run_order(line: int, joins: list[exp.Join], members: list[Table],
-               aliases: list[set[str]], function_times: list[exp.Expression | None],
-               kinds: list[str]) -> list[int]:  # fmt: skip
+def _run_order(
+    line: int,
+    joins: list[exp.Join],
+    members: list[Table],
+    aliases: list[set[str]],
+    function_times: list[exp.Expression | None],
+    kinds: list[str],
+) -> list[int]:
     """The joins in the order they run: as written, but for a temporal or lookup join after
     regular INNER or LEFT joins that names only the first table's columns (in its condition and
     its AS OF): it runs first, on the first table's rows, an append-only input where the
@@ -328,9 +363,15 @@ def _run_order(line: int, joins: list[exp.Join], members: list[Table],
     return order
 
 
-def _join_query(line: int, sides: _Sides, join: exp.Join, kind: str, on: list[exp.Expression],
-                function_time: exp.Expression | None,
-                before: list[JoinQuery]) -> JoinQuery:  # fmt: skip
+def _join_query(
+    line: int,
+    sides: _Sides,
+    join: exp.Join,
+    kind: str,
+    on: list[exp.Expression],
+    function_time: exp.Expression | None,
+    before: list[JoinQuery],
+) -> JoinQuery:
     """One join of a FROM clause, the joins `before` it already compiled."""
     left, right = sides.tables["L"], sides.tables["R"]
     if join.kind and join.kind.upper() in ("SEMI", "ANTI", "NATURAL"):
@@ -350,21 +391,27 @@ def _join_query(line: int, sides: _Sides, join: exp.Join, kind: str, on: list[ex
     if before:
         join_type, left_time = _chained_join(line, sides, right, before, version, on, kind)
     elif function_time is not None:
-        join_type, left_time = "temporal-function", _function_time(line, sides, function_time,
-                                                                   kind)  # fmt: skip
+        join_type, left_time = "temporal-function", _function_time(line, sides, function_time, kind)
     elif version is not None:
         join_type = _temporal_type(line, sides, version, right, kind)
     elif _bounds_time(sides, on, left, right):
         join_type = "interval"
     condition = _and([sides.rewrite(part) for part in on])
     assert condition is not None
-    return JoinQuery(join_type, kind, left.name, right.name, condition.sql(FLINK_LEXICON), "",
-                     left_time)  # fmt: skip
+    return JoinQuery(
+        join_type, kind, left.name, right.name, condition.sql(FLINK_LEXICON), "", left_time
+    )
 
 
-def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery],
-                  version: exp.Expression | None, on: list[exp.Expression],
-                  kind: str) -> tuple[str, str | None]:  # fmt: skip
+def _chained_join(
+    line: int,
+    sides: _Sides,
+    right: Table,
+    before: list[JoinQuery],
+    version: exp.Expression | None,
+    on: list[exp.Expression],
+    kind: str,
+) -> tuple[str, str | None]:
     """The type of a join after another, and the result's column it takes as its left time.
     Flink's rules: a regular join gives up its inputs' time attributes, so after one a
     condition between two rowtimes is a plain condition; an interval, temporal or lookup join
@@ -375,18 +422,23 @@ def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery
     if version is not None:
         at = version.args.get("expression")
         if kind not in ("inner", "left"):
-            raise SqlError(line, f"a {kind.upper()} temporal join is not supported (INNER, "
-                           "LEFT), as in Flink")  # fmt: skip
+            raise SqlError(
+                line, f"a {kind.upper()} temporal join is not supported (INNER, LEFT), as in Flink"
+            )
         if not isinstance(at, exp.Column) or sides.side_of(at) != "L":
-            raise SqlError(line, "FOR SYSTEM_TIME AS OF must name a time column of a table "
-                           "before it")  # fmt: skip
+            raise SqlError(
+                line, "FOR SYSTEM_TIME AS OF must name a time column of a table before it"
+            )
         index = sides.index_of(at)
         table = sides.members[index]
         if at.name == table.proctime:
             if right.options.get("connector") != "jdbc":
-                raise SqlError(line, f"{right.name}: a processing-time temporal join after "
-                               "another join is not supported: join a jdbc table (a lookup "
-                               "join)")  # fmt: skip
+                raise SqlError(
+                    line,
+                    f"{right.name}: a processing-time temporal join after "
+                    "another join is not supported: join a jdbc table (a lookup "
+                    "join)",
+                )
             if index != 0:
                 raise SqlError(
                     line,
@@ -395,16 +447,21 @@ def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery
                 )
             return "lookup", None
         if table.watermark is None or table.watermark[0] != at.name:
-            raise SqlError(line, f"FOR SYSTEM_TIME AS OF {at.sql()}: a rowtime (a WATERMARK "
-                           "column) or a PROCTIME() column")  # fmt: skip
+            raise SqlError(
+                line,
+                f"FOR SYSTEM_TIME AS OF {at.sql()}: a rowtime (a WATERMARK "
+                "column) or a PROCTIME() column",
+            )
         if right.options.get("connector") == "jdbc":
-            raise SqlError(line, "a jdbc table is joined as of a PROCTIME() column (a lookup "
-                           "join)")  # fmt: skip
+            raise SqlError(line, "a jdbc table is joined as of a PROCTIME() column (a lookup join)")
         _never_padded(line, sides, before, index, at)
         return "temporal", sides.column(index, at.name).name
     if right.options.get("connector") == "jdbc":
-        raise SqlError(line, f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
-                       "PROCTIME() column of the left (a lookup join)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
+            "PROCTIME() column of the left (a lookup join)",
+        )
     if right.watermark is None or any(q.type == "regular" for q in before):
         return "regular", None
     rowtimes = {(i, t.watermark[0]) for i, t in enumerate(sides.members[:-1]) if t.watermark}
@@ -420,8 +477,9 @@ def _chained_join(line: int, sides: _Sides, right: Table, before: list[JoinQuery
     return "regular", None
 
 
-def _never_padded(line: int, sides: _Sides, before: list[JoinQuery], index: int,
-                  at: exp.Column | None) -> None:  # fmt: skip
+def _never_padded(
+    line: int, sides: _Sides, before: list[JoinQuery], index: int, at: exp.Column | None
+) -> None:
     """Refuse a time join over a table whose rows an outer join before it may pad with NULLs
     (their time would be NULL)."""
     for number, query in enumerate(before, start=1):
@@ -430,37 +488,53 @@ def _never_padded(line: int, sides: _Sides, before: list[JoinQuery], index: int,
         )
         if pads:
             what = f"FOR SYSTEM_TIME AS OF {at.sql()}" if at is not None else "an interval join"
-            raise SqlError(line, f"{what}: the {query.kind.upper()} JOIN before it may pad "
-                           f"the columns of {sides.members[index].name} with NULLs, its time "
-                           "too: time it by a table no join pads")  # fmt: skip
+            raise SqlError(
+                line,
+                f"{what}: the {query.kind.upper()} JOIN before it may pad "
+                f"the columns of {sides.members[index].name} with NULLs, its time "
+                "too: time it by a table no join pads",
+            )
 
 
-def _temporal_function(line: int, lateral: exp.Lateral, tables: dict[str, Table]
-                       ) -> tuple[Table, str, exp.Expression]:  # fmt: skip
+def _temporal_function(
+    line: int, lateral: exp.Lateral, tables: dict[str, Table]
+) -> tuple[Table, str, exp.Expression]:
     """`LATERAL TABLE (Rates(o.t))`: the table the temporal table function is over, its alias,
     and the time it is called with. Flink defines the function in the Table API
     (`createTemporalTableFunction(time, key)` over a history table); here its name is that
     table's, whose WATERMARK and PRIMARY KEY are the function's time and key."""
     call = lateral.this
     inner = call.expressions[0] if isinstance(call, exp.Anonymous) and call.expressions else None
-    if (not isinstance(call, exp.Anonymous) or call.name.upper() != "TABLE"
-            or len(call.expressions) != 1 or not isinstance(inner, exp.Anonymous)):  # fmt: skip
-        raise SqlError(line, f"{lateral.sql(FLINK_LEXICON)} is not supported: LATERAL TABLE "
-                       "joins a temporal table function (Rates(o.rowtime))")  # fmt: skip
+    if (
+        not isinstance(call, exp.Anonymous)
+        or call.name.upper() != "TABLE"
+        or len(call.expressions) != 1
+        or not isinstance(inner, exp.Anonymous)
+    ):
+        raise SqlError(
+            line,
+            f"{lateral.sql(FLINK_LEXICON)} is not supported: LATERAL TABLE "
+            "joins a temporal table function (Rates(o.rowtime))",
+        )
     name = inner.name
     table = tables.get(name) or next(
         (t for n, t in tables.items() if n.lower() == name.lower()), None
     )
     if table is None:
-        raise SqlError(line, f"LATERAL TABLE ({name}(…)): no table {name}: declare the history "
-                       f"it is over as CREATE TABLE {name} (…, PRIMARY KEY (…) NOT ENFORCED, "
-                       "WATERMARK FOR …): the function is named as its table")  # fmt: skip
+        raise SqlError(
+            line,
+            f"LATERAL TABLE ({name}(…)): no table {name}: declare the history "
+            f"it is over as CREATE TABLE {name} (…, PRIMARY KEY (…) NOT ENFORCED, "
+            "WATERMARK FOR …): the function is named as its table",
+        )
     if not table.primary_key:
-        raise SqlError(line, f"LATERAL TABLE ({name}(…)): {table.name} needs a PRIMARY KEY "
-                       "(… NOT ENFORCED): the temporal table function's key")  # fmt: skip
+        raise SqlError(
+            line,
+            f"LATERAL TABLE ({name}(…)): {table.name} needs a PRIMARY KEY "
+            "(… NOT ENFORCED): the temporal table function's key",
+        )
     if len(inner.expressions) != 1 or not isinstance(inner.expressions[0], exp.Column):
-        raise SqlError(line, f"LATERAL TABLE ({name}(…)) takes one time column of the left "
-                       "table")  # fmt: skip
+        raise SqlError(line, f"LATERAL TABLE ({name}(…)) takes one time column of the left table")
     alias = lateral.alias or name
     return table, alias, inner.expressions[0]
 
@@ -469,8 +543,11 @@ def _function_time(line: int, sides: _Sides, at: exp.Expression, kind: str) -> s
     """The left's time attribute a temporal table function is called with: its rowtime (the
     WATERMARK column), or a PROCTIME() column."""
     if kind != "inner":
-        raise SqlError(line, f"a {kind.upper()} join of a temporal table function is not "
-                       "supported: join it INNER (FROM o, LATERAL TABLE (…) WHERE …)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"a {kind.upper()} join of a temporal table function is not "
+            "supported: join it INNER (FROM o, LATERAL TABLE (…) WHERE …)",
+        )
     assert isinstance(at, exp.Column)
     left = sides.tables["L"]
     if sides.side_of(at) != "L":
@@ -478,25 +555,33 @@ def _function_time(line: int, sides: _Sides, at: exp.Expression, kind: str) -> s
     if at.name == left.proctime:
         return "proctime"
     if left.watermark is None or left.watermark[0] != at.name:
-        raise SqlError(line, f"LATERAL TABLE (…({at.sql()})): the left's rowtime (its WATERMARK "
-                       "column) or a PROCTIME() column")  # fmt: skip
+        raise SqlError(
+            line,
+            f"LATERAL TABLE (…({at.sql()})): the left's rowtime (its WATERMARK "
+            "column) or a PROCTIME() column",
+        )
     return left.stored(at.name)
 
 
-def _temporal_type(line: int, sides: _Sides, version: exp.Expression, right: Table,
-                   kind: str) -> str:  # fmt: skip
+def _temporal_type(
+    line: int, sides: _Sides, version: exp.Expression, right: Table, kind: str
+) -> str:
     at = version.args.get("expression")
     if kind not in ("inner", "left"):
-        raise SqlError(line, f"a {kind.upper()} temporal join is not supported (INNER, LEFT), "
-                       "as in Flink")  # fmt: skip
+        raise SqlError(
+            line, f"a {kind.upper()} temporal join is not supported (INNER, LEFT), as in Flink"
+        )
     if not isinstance(at, exp.Column) or sides.side_of(at) != "L":
         raise SqlError(line, "FOR SYSTEM_TIME AS OF must name a time column of the left table")
     left = sides.tables["L"]
     if at.name == left.proctime:
         return "lookup" if right.options.get("connector") == "jdbc" else "temporal-proctime"
     if left.watermark is None or left.watermark[0] != at.name:
-        raise SqlError(line, f"FOR SYSTEM_TIME AS OF {at.sql()}: the left's rowtime (its "
-                       "WATERMARK column) or a PROCTIME() column")  # fmt: skip
+        raise SqlError(
+            line,
+            f"FOR SYSTEM_TIME AS OF {at.sql()}: the left's rowtime (its "
+            "WATERMARK column) or a PROCTIME() column",
+        )
     if right.options.get("connector") == "jdbc":
         raise SqlError(line, "a jdbc table is joined as of a PROCTIME() column (a lookup join)")
     return "temporal"
@@ -519,8 +604,13 @@ def _bounds_time(sides: _Sides, on: list[exp.Expression], left: Table, right: Ta
 def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str] | None) -> str:
     items: list[tuple[str, exp.Expression]] = []
     for item in query.expressions:
-        star = item if isinstance(item, exp.Star) else item.this if isinstance(item, exp.Column) \
-            and isinstance(item.this, exp.Star) else None  # fmt: skip
+        star = (
+            item
+            if isinstance(item, exp.Star)
+            else item.this
+            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
+            else None
+        )
         if star is not None:
             qualifier = item.table.lower() if isinstance(item, exp.Column) else ""
             chosen = (
@@ -529,8 +619,9 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
                 else [i for i in sides.written if sides.side(i) in sides.visible]
             )
             for index in chosen:
-                items.extend((name, sides.column(index, name))
-                             for name in sides.members[index].columns())  # fmt: skip
+                items.extend(
+                    (name, sides.column(index, name)) for name in sides.members[index].columns()
+                )
             continue
         inner = item.this if isinstance(item, exp.Alias) else item
         refused = unsupported(inner)
@@ -540,8 +631,9 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
         items.append((name, sides.rewrite(inner)))
     if outputs is not None:
         if len(outputs) != len(items):
-            raise SqlError(line, f"the SELECT gives {len(items)} columns, the output table has "
-                           f"{len(outputs)}")  # fmt: skip
+            raise SqlError(
+                line, f"the SELECT gives {len(items)} columns, the output table has {len(outputs)}"
+            )
         items = [(name, expression) for name, (_, expression) in zip(outputs, items, strict=True)]
     return ", ".join(
         expression.sql(FLINK_LEXICON) + (f" AS {_identifier(name)}" if name else "")
@@ -549,24 +641,34 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
     )
 
 
-def _subquery_join(line: int, tables: dict[str, Table], members: list[Table],
-                   aliases: list[set[str]], where: list[exp.Expression]
-                   ) -> tuple[JoinQuery, Table, _Sides]:  # fmt: skip
+def _subquery_join(
+    line: int,
+    tables: dict[str, Table],
+    members: list[Table],
+    aliases: list[set[str]],
+    where: list[exp.Expression],
+) -> tuple[JoinQuery, Table, _Sides]:
     """`WHERE x IN (SELECT …)` / `EXISTS (…)` over `members` (one table, or the result of their
     joins): a semi join; negated, an anti join (its select list to fill); the subquery's
     table; the names of the join."""
-    found = [p for p in where if isinstance(p.unnest(), exp.In | exp.Exists | exp.Not)
-             and p.find(exp.Subquery, exp.Exists)]  # fmt: skip
+    found = [
+        p
+        for p in where
+        if isinstance(p.unnest(), exp.In | exp.Exists | exp.Not)
+        and p.find(exp.Subquery, exp.Exists)
+    ]
     if len(found) != 1:
-        raise SqlError(line, "a SELECT from one table: a join, IN (SELECT …) or EXISTS (…) "
-                       "is needed")  # fmt: skip
+        raise SqlError(
+            line, "a SELECT from one table: a join, IN (SELECT …) or EXISTS (…) is needed"
+        )
     part = found[0].unnest()
     negated = isinstance(part, exp.Not)
     part = part.this.unnest() if negated else part
     rest = [p for p in where if p is not found[0]]
     if negated and rest:
-        raise SqlError(line, "NOT IN / NOT EXISTS beside other conditions in WHERE is not "
-                       "supported")  # fmt: skip
+        raise SqlError(
+            line, "NOT IN / NOT EXISTS beside other conditions in WHERE is not supported"
+        )
     inner = part.this if isinstance(part, exp.Exists) else part.args.get("query")
     inner = inner.this if isinstance(inner, exp.Subquery) else inner
     if not isinstance(inner, exp.Select) or inner.args.get("joins"):
@@ -577,8 +679,10 @@ def _subquery_join(line: int, tables: dict[str, Table], members: list[Table],
     sides = _Sides(line, [*members, right], [*aliases, {right_alias, right.name}])
     within = sides.inner()
     sides.visible = "L"  # the subquery's table is not the outer query's
-    on = [within.rewrite(p) for p in
-          _conjuncts(inner.args["where"].this if inner.args.get("where") else None)]  # fmt: skip
+    on = [
+        within.rewrite(p)
+        for p in _conjuncts(inner.args["where"].this if inner.args.get("where") else None)
+    ]
     if isinstance(part, exp.In):
         if len(inner.expressions) != 1 or not isinstance(part.this, exp.Column):
             raise SqlError(line, "IN (SELECT …) compares one column with one column")
@@ -598,8 +702,11 @@ def _subquery_join(line: int, tables: dict[str, Table], members: list[Table],
     condition = _and(on + [sides.rewrite(p) for p in rest])
     assert condition is not None
     kind = "anti" if negated else "semi"
-    return JoinQuery("regular", kind, members[0].name, right.name, condition.sql(FLINK_LEXICON),
-                     ""), right, sides  # fmt: skip
+    return (
+        JoinQuery("regular", kind, members[0].name, right.name, condition.sql(FLINK_LEXICON), ""),
+        right,
+        sides,
+    )
 
 
 # --- the script ----------------------------------------------------------------------------
@@ -607,8 +714,10 @@ def _subquery_join(line: int, tables: dict[str, Table], members: list[Table],
 _SET = re.compile(r"^SET\s+('(?:[^']|'')*'|[\w.-]+)\s*=\s*('(?:[^']|'')*'|\S+)$", re.I | re.S)
 
 
-_PARALLELISM = {"parallelism.default": "STATE_PARTITIONS",
-                "pipeline.max-parallelism": "JOIN_STATE_BUCKETS"}  # fmt: skip
+_PARALLELISM = {
+    "parallelism.default": "STATE_PARTITIONS",
+    "pipeline.max-parallelism": "JOIN_STATE_BUCKETS",
+}
 
 
 def _set(line: int, statement: str, out: Compiled) -> None:
@@ -627,9 +736,12 @@ def _set(line: int, statement: str, out: Compiled) -> None:
         if value.upper() not in ("UTC", "Z", "GMT", "+00:00"):
             raise SqlError(line, f"'table.local-time-zone' {value!r}: streamjoin's session is UTC")
     else:
-        raise SqlError(line, f"SET '{key}' is not supported (table.exec.state.ttl, "
-                       f"table.local-time-zone, {', '.join(_PARALLELISM)}, "
-                       f"{MULTI_JOIN_OPTION})")  # fmt: skip
+        raise SqlError(
+            line,
+            f"SET '{key}' is not supported (table.exec.state.ttl, "
+            f"table.local-time-zone, {', '.join(_PARALLELISM)}, "
+            f"{MULTI_JOIN_OPTION})",
+        )
 
 
 MULTI_JOIN_OPTION = "table.optimizer.multi-join.enabled"
@@ -664,18 +776,22 @@ def compile_script(text: str) -> Compiled:
                 raise SqlError(line, "a second INSERT: streamjoin runs one INSERT per deployment")
             insert = (line, statement)
         elif head == "SELECT":
-            raise SqlError(line, "a SELECT alone writes nowhere: INSERT INTO <output table> "
-                           "SELECT …")  # fmt: skip
+            raise SqlError(
+                line, "a SELECT alone writes nowhere: INSERT INTO <output table> SELECT …"
+            )
         else:
-            raise SqlError(line, f"{' '.join(words[:3])} … is not supported (SET, CREATE "
-                           "TABLE, INSERT INTO)")  # fmt: skip
+            raise SqlError(
+                line, f"{' '.join(words[:3])} … is not supported (SET, CREATE TABLE, INSERT INTO)"
+            )
     if insert is None:
         raise SqlError(last, "no INSERT INTO <output table> SELECT … JOIN …")
     line, statement = insert
     window = _WINDOW_TVF.search(statement)
     if window is not None:
-        raise SqlError(line + statement[: window.start()].count("\n"),
-                       f"the window function {window[1].upper()} is not supported")  # fmt: skip
+        raise SqlError(
+            line + statement[: window.start()].count("\n"),
+            f"the window function {window[1].upper()} is not supported",
+        )
     try:
         tree = sqlglot.parse_one(statement, read=FLINK_LEXICON)
     except ParseError as err:
@@ -695,8 +811,11 @@ def compile_script(text: str) -> Compiled:
     if first.type == "lookup":
         jdbc_table(right, out)
     elif right.options.get("connector") == "jdbc":
-        raise SqlError(line, f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
-                       "PROCTIME() column of the left (a lookup join)")  # fmt: skip
+        raise SqlError(
+            line,
+            f"{right.name} is a jdbc table: join it FOR SYSTEM_TIME AS OF a "
+            "PROCTIME() column of the left (a lookup join)",
+        )
     else:
         input_table(right, "RIGHT", out, _time_of(right, first.type, "RIGHT"))
     for query, table in zip(queries[1:], members[2:], strict=True):
@@ -707,8 +826,12 @@ def compile_script(text: str) -> Compiled:
         # Flink's TTL for every operator; the others' is their time
         out.variables.pop("STATE_TTL", None)
         out.lines.pop("STATE_TTL", None)
-    for name, value in (("JOIN_TYPE", first.type), ("JOIN_KIND", first.kind),
-                        ("JOIN_ON", first.on), ("JOIN_SELECT", queries[-1].select)):  # fmt: skip
+    for name, value in (
+        ("JOIN_TYPE", first.type),
+        ("JOIN_KIND", first.kind),
+        ("JOIN_ON", first.on),
+        ("JOIN_SELECT", queries[-1].select),
+    ):
         out.set(name, value, line)
     return out
 
@@ -725,8 +848,11 @@ def _chained(line: int, query: JoinQuery, table: Table, out: Compiled) -> Compil
     for name in [n for n in own.variables if not n.startswith(("RIGHT_", "LOOKUP_"))]:
         out.set(name, own.variables.pop(name), own.lines.pop(name))
     out.starts |= own.starts
-    for name, value in (("JOIN_TYPE", query.type), ("JOIN_KIND", query.kind),
-                        ("JOIN_ON", query.on)):  # fmt: skip
+    for name, value in (
+        ("JOIN_TYPE", query.type),
+        ("JOIN_KIND", query.kind),
+        ("JOIN_ON", query.on),
+    ):
         own.set(name, value, line)
     if query.left_time is not None:  # the result's column a time join takes as its left time
         own.set("LEFT_TIME", query.left_time, line)

@@ -28,15 +28,16 @@ from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.event_times import WATERMARK_COLUMN
 from serdes.kafka.produce import OutputRecord
 from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
-from serdes.records.formats import Change
-from serdes.records.values import EPOCH, DecodeError
+from serdes.records.formats import DecodedChange
+from serdes.records.values import DecodeError
+from state.changes import EPOCH
 
 # Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
 SEQ_PER_RECORD = 2
 
 
 class Format(Protocol):
-    def decode(self, key: bytes | None, value: bytes | None) -> list[Change]: ...
+    def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]: ...
 
 
 def decoded_schema(row_type: StructType) -> StructType:
@@ -86,8 +87,9 @@ class _Output:
             self._records = self.batch.to_pylist()
         return self._records[index]
 
-    def change(self, op: str, seq: int, row: tuple, event_time: Any, src: int,
-               keep_record: bool) -> None:  # fmt: skip
+    def change(
+        self, op: str, seq: int, row: tuple, event_time: Any, src: int, keep_record: bool
+    ) -> None:
         """A decoded change of record `src`; `keep_record` keeps that record's columns."""
         self.ops.append(op)
         self.seqs.append(seq)
@@ -122,12 +124,15 @@ class _Output:
             return pa.array(values, pa.string())
 
         columns = {
-            "op": decoded("op", self.ops), "seq": decoded("seq", self.seqs),
-            "row": decoded("row", self.rows), "timestamp": self.batch.column("timestamp").take(src),
+            "op": decoded("op", self.ops),
+            "seq": decoded("seq", self.seqs),
+            "row": decoded("row", self.rows),
+            "timestamp": self.batch.column("timestamp").take(src),
             "event_time": decoded("event_time", self.event_times),
             WATERMARK_COLUMN: pa.nulls(n, schema.field(WATERMARK_COLUMN).type),
-            "reason": of_error("reason"), "error": of_error("error"),
-        } | {name: of_record(name) for name in RECORD_COLUMNS}  # fmt: skip
+            "reason": of_error("reason"),
+            "error": of_error("error"),
+        } | {name: of_record(name) for name in RECORD_COLUMNS}
         # every change's partition: the input's watermark is its partitions' least
         columns["partition"] = self.batch.column("partition").take(src)
         return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
@@ -149,8 +154,13 @@ METADATA: dict[str, Callable[[Format, dict], Any]] = {
     "topic": lambda _fmt, record: record["topic"],
 }
 # What a column filled with each key is declared as (Flink's Kafka and Debezium metadata).
-METADATA_TYPES = {"timestamp": "TIMESTAMP", "value.source.timestamp": "TIMESTAMP",
-                  "partition": "INT", "offset": "BIGINT", "topic": "STRING"}  # fmt: skip
+METADATA_TYPES = {
+    "timestamp": "TIMESTAMP",
+    "value.source.timestamp": "TIMESTAMP",
+    "partition": "INT",
+    "offset": "BIGINT",
+    "topic": "STRING",
+}
 _SPECIAL_TIMES = {"kafka_timestamp": "timestamp", "source_ts_ms": "value.source.timestamp"}
 _RECORD_KEYS = {"timestamp", "partition", "offset", "topic"}
 
@@ -225,10 +235,14 @@ def decoder(
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         for batch in batches:
             out = _Output(batch)
-            for src, (key, value, offset) in enumerate(zip(
-                batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                batch.column("offset").to_pylist(), strict=True,
-            )):  # fmt: skip
+            for src, (key, value, offset) in enumerate(
+                zip(
+                    batch.column("key").to_pylist(),
+                    batch.column("value").to_pylist(),
+                    batch.column("offset").to_pylist(),
+                    strict=True,
+                )
+            ):
                 try:
                     changes = fmt.decode(key, value)
                 except DecodeError as error:
