@@ -35,7 +35,7 @@ from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro_out import as_avro
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 from state.changes import RowKind
-from state.columns import side_column
+from state.columns import OP, SEQ, TS, side_column
 from state.joins.specs import JoinSpec
 
 # An input's changes (`op`, `seq`, `ts`, `row`) under its watermark, by the input
@@ -137,7 +137,7 @@ def joined_changes(
         right_type = row_type(stage.right)
         left, left_type = as_left_input(joined, number, right_type, stage.left.time)
         if stage.lookup is not None:
-            changes = left.select("op", "seq", "ts", F.col("left").alias("row"))
+            changes = left.select(OP, SEQ, TS, F.col("left").alias("row"))
             joined = _looked_up(changes, stage, spec, metrics)
             continue
         right = join_input(
@@ -240,11 +240,11 @@ def joined_output(
     joined = joined_changes(plan, changes_of, metrics, lookup_letters)
     joined = joined.observe(
         CHANGES_OBSERVATION,
-        *[F.sum((F.col("op") == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
+        *[F.sum((F.col(OP) == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
     )
     joined = joined.withColumn(KEY_COLUMN, _join_key(plan.specs[-1]))
     if plan.last.join.select:
-        keep = [KEY_COLUMN, "seq"] if plan.materialized else [KEY_COLUMN]
+        keep = [KEY_COLUMN, SEQ] if plan.materialized else [KEY_COLUMN]
         joined = project(joined, plan.last.join.select, keep=keep)
     if config.output.key:
         joined = joined.withColumn(

@@ -29,6 +29,7 @@ from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, d
 from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
+from state.columns import OP, SEQ, SIDE, TS
 from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
@@ -200,7 +201,7 @@ def normalize_changes(
         held_rows=held_rows,
         spread=spread,
     )
-    return normalized_rows.select("op", "seq", "ts", side_struct(0, row_schema).alias("row"))
+    return normalized_rows.select(OP, SEQ, TS, side_struct(0, row_schema).alias("row"))
 
 
 def watermarked(changes: DataFrame, delay_ms: int, partitions: int) -> DataFrame:
@@ -230,7 +231,7 @@ def timed_changes(
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     kept = RECORD_COLUMNS if records else ()
-    return good.select("op", "seq", F.unix_millis("event_time").alias("ts"), "row", *kept)
+    return good.select(OP, SEQ, F.unix_millis("event_time").alias(TS), "row", *kept)
 
 
 def join_input(
@@ -252,10 +253,10 @@ def join_input(
     side = 0 if source.side == "left" else 1
     row = F.col("row")
     return changes.select(
-        F.lit(side).cast("byte").alias("side"),
-        "op",
-        "seq",
-        "ts",
+        F.lit(side).cast("byte").alias(SIDE),
+        OP,
+        SEQ,
+        TS,
         (row if side == 0 else F.lit(None).cast(left)).alias("left"),
         (row if side == 1 else F.lit(None).cast(right)).alias("right"),
     )

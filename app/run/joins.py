@@ -28,7 +28,11 @@ from app.plan.planner import JoinSpec, join_label
 from app.run.stateful import run_stateful
 from serdes.records.encode import KEY_COLUMN
 from state.columns import (
+    OP,
+    SEQ,
+    SIDE,
     SIDE_PREFIXES,
+    TS,
     chained_column,
     chained_names,
     key_column,
@@ -47,10 +51,10 @@ log = logging.getLogger(__name__)
 def changelog_schema(left: StructType, right: StructType) -> StructType:
     return StructType(
         [
-            StructField("side", ByteType(), False),
-            StructField("op", StringType(), False),
-            StructField("seq", LongType(), False),
-            StructField("ts", LongType()),
+            StructField(SIDE, ByteType(), False),
+            StructField(OP, StringType(), False),
+            StructField(SEQ, LongType(), False),
+            StructField(TS, LongType()),
             StructField("left", left),
             StructField("right", right),
         ]
@@ -66,7 +70,7 @@ def _join_key(spec: JoinSpec, left: StructType) -> list[tuple[Column, DataType]]
         return [(F.lit(0), IntegerType())]
     return [
         (
-            F.when(F.col("side") == 0, F.col("left")[a]).otherwise(
+            F.when(F.col(SIDE) == 0, F.col("left")[a]).otherwise(
                 F.col("right")[b].cast(left[a].dataType)
             ),
             left[a].dataType,
@@ -141,10 +145,10 @@ def as_left_input(
     if time in names:
         ts = F.unix_millis(F.col(fields[names.index(time)].name))
     changes = joined.select(
-        F.lit(0).cast("byte").alias("side"),
-        "op",
-        "seq",
-        ts.alias("ts"),
+        F.lit(0).cast("byte").alias(SIDE),
+        OP,
+        SEQ,
+        ts.alias(TS),
         row.alias("left"),
         F.lit(None).cast(right).alias("right"),
     )
@@ -173,10 +177,10 @@ def multi_way_input(
         ]
     )
     return changes.select(
-        F.lit(index).cast("byte").alias("side"),
-        "op",
-        "seq",
-        "ts",
+        F.lit(index).cast("byte").alias(SIDE),
+        OP,
+        SEQ,
+        TS,
         (F.lit(None).cast(left) if last else as_left).alias("left"),
         (F.col("row") if last else F.lit(None).cast(right)).alias("right"),
     )
@@ -196,9 +200,9 @@ def multi_way_join(
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
     inputs' labels; `spread` as `run_stateful` takes it."""
     key_type = left[chained_column(0, spec.keys[0])].dataType
-    key = F.when(F.col("side") == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
+    key = F.when(F.col(SIDE) == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
     for index, name in enumerate(spec.keys[:-1]):
-        key = key.when(F.col("side") == index, F.col("left")[chained_column(index, name)])
+        key = key.when(F.col(SIDE) == index, F.col("left")[chained_column(index, name)])
     return run_stateful(
         changes,
         MultiJoinOperator(spec, sides),
@@ -223,7 +227,7 @@ def materialized_upserts(
     columns) applied per record key as Flink's sink upsert materializer does
     (`state.joins.materialize`): `op`, `KEY_COLUMN` and the row's columns, the keys hashed
     into `buckets` (`spread` as `run_stateful` takes it)."""
-    names = [c for c in changes.columns if c not in ("op", "seq", KEY_COLUMN)]
+    names = [c for c in changes.columns if c not in (OP, SEQ, KEY_COLUMN)]
     # the row's columns by position: an output column's name may be anything
     row = StructType([StructField(str(i), changes.schema[n].dataType) for i, n in enumerate(names)])
     struct = F.struct(*[F.col(f"`{name}`").alias(str(i)) for i, name in enumerate(names)])
@@ -239,4 +243,4 @@ def materialized_upserts(
         spread=spread,
     )
     values = [F.col(side_column(0, str(i))).alias(name) for i, name in enumerate(names)]
-    return materialized.select("op", F.col(key_column(0)).alias(KEY_COLUMN), *values)
+    return materialized.select(OP, F.col(key_column(0)).alias(KEY_COLUMN), *values)

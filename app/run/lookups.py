@@ -45,7 +45,7 @@ from serdes.postgres.client import (
 )
 from serdes.records.schema import parse_schema
 from serdes.records.values import DecodeError
-from state.columns import side_column
+from state.columns import OP, SEQ, side_column
 from state.joins.lookup_join import (
     Cache,
     FullCache,
@@ -151,7 +151,7 @@ def looked_up(
     left_type = StructType([StructField(c.name, c.spark_type) for c in config.left.schema or ()])
     right_type = StructType([StructField(c.name, c.spark_type) for c in config.right.schema or ()])
     out_type = StructType(
-        [StructField("op", StringType(), False), StructField("seq", LongType(), False)]
+        [StructField(OP, StringType(), False), StructField(SEQ, LongType(), False)]
         + [StructField(side_column(0, f.name), f.dataType) for f in left_type]
         + [StructField(side_column(1, f.name), f.dataType) for f in right_type]
     )
@@ -184,7 +184,7 @@ def looked_up(
                 matched.append(right)
             positions.append(at)
         taken, chosen = pa.array(indices, pa.int64()), pa.array(positions, pa.int64())
-        columns = [batch.column("op").take(taken), batch.column("seq").take(taken)]
+        columns = [batch.column(OP).take(taken), batch.column(SEQ).take(taken)]
         columns += [column.take(taken) for column in rows.flatten()]
         columns += [
             pa.array([r[i] for r in matched], f.type).take(chosen)
