@@ -30,6 +30,38 @@ LATER_ORDERS = [("o9", at(23))]
 LATER_SHIPMENTS = [("s9", "o9", at(23, 30))]
 
 
+def shipped_orders_env(
+    kafka: str,
+    orders: str,
+    shipments: str,
+    out: str,
+    checkpoint: Path,
+    kind: str,
+    hours: int,
+    **more: str,
+) -> dict[str, str]:
+    """`streamjoin run`'s variables for an interval join of orders with their shipments, the
+    order no more than `hours` before its shipment."""
+    return service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        LEFT_TOPIC=orders,
+        RIGHT_TOPIC=shipments,
+        OUTPUT_TOPIC=out,
+        CHECKPOINT_LOCATION=str(checkpoint),
+        TRIGGER_INTERVAL="200ms",
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)",
+        LEFT_TIME="ot",
+        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)",
+        RIGHT_TIME="st",
+        JOIN_TYPE="interval",
+        JOIN_KIND=kind,
+        OUTPUT_ENCODING="append",
+        JOIN_ON=f"L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '{hours}' HOUR AND R.st",
+        JOIN_SELECT="L.order_id, R.ship_id",
+        **more,
+    )
+
+
 def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
     kafka: str, tmp_path: Path
 ) -> None:
@@ -40,23 +72,7 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         shipments,
         [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode() for s, o, t in SHIPMENTS],
     )
-    env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka,
-        LEFT_TOPIC=orders,
-        RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
-        TRIGGER_INTERVAL="200ms",
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)",
-        LEFT_TIME="ot",
-        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)",
-        RIGHT_TIME="st",
-        JOIN_TYPE="interval",
-        JOIN_KIND="left",
-        OUTPUT_ENCODING="append",
-        JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '4' HOUR AND R.st",
-        JOIN_SELECT="L.order_id, R.ship_id",
-    )
+    env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
     expected = {("o1", "s1"), ("o3", "s3"), ("o3", "s4"), ("o2", None), ("o4", None)}
 
     def output() -> list[tuple]:
@@ -175,24 +191,16 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
     order_rows, shipment_rows = skewed_backlog(partitions, per_partition, behind=5)
     produce(kafka, orders, [json.dumps(r).encode() for r in order_rows], partitions)
     produce(kafka, shipments, [json.dumps(r).encode() for r in shipment_rows], partitions)
-    env = service_env(
-        KAFKA_BOOTSTRAP_SERVERS=kafka,
-        LEFT_TOPIC=orders,
-        RIGHT_TOPIC=shipments,
-        OUTPUT_TOPIC=out,
-        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
-        TRIGGER_INTERVAL="200ms",
+    env = shipped_orders_env(
+        kafka,
+        orders,
+        shipments,
+        out,
+        tmp_path / "ck",
+        "inner",
+        1,
         MAX_RECORDS_PER_TRIGGER="40",
         STATE_PARTITIONS="2",
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3)",
-        LEFT_TIME="ot",
-        RIGHT_SCHEMA="ship_id STRING, order_id STRING, st TIMESTAMP(3)",
-        RIGHT_TIME="st",
-        JOIN_TYPE="interval",
-        JOIN_KIND="inner",
-        OUTPUT_ENCODING="append",
-        JOIN_ON="L.order_id = R.order_id AND L.ot BETWEEN R.st - INTERVAL '1' HOUR AND R.st",
-        JOIN_SELECT="L.order_id, R.ship_id",
     )
     expected = {(s["order_id"], s["ship_id"]) for s in shipment_rows}
 

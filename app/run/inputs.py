@@ -97,17 +97,7 @@ def read_decoded(
     topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
     own; its dead letters written by those tasks; the watermark column filled where the input
     has event time and several `partitions` (`watermarked`), its marks kept for the `job`."""
-    make_format = format_factory(config, source)
-    decode = decoder(
-        make_format,
-        row_type(source),
-        source.side,
-        source.time,
-        tally,
-        letters,
-        keep_records,
-        source.metadata,
-    )
+    decode = input_decoder(config, source, tally, letters, keep_records)
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
     per_partition = source.time != "proctime" and partitions > 1
@@ -139,6 +129,26 @@ def row_type(source: InputConfig) -> StructType:
     return StructType([StructField(c.name, c.spark_type) for c in source.schema or ()])
 
 
+def input_decoder(
+    config: Config | None,
+    source: InputConfig,
+    tally: Tally | None,
+    letters: DeadLetterTopic | None,
+    keep_records: bool,
+) -> Callable:
+    """The function that decodes the input's Kafka record batches (`serdes.kafka.decode`)."""
+    return decoder(
+        format_factory(config, source),
+        row_type(source),
+        source.side,
+        source.time,
+        tally,
+        letters,
+        keep_records,
+        source.metadata,
+    )
+
+
 def format_factory(config: Config | None, source: InputConfig) -> Callable[[], Format]:
     """Makes the input's decoder where it runs (a Python worker): picklable, no clients yet.
     `config` gives the schema registry of the Avro formats."""
@@ -162,17 +172,7 @@ def decode_input(
     """Decoded changes; the records that cannot be decoded written to `letters`, or kept as
     dead-letter rows without it. `tally` counts the dead letters by reason; `keep_records` keeps
     each change's Kafka record beside it."""
-    make_format = format_factory(config, source)
-    decode = decoder(
-        make_format,
-        row_type(source),
-        source.side,
-        source.time,
-        tally,
-        letters,
-        keep_records,
-        source.metadata,
-    )
+    decode = input_decoder(config, source, tally, letters, keep_records)
     return raw.mapInArrow(decode, decoded_schema(row_type(source)))
 
 
