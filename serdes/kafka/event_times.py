@@ -35,6 +35,7 @@ WATERMARK_COLUMN = "watermark_time"
 # In a micro-batch's offsets beside the topic's: each partition's largest event time before it
 # (no topic has this name: it holds a space)
 EVENT_TIMES = "event times"
+TIMEOUT_S = 10.0  # to fetch the marks a micro-batch starts from
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ def _highest(*marks: int | None) -> int | None:
     return max(known) if known else None
 
 
-TIMEOUT_S = 10.0
 # A client of the marks' group for each (group, client settings), kept by a worker process for
 # the tasks it runs and by the driver's reader for its plans: a new client each time cost more
 # than the call (its connection and the group's coordinator found again)
