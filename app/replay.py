@@ -33,7 +33,7 @@ from sqlglot.errors import ParseError
 from app.config.env import ChainedJoin, Config, InputConfig, JoinConfig, OutputConfig
 from app.config.sql.ddl import SqlError, Table
 from app.config.sql.query import MULTI_JOIN_OPTION, compile_query
-from app.plan.planner import query_plan
+from app.plan.planner import StateLayout, query_plan
 from app.plan.projection import project
 from app.run.builder import joined_changes
 from app.run.inputs import decode_input, row_type, timed_changes
@@ -198,12 +198,7 @@ SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function")
 
 def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
     return JoinConfig(
-        join.get("type", "regular"),
-        join.get("kind", "INNER").lower(),
-        join.get("on"),
-        select,
-        0,
-        state_buckets=STATE_BUCKETS,
+        join.get("type", "regular"), join.get("kind", "INNER").lower(), join.get("on"), select, 0
     )
 
 
@@ -399,7 +394,7 @@ def run_case(
     dead = spark.sparkContext.accumulator({}, CountsByLabel())
     changes = _changes(raw.parquet(str(work / "input")), sources, dead)
     by_side = {source.side: side for source, side in zip(sources, changes, strict=True)}
-    plan = query_plan(case_config(case))
+    plan = query_plan(case_config(case), StateLayout(STATE_BUCKETS))
     joined = joined_changes(plan, lambda source: by_side[source.side], None)
     select = plan.last.join.select
     output = project(joined, select) if select else joined.drop("seq")

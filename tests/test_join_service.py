@@ -233,8 +233,8 @@ def test_restart_mid_stream_ends_in_the_same_final_table(
 BEFORE_SPREAD_IDS = [
     sys.executable,
     "-c",
-    "import sys; import app.run.pipeline as p; from app.cli import main; "
-    "p.spreads_buckets = lambda spark, location: False; sys.exit(main(['run']))",
+    "import sys; import app.run.checkpoint as c; from app.cli import main; "
+    "c.spreads_buckets = lambda spark, location: False; sys.exit(main(['run']))",
 ]
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from app.config.env import ConfigError, load_config
 from app.plan.explain import describe
-from app.plan.planner import check_plan, normalized, upsert_materialized
+from app.plan.planner import StateLayout, check_plan, normalized, upsert_materialized
 
 JOIN = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker:9092",
@@ -285,8 +283,7 @@ def test_a_versioned_table_needs_no_normalizer_but_a_changelog_probe_does() -> N
     config = load_config({**TEMPORAL, "LEFT_FORMAT": "upsert", "LEFT_PRIMARY_KEY": "order_id"})
     assert [normalized(s, config.join) for s in (config.left, config.right)] == [True, False]
     # a checkpoint made behind a normalizer keeps it
-    kept = replace(config.join, versions_normalized=True)
-    assert normalized(config.right, kept)
+    assert normalized(config.right, config.join, StateLayout(versions_normalized=True))
     # the regular join rebuilds both
     regular = load_config(
         {

@@ -99,12 +99,6 @@ class JoinConfig:
     # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
     # `app.run.checkpoint.state_buckets` gives a new one
     state_buckets: int | None = None
-    # a temporal join's versioned table through a changelog normalizer: only in checkpoints
-    # made before the join needed none (`app.run.checkpoint.normalizes_versions`)
-    versions_normalized: bool = False
-    # every bucket grouped by its id of `app.run.key_buckets`: but in checkpoints made before
-    # (`app.run.checkpoint.spreads_buckets`), grouped by its index
-    spread_buckets: bool = True
 
 
 @dataclass(frozen=True)

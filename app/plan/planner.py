@@ -39,8 +39,26 @@ TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 OUTER_KINDS = ("inner", "left", "right", "full")
 
 
-def join_spec(config: Config) -> JoinSpec:
+@dataclass(frozen=True)
+class StateLayout:
+    """How a checkpoint lays its state out, fixed when it was made and read from it at each start
+    (`app.run.checkpoint.state_layout`): its key buckets (None where no checkpoint is read: a
+    join's spec then has the configuration's); its buckets grouped by their spread ids
+    (`app.run.key_buckets`), as in every checkpoint but those made before; a temporal join's
+    versioned table behind a changelog normalizer, as only in checkpoints made before it needed
+    none. The default is a new checkpoint's."""
+
+    buckets: int | None = None
+    spread_buckets: bool = True
+    versions_normalized: bool = False
+
+
+NEW_LAYOUT = StateLayout()  # a new checkpoint's, its buckets the configuration's
+
+
+def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
     """The join's description, as the processors on the executors receive it."""
+    buckets = layout.buckets if layout.buckets is not None else config.join.state_buckets
     left = SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key)
     right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
     if config.join.type == LOOKUP:
@@ -53,7 +71,7 @@ def join_spec(config: Config) -> JoinSpec:
             right,
             config.left.time,
             config.right.time,
-            config.join.state_buckets,
+            buckets,
         )
     if config.join.type in TEMPORAL_TYPES:
         probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
@@ -63,8 +81,8 @@ def join_spec(config: Config) -> JoinSpec:
             left,
             right,
             probe_time,
-            config.join.state_buckets,
-            config.join.versions_normalized,
+            buckets,
+            layout.versions_normalized,
         )
     return RegularJoinSpec(
         config.join.kind,
@@ -72,7 +90,7 @@ def join_spec(config: Config) -> JoinSpec:
         left,
         right,
         config.join.state_ttl_ms,
-        config.join.state_buckets,
+        buckets,
     )
 
 
@@ -119,11 +137,8 @@ def join_stages(config: Config) -> list[Config]:
             0,
         )
         join = replace(
-            chained.join,
-            state_ttl_ms=retention(chained.join),
-            state_buckets=first.state_buckets,
-            spread_buckets=first.spread_buckets,
-        )  # the job's, resolved at its start
+            chained.join, state_ttl_ms=retention(chained.join), state_buckets=first.state_buckets
+        )
         stages.append(
             replace(
                 config,
@@ -139,14 +154,14 @@ def join_stages(config: Config) -> list[Config]:
     return stages
 
 
-def multi_way_spec(config: Config) -> MultiJoinSpec | None:
+def multi_way_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> MultiJoinSpec | None:
     """The chain's joins as one multi-way operator (`state.joins.multi_join`) where the SQL
     asks for it (Flink's `table.optimizer.multi-join.enabled`, its `MULTI_JOIN` hint) and Flink
     would build one: INNER and LEFT regular joins whose inputs all share one join key (each
     join's equality with a column of that key before it); else None."""
     if not config.multi_way or not config.chain or config.lookup is not None:
         return None
-    specs = [join_spec(stage) for stage in join_stages(config)]
+    specs = [join_spec(stage, layout) for stage in join_stages(config)]
     if not all(isinstance(spec, RegularJoinSpec) for spec in specs):
         return None
     return MultiJoinSpec.of_chain(specs)  # type: ignore[arg-type]
@@ -157,28 +172,31 @@ class QueryPlan:
     """What a configuration's query runs, decided once (`query_plan`) for every part that
     builds it: each join of two as a configuration of its own (`join_stages`) and its spec,
     or the chain's joins as one multi-way operator; whether the output goes through the
-    upsert materializer."""
+    upsert materializer; how its checkpoint lays the state out."""
 
     config: Config
     stages: tuple[Config, ...]
     specs: tuple[JoinSpec, ...]
     multi_way: MultiJoinSpec | None
     materialized: bool
+    layout: StateLayout
 
     @property
     def last(self) -> Config:
         return self.stages[-1]
 
 
-def query_plan(config: Config) -> QueryPlan:
-    """The plan of a joining configuration (not `JOIN_TYPE=forward`)."""
+def query_plan(config: Config, layout: StateLayout = NEW_LAYOUT) -> QueryPlan:
+    """The plan of a joining configuration (not `JOIN_TYPE=forward`) over state laid out as
+    `layout` says (a new checkpoint's by default)."""
     stages = tuple(join_stages(config))
     return QueryPlan(
         config,
         stages,
-        tuple(map(join_spec, stages)),
-        multi_way_spec(config),
+        tuple(join_spec(stage, layout) for stage in stages),
+        multi_way_spec(config, layout),
         upsert_materialized(config),
+        layout,
     )
 
 
@@ -199,7 +217,7 @@ def _result_columns(stage: Config, number: int) -> tuple[Column, ...]:
     return tuple(replace(c, name=n) for c, n in zip((*left, *right), names, strict=True))
 
 
-def normalized(source: InputConfig, join: JoinConfig) -> bool:
+def normalized(source: InputConfig, join: JoinConfig, layout: StateLayout = NEW_LAYOUT) -> bool:
     """Whether an input's changelog is rebuilt per primary key (`state.spark.normalizer`): upsert
     inputs, and Debezium inputs that declare a key (without one, Flink takes a Debezium input's
     changes as they come, the joins then keep its rows as a multiset, and so do we); but not
@@ -210,7 +228,7 @@ def normalized(source: InputConfig, join: JoinConfig) -> bool:
     ):
         return False
     versioned = join.type in TEMPORAL_TYPES and source.side != "left"  # a later join's: input3…
-    return not versioned or join.versions_normalized or join.state_ttl_ms > 0
+    return not versioned or layout.versions_normalized or join.state_ttl_ms > 0
 
 
 def produces_updates(config: Config) -> bool:

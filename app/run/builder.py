@@ -68,21 +68,21 @@ def joined_changes(
     normalized where its join needs it, joined in the order Flink SQL plans the joins, or all
     at once by the multi-way join. `metrics`: what the tasks count (none in a replay);
     `lookup_letters`: where a lookup join's failed lookups go, when they are dead-lettered."""
-    config, last = plan.config, plan.last
+    config, last, layout = plan.config, plan.last, plan.layout
     held = None if metrics is None else metrics.held_rows.accumulator
     late = None if metrics is None else metrics.late_rows.accumulator
     if plan.multi_way is not None:
         inputs = []
         for index, source in enumerate(config.inputs()):
             changes = changes_of(source)
-            if normalized(source, last.join):
+            if normalized(source, last.join, layout):
                 changes = normalize_changes(
                     changes,
                     source,
                     plan.multi_way.buckets,
                     held,
                     plan.multi_way.state_ttl_ms,
-                    last.join.spread_buckets,
+                    layout.spread_buckets,
                 )
             inputs.append(
                 multi_way_input(
@@ -102,7 +102,7 @@ def joined_changes(
             row_type(last.right),
             held,
             sequenced=plan.materialized,
-            spread=config.join.spread_buckets,
+            spread=layout.spread_buckets,
         )
     first = plan.stages[0]
     if first.lookup is not None:
@@ -116,7 +116,7 @@ def joined_changes(
                 left_type,
                 right_type,
                 first.join,
-                first.join.state_buckets,
+                layout,
                 held,
             )
             for source in (first.left, first.right)
@@ -129,7 +129,7 @@ def joined_changes(
             late,
             held,
             sequenced=plan.materialized or len(plan.stages) > 1,
-            spread=first.join.spread_buckets,
+            spread=layout.spread_buckets,
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -146,7 +146,7 @@ def joined_changes(
             left_type,
             right_type,
             stage.join,
-            stage.join.state_buckets,
+            layout,
             held,
         )
         joined = bucketed_join(
@@ -158,7 +158,7 @@ def joined_changes(
             held,
             sequenced=plan.materialized or stage is not last,
             number=number,
-            spread=stage.join.spread_buckets,
+            spread=layout.spread_buckets,
         )
     return joined
 
@@ -253,10 +253,10 @@ def joined_output(
     if plan.materialized:
         joined = materialized_upserts(
             joined,
-            config.join.state_buckets,
+            plan.layout.buckets,
             config.join.state_ttl_ms,
             metrics.held_rows.accumulator,
-            config.join.spread_buckets,
+            plan.layout.spread_buckets,
         )
     records = encode(joined, config.output.encoding)
     if config.output.format == "avro-confluent":

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from pyspark.sql import SparkSession
 
 from app.config.env import SHUFFLE_PARTITIONS
+from app.plan.planner import StateLayout
 from app.run.preflight import StartupError
 from state.store.encoding import FORMAT
 
@@ -174,6 +175,16 @@ def spreads_buckets(spark: SparkSession, location: str) -> bool:
         return True
     record = _record(spark, location) or {}
     return all(record.get(k) == v for k, v in SPREAD_BUCKETS.items())
+
+
+def state_layout(spark: SparkSession, location: str, buckets: int | None) -> StateLayout:
+    """How the checkpoint at `location` lays its state out (a new one as this version does);
+    `buckets`: JOIN_STATE_BUCKETS, None for the checkpoint's (`state_buckets`)."""
+    return StateLayout(
+        buckets if buckets is not None else state_buckets(spark, location),
+        spread_buckets=spreads_buckets(spark, location),
+        versions_normalized=normalizes_versions(spark, location),
+    )
 
 
 def check_state_record(

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructField, StructType
 
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS
-from app.plan.planner import normalized
+from app.plan.planner import StateLayout, normalized
 from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
@@ -240,15 +240,15 @@ def join_input(
     left: StructType,
     right: StructType,
     join: JoinConfig,
-    buckets: int,
+    layout: StateLayout,
     held_rows: Accumulator[dict] | None = None,
 ) -> DataFrame:
-    """One input's changes, normalized if `join` needs it (its keys in `buckets`, under the
-    join's state retention), as one side of the unified changelog the joins take (`side`,
-    `op`, `seq`, `ts`, `left`, `right`)."""
-    if normalized(source, join):
+    """One input's changes, normalized if `join` needs it (its keys in the `layout`'s buckets,
+    under the join's state retention), as one side of the unified changelog the joins take
+    (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
+    if normalized(source, join, layout):
         changes = normalize_changes(
-            changes, source, buckets, held_rows, join.state_ttl_ms, join.spread_buckets
+            changes, source, layout.buckets, held_rows, join.state_ttl_ms, layout.spread_buckets
         )
     side = 0 if source.side == "left" else 1
     row = F.col("row")

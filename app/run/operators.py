@@ -10,7 +10,14 @@ from pyspark.sql.types import StructType
 
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import FORWARD
-from app.plan.planner import QueryPlan, join_label, normalized, query_plan
+from app.plan.planner import (
+    NEW_LAYOUT,
+    QueryPlan,
+    StateLayout,
+    join_label,
+    normalized,
+    query_plan,
+)
 from app.run.inputs import row_type
 from app.run.joins import join_operator
 from state.spark.frame import StatefulOperator
@@ -36,14 +43,14 @@ def on_wall_clock(config: Config) -> bool:
     return any(p.operator.clock == "processing" for p in stateful_operators(config))
 
 
-def stateful_operators(config: Config) -> list[PlannedOperator]:
-    """The stateful operators the query of `config` runs (`app.run.builder`), in the order Spark
-    numbers them (its `operatorId`, from the sink down: the upsert materializer, then each join
-    before what it reads, its left input's operators (the join before it, or a normalizer)
-    before its right input's)."""
+def stateful_operators(config: Config, layout: StateLayout = NEW_LAYOUT) -> list[PlannedOperator]:
+    """The stateful operators the query of `config` runs over state laid out as `layout` says
+    (`app.run.builder`), in the order Spark numbers them (its `operatorId`, from the sink down:
+    the upsert materializer, then each join before what it reads, its left input's operators
+    (the join before it, or a normalizer) before its right input's)."""
     if config.join.type == FORWARD:
         return []
-    plan = query_plan(config)
+    plan = query_plan(config, layout)
     planned = []
     if plan.materialized:
         planned.append(
@@ -59,7 +66,7 @@ def stateful_operators(config: Config) -> list[PlannedOperator]:
     operator = MultiJoinOperator(plan.multi_way, tuple(sides))
     planned.append(PlannedOperator("join", operator, sides))
     return planned + _normalizers(
-        config, [(s, sides[s.side]) for s in config.inputs()], plan.last.join
+        plan, [(s, sides[s.side]) for s in config.inputs()], plan.last.join
     )
 
 
@@ -76,20 +83,20 @@ def _join_operators(plan: QueryPlan, number: int) -> list[PlannedOperator]:
         inputs = [(config.chain[number - 2].input, types["right"])]
     else:
         inputs = [(config.left, types["left"]), (config.right, types["right"])]
-    return planned + _normalizers(config, inputs, stage.join)
+    return planned + _normalizers(plan, inputs, stage.join)
 
 
 def _normalizers(
-    config: Config, inputs: list[tuple[InputConfig, StructType]], join: JoinConfig
+    plan: QueryPlan, inputs: list[tuple[InputConfig, StructType]], join: JoinConfig
 ) -> list[PlannedOperator]:
     """The changelog normalizers of those `inputs` (each with its row type) that `join` needs
     normalized, in the order given."""
     return [
         PlannedOperator(
             "normalizer",
-            NormalizeOperator(source.side, config.join.state_ttl_ms),
+            NormalizeOperator(source.side, plan.config.join.state_ttl_ms),
             {source.side: row},
         )
         for source, row in inputs
-        if normalized(source, join)
+        if normalized(source, join, plan.layout)
     ]

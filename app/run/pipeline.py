@@ -23,11 +23,9 @@ from app.run.checkpoint import (
     HeldRowsRecord,
     check_state_record,
     job_id,
-    normalizes_versions,
     read_tasks,
     shuffle_partitions,
-    spreads_buckets,
-    state_buckets,
+    state_layout,
 )
 from app.run.inputs import forward_both, read_input
 from app.run.operators import on_wall_clock, stateful_operators
@@ -70,7 +68,7 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
     materializer_key = ",".join(config.output.key) if plan.materialized else None
     settings = {
         "JOIN_TYPE": config.join.type,
-        "JOIN_STATE_BUCKETS": config.join.state_buckets,
+        "JOIN_STATE_BUCKETS": plan.layout.buckets,
         "OUTPUT_KEY": materializer_key,
         # the joins after the first, each an operator of its own or all one (SQL's only)
         "JOIN_CHAIN": ("multi-way " if plan.multi_way else "")
@@ -78,8 +76,8 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
         if config.chain
         else None,
     }
-    settings |= SPREAD_BUCKETS if config.join.spread_buckets else {}
-    return settings if config.join.versions_normalized else settings | VERSIONS_AS_IS
+    settings |= SPREAD_BUCKETS if plan.layout.spread_buckets else {}
+    return settings if plan.layout.versions_normalized else settings | VERSIONS_AS_IS
 
 
 def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
@@ -87,7 +85,7 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     kind and keys (the columns its `ON` equates), each input's unique key and the columns its
     rows hold, with their types. A restart that changes any of it is refused before anything
     is read (`check_state_record`): the state would be read as what it is not."""
-    if plan is None or not stateful_operators(plan.config):
+    if plan is None or not stateful_operators(plan.config, plan.layout):
         return {}
     meaning = {}
     for number, (stage, spec) in enumerate(zip(plan.stages, plan.specs, strict=True), 1):
@@ -142,15 +140,9 @@ def start(
     """Start the query; once `drain_marker` exists, the sources offer no more records; `held`
     gives what the state held when the last run stopped (`streamjoin_state_rows`);
     `pending_only`: run only the batch the last run left unfinished, then end."""
-    if config.join.state_buckets is None:
-        buckets = state_buckets(spark, config.checkpoint_location)
-        config = replace(config, join=replace(config.join, state_buckets=buckets))
-    if normalizes_versions(spark, config.checkpoint_location):
-        config = replace(config, join=replace(config.join, versions_normalized=True))
-    if not spreads_buckets(spark, config.checkpoint_location):
-        config = replace(config, join=replace(config.join, spread_buckets=False))
+    layout = state_layout(spark, config.checkpoint_location, config.join.state_buckets)
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
-    plan = None if config.join.type == FORWARD else query_plan(config)
+    plan = None if config.join.type == FORWARD else query_plan(config, layout)
     check_state_record(
         spark,
         config.checkpoint_location,
