@@ -3,9 +3,9 @@
 Orders and shipments (JSON) joined by an event-time LEFT interval join, shipments within 2 s of
 their order. One key carries 10% of each side's rows (one every second of event time), the rest
 are spread over 100,000 keys; a row every 100 ms of event time. Each side ends with a closing
-row 10 s of event time after the rest, on a key of its own: the last orders wait, as in Flink,
-for a watermark past their interval before they come out padded, and the closing rows bring
-it. The service reads the topics in
+row in each partition 10 s of event time after the rest, on a key of its own: the last orders
+wait, as in Flink, for a watermark past their interval before they come out padded, and the
+closing rows bring it. The service reads the topics in
 micro-batches of `per_trigger` records per input, exactly-once, and stops when everything
 available was processed. Every half second the resident memory of its processes is summed by
 kind: the driver's Python, Spark's JVM, Spark's Python workers.
@@ -47,8 +47,15 @@ def produce_side(bootstrap: str, topic: str, rows: int, seed: int) -> None:
                 break
             except BufferError:
                 producer.poll(0.1)
-    closing = {"id": f"{seed}-closing", "k": f"closing-{seed}", "ts": (rows + 100) * STEP_MS}
-    producer.produce(topic, json.dumps(closing).encode(), closing["k"].encode())
+    # a closing row in every partition: an input's watermark is its partitions' least, as in
+    # Flink, so each must move past the last orders
+    for partition in producer.list_topics(topic, timeout=30).topics[topic].partitions:
+        closing = {
+            "id": f"{seed}-closing-{partition}",
+            "k": f"closing-{seed}",
+            "ts": (rows + 100) * STEP_MS,
+        }
+        producer.produce(topic, json.dumps(closing).encode(), closing["k"].encode(), partition)
     assert producer.flush(120) == 0
 
 
@@ -106,7 +113,7 @@ def _watch_memory(root: int, peaks: dict[str, int], done: threading.Event) -> No
 class LoadResult:
     seconds: float  # the service's whole run, start-up included
     orders_out: int  # distinct orders in the output (each must come out, joined or padded;
-    # the closing order stays in state, waiting for a watermark past its interval)
+    # the closing orders stay in state, waiting for a watermark past their interval)
     rows_out: int
     peak_rss: dict[str, int]  # bytes, by kind of process
     exit_code: int

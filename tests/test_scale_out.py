@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_io import committed_output, join_topics, produce, read_topic
+from tests.kafka_io import (
+    committed_output,
+    create_topics,
+    join_topics,
+    produce,
+    read_topic,
+    unique,
+)
 from tests.service import Service, service_env
 from tests.spark_cluster import StandaloneCluster
 from tests.test_join_service import metric, produce_events, scrape
@@ -263,8 +270,12 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
     kafka: str, tmp_path: Path, cluster: StandaloneCluster
 ) -> None:
     """An event-time temporal join holds the orders newer than the table's watermark, each
-    with a timer: those waiting at a stop join the versions that come after the rescale."""
-    orders, products, out = join_topics(kafka, partitions=4)
+    with a timer: those waiting at a stop join the versions that come after the rescale. An
+    input's watermark is its partitions' least, as in Flink: the table's changelog is one
+    partition, and the order that waits past the end is in each of the orders' four."""
+    orders, _, out = join_topics(kafka, partitions=4)
+    products = unique("products")
+    create_topics(kafka, [products])
     env = scale_out_env(
         cluster,
         KAFKA_BOOTSTRAP_SERVERS=kafka,
@@ -311,10 +322,10 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
     minute = {i: i for i in range(50)}  # o0-o49 at 00:00-00:49
     minute |= {i: 40 + i for i in range(50, 70)}  # o50-o69 at 01:30-01:49
     minute |= {i: 80 + i for i in range(70, 90)}  # o70-o89 at 02:30-02:49
-    minute[99] = 300  # 05:00: waits past the end
+    minute |= {i: 300 for i in range(96, 100)}  # 05:00, in each partition: waits past the end
     # 1: versions at 00:00 and p0's at 01:00; o0-o59 (o50-o59 wait: the table's watermark is
     # 01:00). 2: versions at 02:00 (o50-o59 join), o60-o79 (o70-o79 wait). 3: versions at
-    # 03:00 (o70-o79 join), o80-o89 and o99 (waits)
+    # 03:00 (o70-o79 join), o80-o89 and o96-o99 (wait)
     phases = [
         lambda: (
             send_versions(range(10), 0),
@@ -324,7 +335,7 @@ def test_a_temporal_join_keeps_its_waiting_orders_through_a_rescale(
         lambda: (send_versions(range(10), 2), send_orders({i: minute[i] for i in range(60, 80)})),
         lambda: (
             send_versions(range(10), 3),
-            send_orders({i: minute[i] for i in [*range(80, 90), 99]}),
+            send_orders({i: minute[i] for i in [*range(80, 90), *range(96, 100)]}),
         ),
     ]
 

@@ -7,7 +7,10 @@ Spark keeps one watermark per `withWatermark`, from the largest value its column
 micro-batch, and forbids a second one on the same rows. So the reading tasks of an input with
 several partitions fill that column (`WATERMARK_COLUMN`, of the decoded rows) themselves: with
 the least, over all the topic's partitions, of each one's largest event time so far, counting
-what the task read for its own partitions and what earlier micro-batches left for the others.
+what the micro-batch read and, for a partition with nothing new, what earlier micro-batches
+left. One task reads all the input's partitions of a micro-batch (`KafkaStreamReader`): split
+among tasks, each would know the others' partitions only as of the micro-batch before, and a
+watermark a micro-batch behind stays there while no new record comes.
 Until every partition has shown a row the column is null (Spark counts it as 0): the input's
 watermark waits, as Flink's does.
 

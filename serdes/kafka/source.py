@@ -198,17 +198,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._as_offsets(self.bounds.ends())
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRanges]:
-        marks = None
+        marks, tasks = None, self.tasks
         if self.marks_group is not None:
             known = _marks(end)
             marks = PartitionMarks(
                 self.marks_group, {int(p): known.get(int(p)) for p in end.get(self.topic, {})}
             )
+            # one task reads every partition: it sees each one's records of the micro-batch,
+            # so the watermark it gives is its partitions' least now, not a micro-batch behind
+            # for those another task read (no later micro-batch may come to catch it up). Its
+            # dead letters are written per input partition, whatever task reads it.
+            tasks = 1
         return task_ranges(
             self.topic,
             start.get(self.topic, {}),
             end.get(self.topic, {}),
-            self.tasks,
+            tasks,
             self.client_config,
             marks,
         )
