@@ -1,13 +1,13 @@
 """`streamjoin demo`: Flink's documentation example of the event-time temporal join, orders
 enriched with their product's price as of the order, end to end through Kafka.
 
-It starts the embedded broker (unless KAFKA_BOOTSTRAP_SERVERS names one), writes exactly the
-example's rows (orders as JSON, the products table's changes as Debezium JSON, whose
-`source.ts_ms` is when each change happened), runs the service's own pipeline with the
-example's temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is processed,
-and prints the result table read back from the output topic, as the documentation shows it.
-The job is given as Flink SQL (`SCRIPT`: the example's DDL with its connector options, through
-`STREAMJOIN_SQL`), and printed first.
+It starts a broker of its own (Apache Kafka, `app.broker`) unless KAFKA_BOOTSTRAP_SERVERS names
+one, writes exactly the example's rows (orders as JSON, the products table's changes as Debezium
+JSON, whose `source.ts_ms` is when each change happened), runs the service's own pipeline with
+the example's temporal LEFT JOIN (`FOR SYSTEM_TIME AS OF order_time`) until the input is
+processed, and prints the result table read back from the output topic, as the documentation
+shows it. The job is given as Flink SQL (`SCRIPT`: the example's DDL with its connector options,
+through `STREAMJOIN_SQL`), and printed first.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from decimal import Decimal
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app.broker import BrokerNotInstalled, EmbeddedBroker
+from app.broker import BrokerNotInstalled, embedded_broker
 from app.config.env import load_config
 from ops.metrics import ServiceMetrics
 
@@ -195,6 +195,10 @@ def table_lines(values: list[bytes]) -> list[str]:
     return sorted(lines)
 
 
+def _say(line: str) -> None:
+    print(f"streamjoin demo: {line}")
+
+
 def demo(env: Mapping[str, str]) -> int:
     from app.run import pipeline
     from app.run.session import build_session, fork_workers_early
@@ -205,11 +209,12 @@ def demo(env: Mapping[str, str]) -> int:
         suffix = f"-{uuid.uuid4().hex[:8]}" if bootstrap else ""
         if not bootstrap:
             try:
-                bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+                broker = stack.enter_context(embedded_broker(announce=_say))
             except BrokerNotInstalled as missing:
                 print(f"streamjoin demo: {missing}", file=sys.stderr)
                 return 2
-            print(f"streamjoin demo: embedded Kafka-protocol broker at {bootstrap}")
+            bootstrap = broker.bootstrap
+            _say(f"{broker.name}, a local process, at {bootstrap}")
         checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamjoin-demo-"))
         env = demo_env(bootstrap, suffix, checkpoint)
         config = load_config(env)

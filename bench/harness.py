@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from app.broker import EmbeddedBroker
+from app.broker import embedded_broker
 from bench.plot import Timeline, from_progress
 from tests.kafka_io import create_topics, output_topics, unique
 
@@ -22,7 +22,7 @@ def service_topics(stack: ExitStack, partitions: int = 4) -> tuple[str, Path, st
     """For a benchmark of `streamjoin run`: the broker (KAFKA_BOOTSTRAP_SERVERS or an embedded
     one, stopped with `stack`), a work directory, and fresh left, right and output topics."""
     bootstrap = (
-        os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or stack.enter_context(EmbeddedBroker()).bootstrap
+        os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or stack.enter_context(embedded_broker()).bootstrap
     )
     work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
     left, right, out = unique("left"), unique("right"), unique("out")

@@ -34,7 +34,7 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.broker import EmbeddedBroker
+from app.broker import embedded_broker
 from bench.harness import numbers
 from tests.kafka_io import committed_output, create_topics, output_topics, unique
 from tests.service import run_to_exit, service_env
@@ -112,7 +112,7 @@ def main() -> None:
     with ExitStack() as stack:
         bootstrap = (
             os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-            or stack.enter_context(EmbeddedBroker()).bootstrap
+            or stack.enter_context(embedded_broker()).bootstrap
         )
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         topics = {name: unique(name) for name in ("orders", "users", "accounts")}

@@ -189,6 +189,21 @@ PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         "Process",
         [
             (
+                "Broker trouble: ends not given, task attempts failed",
+                "short",
+                [
+                    (
+                        "sum by (topic, reason) "
+                        f"(increase(streamjoin_kafka_end_fallbacks_total{{{JOB}}}[{RATE}]))",
+                        "ends {{reason}}: {{topic}}",
+                    ),
+                    (
+                        f"sum(increase(streamjoin_spark_task_failures_total{{{JOB}}}[{RATE}]))",
+                        "failed task attempts",
+                    ),
+                ],
+            ),
+            (
                 "Restarts (service up, and its uptime)",
                 "s",
                 [

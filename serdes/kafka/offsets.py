@@ -2,16 +2,19 @@
 
 A micro-batch is an offset range per partition fixed before any task reads, so that a replay
 after a crash reads exactly the same records. The end of a partition therefore has to be exact.
-`ListOffsets(LATEST)` is exact on Apache Kafka but not on every Kafka-protocol broker (Tansu
-answers the base offset of the last record batch + 1), so the end is confirmed by reading from
-there to the partition-EOF event, whose offset is the high watermark of a real Fetch response.
+`ListOffsets(LATEST)` is exact on Apache Kafka (for a `read_committed` reader: the last stable
+offset), and the end is taken from it. Some Kafka-protocol brokers answer it wrongly (Tansu
+answers the base offset of the last record batch + 1); on those, known by their not describing
+their configuration, the end is confirmed by reading from there to the partition-EOF event,
+whose offset is the high watermark of a real Fetch response.
 
-Finding an end can never end the query. A partition written faster than the probe reads may
-show no EOF for a long time: once every partition has an EOF or a record read (whose offset + 1
-is an end the next micro-batch can read to: a `read_committed` reader is given only committed
-records), or once the probe's time is up, what was found is the end, and the next trigger reads
-the rest. When the broker does not answer at all (a timeout, a broker down), the last ends found
-stand: the trigger reads nothing new, and the next one asks again.
+Finding an end can never end the query. A partition written faster than the probe reads, or
+holding an open transaction a `read_committed` reader cannot pass, may show no EOF for a long
+time: once every partition has an EOF or a record read (whose offset + 1 is an end the next
+micro-batch can read to: a `read_committed` reader is given only committed records), or once
+the probe's time is up, what was found is the end, and the next trigger reads the rest. When
+the broker does not answer at all (a timeout, a broker down), the last ends found stand: the
+trigger reads nothing new, and the next one asks again. Both are counted (`fallbacks`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,49 @@ import logging
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 METADATA_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 5.0  # at most, for a partition that shows neither an EOF nor a record
 PROBE_SETTLE_S = 0.5  # a busy partition's last record read stands for its end after this
 
 log = logging.getLogger(__name__)
+
+
+# What the fallbacks are counted by: an end taken without the broker's end marker (a record
+# read, or the probe's time up), and ends kept because the broker did not answer.
+UNCONFIRMED, UNANSWERED = "unconfirmed", "unanswered"
+
+_exact_ends: dict[str, bool] = {}  # per cluster (its bootstrap servers), asked once a process
+
+
+def lists_exact_ends(client_config: dict[str, str]) -> bool:
+    """Whether the cluster's `ListOffsets` can be trusted. Apache Kafka (and every broker
+    built on its code) describes a broker's configuration; Tansu, whose `ListOffsets`
+    under-reports, describes none. A cluster that refuses to describe it (access control) is
+    not Tansu; one that does not answer is probed, as the safe way, and asked again later."""
+    servers = client_config["bootstrap.servers"]
+    if servers not in _exact_ends:
+        admin = AdminClient(client_config)
+        try:
+            brokers = admin.list_topics(timeout=METADATA_TIMEOUT_S).brokers
+            if not brokers:
+                return False
+            resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+            described = admin.describe_configs([resource])[resource].result(METADATA_TIMEOUT_S)
+            _exact_ends[servers] = bool(described)
+        except TimeoutError:
+            return False
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                return False
+            _exact_ends[servers] = True
+        log.info(
+            "Kafka at %s: partition ends %s",
+            servers,
+            "from ListOffsets" if _exact_ends[servers] else "confirmed by a read to the end",
+        )
+    return _exact_ends[servers]
 
 
 class TopicMissingError(RuntimeError):
@@ -50,15 +90,23 @@ def _probe_consumer(client_config: dict[str, str]) -> Consumer:
 class PartitionBounds:
     """Tracks one topic's partitions and their first and end offsets, re-probing only what moved.
 
-    Record batches are immutable, so while `ListOffsets` answers the same number for a partition,
-    the previously confirmed end still holds and no read is needed.
+    Where ends are probed, record batches are immutable, so while `ListOffsets` answers the
+    same number for a partition, the previously confirmed end still holds and no read is needed.
     """
 
-    def __init__(self, topic: str, client_config: dict[str, str]) -> None:
+    def __init__(
+        self, topic: str, client_config: dict[str, str], probe: bool | None = None
+    ) -> None:
+        """`probe`: whether ends are confirmed by a read; None: where the broker is known to
+        answer `ListOffsets` wrongly (`lists_exact_ends`)."""
         self.topic = topic
+        self.client_config = client_config
+        self.probe = probe
         self._consumer = _probe_consumer(client_config)
         self._listed: dict[int, int] = {}
         self._ends: dict[int, int] = {}
+        # ends found without the broker's word, by reason (UNCONFIRMED, UNANSWERED), for metrics
+        self.fallbacks = {UNCONFIRMED: 0, UNANSWERED: 0}
 
     def partitions(self) -> list[int]:
         metadata = self._consumer.list_topics(self.topic, timeout=METADATA_TIMEOUT_S)
@@ -75,16 +123,25 @@ class PartitionBounds:
         """The end offset (next offset to be written, or last stable) of each partition: exact,
         or short of it while a partition is busier than the probe can follow (module doc)."""
         try:
-            self._probe_ends()
+            if self._probes():
+                self._probe_ends()
+            else:
+                self._ends = {p: self._listed_bounds(p)[1] for p in self.partitions()}
         except KafkaException as err:
             if not self._ends or err.args[0].fatal():
                 raise
+            self.fallbacks[UNANSWERED] += 1
             log.warning(
                 "Kafka: the ends of %r could not be read (%s); trying again next trigger",
                 self.topic,
                 err.args[0].str(),
             )
         return {p: self._ends[p] for p in sorted(self._ends)}
+
+    def _probes(self) -> bool:
+        if self.probe is None:
+            return not lists_exact_ends(self.client_config)
+        return self.probe
 
     def _probe_ends(self) -> None:
         moved: dict[int, int] = {}
@@ -103,6 +160,7 @@ class PartitionBounds:
                 self._ends[p] = max(end, self._ends[p])
                 if p not in confirmed:
                     del self._listed[p]  # not confirmed: probed again next trigger
+                    self.fallbacks[UNCONFIRMED] += 1
 
     def close(self) -> None:
         self._consumer.close()

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
+from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
 from serdes.kafka.event_times import EVENT_TIMES, Marks, PartitionMarks, planned_marks
 from serdes.kafka.offsets import PartitionBounds
@@ -139,6 +140,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = max_records
         self._bounds: PartitionBounds | None = None
         self._available_now: dict[int, int] | None = None
+        self._latest_ends: dict[int, int] | None = None
         self.bounded = bounded  # only what the topic held at the first plan, under any trigger
         # `wake`: the offsets name this start, so that the first plan is a micro-batch even with
         # nothing new to read. Spark runs the batches that fire processing-time timers and
@@ -179,7 +181,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # the service is stopping: no more records (see app.run.lifecycle)
         if self.bounded and self._available_now is None:
             self.prepareForTriggerAvailableNow()
-        ends = self.bounds.ends()
+        ends = self._latest_ends = self.bounds.ends()
         if self._available_now is not None:
             ends = {p: min(e, self._available_now.get(p, 0)) for p, e in ends.items()}
         begun = {int(p): o for p, o in start.get(self.topic, {}).items()}
@@ -195,7 +197,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._as_offsets(planned, marks)
 
     def reportLatestOffset(self) -> Offsets:
-        return self._as_offsets(self.bounds.ends())
+        """The progress report's latest offsets: the ends this trigger's plan found (asked
+        again only before any plan), and the ends the broker did not confirm so far."""
+        ends = self._latest_ends if self._latest_ends is not None else self.bounds.ends()
+        return {**self._as_offsets(ends), END_FALLBACKS: dict(self.bounds.fallbacks)}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRanges]:
         marks, tasks = None, self.tasks
