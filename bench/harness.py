@@ -21,9 +21,9 @@ from tests.kafka_io import create_topics, output_topics, unique
 def service_topics(stack: ExitStack, partitions: int = 4) -> tuple[str, Path, str, str, str]:
     """For a benchmark of `streamjoin run`: the broker (KAFKA_BOOTSTRAP_SERVERS or an embedded
     one, stopped with `stack`), a work directory, and fresh left, right and output topics."""
-    bootstrap = (
-        os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or stack.enter_context(embedded_broker()).bootstrap
-    )
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not bootstrap:
+        bootstrap = stack.enter_context(embedded_broker()).bootstrap
     work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
     left, right, out = unique("left"), unique("right"), unique("out")
     create_topics(bootstrap, [left, right], partitions)

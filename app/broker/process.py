@@ -55,6 +55,11 @@ class BrokerProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self._prepared = False
 
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The running broker's process, None while it is down."""
+        return self._process
+
     def prepare(self) -> None:
         """What the first start needs (storage to format); nothing by default."""
 

@@ -53,7 +53,10 @@ def _unreachable(config: Config, errors: list[KafkaError], failure: KafkaError) 
         )
     tls = by_code.get(KafkaError._SSL)
     transport = by_code.get(KafkaError._TRANSPORT)
-    if tls is not None or (transport is not None and "security.protocol" in transport.str()):
+    # librdkafka names the protocol mismatch in a transport error (Apache Kafka closes a TLS
+    # handshake at once: "SSL handshake failed … connecting to a PLAINTEXT broker listener?")
+    mismatch = ("security.protocol", "SSL handshake")
+    if tls is not None or (transport is not None and any(m in transport.str() for m in mismatch)):
         cause = (tls or transport).str()  # type: ignore[union-attr]
         return StartupError(
             f"KAFKA_SECURITY_PROTOCOL: the brokers at {servers} do not speak "
