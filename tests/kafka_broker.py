@@ -45,7 +45,9 @@ KAFKA_IMAGE = f"streamjoin-kafka:{KAFKA_VERSION}"
 KAFKA_DOCKERFILE = """\
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
-RUN apt-get update \\
+# the JRE's set-up links its man pages, whose folder the base leaves out
+RUN mkdir -p /usr/share/man/man1 \\
+    && apt-get update \\
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
         openjdk-17-jre-headless \\
     && rm -rf /var/lib/apt/lists/*
@@ -128,7 +130,11 @@ def container_broker() -> Iterator[str]:
     )
     with container:
         bootstrap = f"127.0.0.1:{port}"
-        wait_until_ready(bootstrap)
+        try:
+            wait_until_ready(bootstrap)
+        except Exception as err:
+            logs = b"".join(container.get_logs()).decode(errors="replace")
+            raise RuntimeError(f"Apache Kafka's container did not answer:\n{logs[-3000:]}") from err
         yield bootstrap
 
 
