@@ -109,10 +109,11 @@ def test_a_partition_written_without_pause_never_holds_planning_up(kafka: str, p
     def write() -> None:
         producer = Producer({"bootstrap.servers": kafka, "linger.ms": 1})
         while written[0] < records:
+            written[0] += 1  # before the hand-over: a record is never readable before counted
             try:
                 producer.produce(topic, b"%d" % written[0], partition=written[0] % 2)
-                written[0] += 1
-            except BufferError:  # the producer's queue is full: let it drain
+            except BufferError:  # the producer's queue is full: let it drain, then again
+                written[0] -= 1
                 producer.poll(0.01)
         producer.flush()
 
