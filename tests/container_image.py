@@ -75,6 +75,13 @@ def base_image() -> str:
     return BASE_IMAGE
 
 
+def build_on(base: str, context: str, tag: str, *build_args: str) -> None:
+    """`docker build` of `context` as `tag`, its Dockerfile's BASE_IMAGE being `base`."""
+    arguments = [a for value in (f"BASE_IMAGE={base}", *build_args) for a in ("--build-arg", value)]
+    command = ["docker", "build", "--network", "host", *arguments, "--tag", tag, context]
+    run_step(command, f"docker build of {tag}", 1800)
+
+
 def service_image() -> str:
     """The Dockerfile built on `base_image()`, as `IMAGE`."""
     base = base_image()
@@ -104,21 +111,5 @@ def service_image() -> str:
             "building the wheelhouse",
             900,
         )
-        run_step(
-            [
-                "docker",
-                "build",
-                "--network",
-                "host",
-                "--build-arg",
-                f"BASE_IMAGE={base}",
-                "--build-arg",
-                "PIP_NO_INDEX=1",
-                "--tag",
-                IMAGE,
-                str(context),
-            ],
-            "docker build",
-            1800,
-        )
+        build_on(base, str(context), IMAGE, "PIP_NO_INDEX=1")
     return IMAGE

@@ -35,7 +35,7 @@ from app.broker.apache_kafka import (
     server_properties,
     start_command,
 )
-from tests.container_image import base_image, has_image, run_step
+from tests.container_image import base_image, build_on, has_image
 from tests.object_store import ObjectStore
 
 # Ryuk (Testcontainers' reaper) is itself an image that would have to be pulled.
@@ -78,21 +78,7 @@ def kafka_image() -> str:
         shutil.copytree(kafka_jars(), Path(work) / "libs")
         (Path(work) / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         (Path(work) / "Dockerfile").write_text(KAFKA_DOCKERFILE)
-        run_step(
-            [
-                "docker",
-                "build",
-                "--network",
-                "host",
-                "--build-arg",
-                f"BASE_IMAGE={base}",
-                "--tag",
-                KAFKA_IMAGE,
-                work,
-            ],
-            "docker build (Apache Kafka)",
-            1200,
-        )
+        build_on(base, work, KAFKA_IMAGE)
     return KAFKA_IMAGE
 
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from types import TracebackType
 
 from app.broker import free_port
 
@@ -48,12 +47,7 @@ class ObjectStore:
                     raise
                 time.sleep(0.2)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._process is not None:
             self._process.terminate()
             self._process.wait(10)

@@ -166,6 +166,6 @@ class ApacheKafka(BrokerProcess):
     def command(self) -> list[str]:
         return start_command(self.java, self.jars, str(self.properties), str(self.log4j))
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         super().__exit__(*exc_info)
         shutil.rmtree(self.work, ignore_errors=True)
