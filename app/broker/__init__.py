@@ -4,12 +4,14 @@ and the tests: Apache Kafka run from its own jars where Java and Maven Central c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.broker.apache_kafka import ApacheKafka
 from app.broker.process import BrokerNotInstalled, BrokerProcess, free_port, wait_until_ready
 from app.broker.tansu import Tansu, tansu_command
 
 
-def embedded_broker(announce=print) -> BrokerProcess:
+def embedded_broker(announce: Callable[[str], None] = print) -> BrokerProcess:
     """Apache Kafka if it can be started here, else Tansu (`announce` says why)."""
     try:
         return ApacheKafka(announce=announce)

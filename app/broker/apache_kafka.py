@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from app.broker.process import BrokerNotInstalled, BrokerProcess, free_port
@@ -77,7 +78,7 @@ def jar_cache() -> Path:
     return Path(base) / "streamjoin" / f"kafka-{KAFKA_VERSION}"
 
 
-def kafka_jars(announce=print) -> Path:
+def kafka_jars(announce: Callable[[str], None] = print) -> Path:
     """The directory holding Kafka's jars, fetching those missing (`announce` says so once)."""
     cache = jar_cache()
     missing = [(p, h) for p, h in pinned_jars() if not (cache / Path(p).name).exists()]
@@ -144,7 +145,9 @@ def start_command(java: str, jars: str, properties: str, log4j: str) -> list[str
 class ApacheKafka(BrokerProcess):
     name = f"Apache Kafka {KAFKA_VERSION}"
 
-    def __init__(self, env: dict[str, str] | None = None, announce=print) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, announce: Callable[[str], None] = print
+    ) -> None:
         super().__init__(env)
         self.java = java_binary()
         self.jars = str(kafka_jars(announce))

@@ -43,22 +43,25 @@ def lists_exact_ends(client_config: dict[str, str]) -> bool:
     """Whether the cluster's `ListOffsets` can be trusted. Apache Kafka (and every broker
     built on its code) describes a broker's configuration; Tansu, whose `ListOffsets`
     under-reports, describes none. A cluster that refuses to describe it (access control) is
-    not Tansu; one that does not answer is probed, as the safe way, and asked again later."""
+    not Tansu. One that does not answer raises KafkaException, as reading its ends would (the
+    last ends stand), and is asked again next time."""
     servers = client_config["bootstrap.servers"]
     if servers not in _exact_ends:
         admin = AdminClient(client_config)
         try:
             brokers = admin.list_topics(timeout=METADATA_TIMEOUT_S).brokers
             if not brokers:
-                return False
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT, "no broker in metadata"))
             resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
             described = admin.describe_configs([resource])[resource].result(METADATA_TIMEOUT_S)
             _exact_ends[servers] = bool(described)
         except TimeoutError:
-            return False
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "describing a broker's configuration")
+            ) from None
         except KafkaException as err:
             if err.args[0].code() != KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-                return False
+                raise
             _exact_ends[servers] = True
         log.info(
             "Kafka at %s: partition ends %s",
