@@ -9,16 +9,23 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE} AS build
 ARG PIP_NO_INDEX
 WORKDIR /src
-# `wheel[s]` matches the optional wheelhouse (its files land in /src), nothing without one.
-COPY pyproject.toml README.md wheel[s] ./
+# `wheel[s]` matches the optional wheelhouse (its files land in /src), nothing without one;
+# `jar[s]`, the optional folder of the jars `app/jars` lists (its lists' folders land in /src).
+COPY pyproject.toml README.md wheel[s] jar[s] ./
 COPY app ./app
 COPY serdes ./serdes
 COPY state ./state
 COPY ops ./ops
 # The dependencies at the versions the tests ran (ops/image-constraints.txt), not the newest.
+# The jars of s3a:// checkpoints in the image, checked against their pinned hashes (fetched
+# from Maven Central when the context has none): nothing is fetched at start.
+ENV STREAMJOIN_JARS=/opt/streamjoin/jars
 RUN python3 -m venv /opt/streamjoin \
     && /opt/streamjoin/bin/pip install --no-cache-dir --disable-pip-version-check \
         --find-links /src --constraint ops/image-constraints.txt . \
+    && mkdir -p "$STREAMJOIN_JARS" \
+    && if [ -d s3a ]; then mv s3a "$STREAMJOIN_JARS/"; fi \
+    && /opt/streamjoin/bin/python -m app.jars s3a \
     && find /opt/streamjoin -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
@@ -37,6 +44,7 @@ ENV PATH=/opt/streamjoin/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYSPARK_PYTHON=/opt/streamjoin/bin/streamjoin-python \
+    STREAMJOIN_JARS=/opt/streamjoin/jars \
     CHECKPOINT_LOCATION=/var/lib/streamjoin/checkpoint
 
 # A read-only root filesystem needs only /tmp (Spark's scratch) and the checkpoint's volume.

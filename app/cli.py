@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from app.config.env import Config, ConfigError, load_config
 from app.config.registry import VARIABLES
@@ -97,7 +98,7 @@ def run(env: Mapping[str, str]) -> int:
         return _refused(err)
     # Spark is imported only now: a configuration error costs no JVM start.
     from app.run import pipeline
-    from app.run.checkpoint import HeldRowsRecord
+    from app.run.checkpoint import HeldRowsRecord, check_writable
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
     from app.run.operators import on_wall_clock
     from app.run.session import (
@@ -122,6 +123,11 @@ def run(env: Mapping[str, str]) -> int:
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
         return _refused(StartupError(f"{' / '.join(named)}: Spark did not start: {err}"))
+    if urlsplit(config.checkpoint_location).scheme not in ("", "file"):
+        try:
+            check_writable(spark, config.checkpoint_location)
+        except StartupError as err:
+            return stop_session(spark, _refused(err))
     fork_workers_early(spark)
     exit_code = 1
     committer = (  # the offsets read, committed to the consumer group, as Flink does

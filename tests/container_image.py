@@ -4,8 +4,9 @@ No image can be pulled here, so the base is made from Debian's packages: `mmdebs
 bookworm root filesystem with Python 3.11 and its venv module to a tarball (~40 s, 171 MB),
 `docker import` turns it into `streamjoin-base:bookworm`, kept by the engine between runs. The
 Dockerfile is then built on it through its `BASE_IMAGE` argument, from a build context holding
-exactly what the Dockerfile copies plus a wheelhouse (build containers reach Debian's mirror,
-not PyPI): the public default base, `python:3.11-slim-bookworm`, takes the same steps.
+exactly what the Dockerfile copies plus a wheelhouse and the jars `app/jars` lists (build
+containers reach Debian's mirror, not PyPI nor Maven Central): the public default base,
+`python:3.11-slim-bookworm`, takes the same steps.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from app.jars import s3a_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "streamjoin-base:bookworm"
@@ -111,5 +114,8 @@ def service_image() -> str:
             "building the wheelhouse",
             900,
         )
+        (context / "jars" / "s3a").mkdir(parents=True)
+        for jar in s3a_jars():
+            shutil.copy(jar, context / "jars" / "s3a")
         build_on(base, str(context), IMAGE, "PIP_NO_INDEX=1")
     return IMAGE

@@ -75,7 +75,9 @@ def kafka_image() -> str:
         return KAFKA_IMAGE
     base = base_image()
     with tempfile.TemporaryDirectory(prefix="streamjoin-kafka-image-") as work:
-        shutil.copytree(kafka_jars(), Path(work) / "libs")
+        (Path(work) / "libs").mkdir()
+        for jar in kafka_jars():
+            shutil.copy(jar, Path(work) / "libs")
         (Path(work) / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         (Path(work) / "Dockerfile").write_text(KAFKA_DOCKERFILE)
         build_on(base, work, KAFKA_IMAGE)
@@ -86,7 +88,7 @@ def kafka_container_script(port: int) -> str:
     """Format the node's storage and start it, the broker listening on `port`."""
     properties = "/tmp/server.properties"
     text = server_properties(port, CONTROLLER_PORT, "/tmp/kafka-logs", "0.0.0.0")
-    jars, log4j = "/opt/kafka/libs", "/opt/kafka/log4j2.properties"
+    jars, log4j = "/opt/kafka/libs/*", "/opt/kafka/log4j2.properties"
     return " && ".join(
         [
             f"printf %s {shlex.quote(text)} > {properties}",
@@ -146,7 +148,7 @@ def crashable_broker() -> Iterator[BrokerProcess]:
     try:
         broker: BrokerProcess = ApacheKafka()
     except BrokerNotInstalled:
-        with ObjectStore() as store, Tansu("s3://tansu/", store.tansu_env()) as tansu:
+        with ObjectStore("tansu") as store, Tansu("s3://tansu/", store.tansu_env()) as tansu:
             yield tansu
         return
     with broker:

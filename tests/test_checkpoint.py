@@ -310,11 +310,15 @@ def test_a_new_checkpoint_is_read_by_a_task_per_state_partition_an_old_one_per_k
 
 def test_a_local_checkpoint_renames_its_files_itself_and_others_keep_sparks_manager() -> None:
     """A local path or file: URL (a volume in Kubernetes) gets the manager whose rename is the
-    file system's own; HDFS keeps Spark's default, whose rename may overwrite."""
+    file system's own; HDFS keeps Spark's default, whose rename may overwrite; S3 keeps it too,
+    with hadoop-aws's jars on the classpath."""
     local = {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
     assert checkpoint_conf("/var/lib/streamjoin/checkpoint") == local
     assert checkpoint_conf("file:///var/lib/streamjoin/checkpoint") == local
     assert checkpoint_conf("hdfs://namenode:8020/streamjoin") == {}
+    s3a = checkpoint_conf("s3a://bucket/streamjoin")
+    assert list(s3a) == ["spark.jars"]
+    assert any(Path(jar).name == "hadoop-aws-3.5.0.jar" for jar in s3a["spark.jars"].split(","))
 
 
 def test_a_rescale_finishes_a_pending_batch_first_and_stops_at_the_key_buckets(

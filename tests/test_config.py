@@ -29,7 +29,7 @@ def test_defaults_make_a_runnable_service() -> None:
     assert (config.left.topic, config.right.topic) == ("orders", "product_changelog")
     assert config.output.dlq_topic == "enriched.dlq"
     assert config.spark_master == "local[*]"
-    assert config.trigger_interval_ms == 1000
+    assert config.trigger_interval_ms == 0  # back to back
     assert config.starting_offsets == "earliest"
     assert config.max_records_per_trigger is None
     assert (config.join.type, config.join.kind, config.output.encoding) == (
@@ -296,3 +296,48 @@ def test_a_bad_lookup_variable_is_refused_by_name(changes: dict, variable: str) 
         load_config(env)
     assert str(caught.value).startswith(f"{variable}: expected"), str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "wait_ms"),
+    [
+        # event time: Spark plans no batch without records; a second's wait at the broker
+        (
+            {
+                "JOIN_TYPE": "interval",
+                "JOIN_ON": "L.k = R.k AND L.t BETWEEN R.t - INTERVAL '1' SECOND AND R.t",
+                "LEFT_SCHEMA": "k BIGINT, t TIMESTAMP(3)",
+                "RIGHT_SCHEMA": "k BIGINT, t TIMESTAMP(3)",
+                "LEFT_TIME": "t",
+                "RIGHT_TIME": "t",
+            },
+            1000,
+        ),
+        # only the TTL on the wall clock: its evicting batches a quarter of the TTL apart
+        ({"JOIN_ON": "L.k = R.k", "STATE_TTL": "2 minutes"}, 30_000),
+        ({"JOIN_ON": "L.k = R.k", "STATE_TTL": "1 hour"}, 60_000),
+        ({"JOIN_ON": "L.k = R.k", "STATE_TTL": "2 seconds"}, 1000),
+        # a processing-time interval join's padding fires on timers: a second, TTL or not
+        (
+            {
+                "JOIN_TYPE": "interval",
+                "JOIN_KIND": "left",
+                "JOIN_ON": "L.k = R.k AND L.proctime BETWEEN R.proctime - INTERVAL '1' SECOND "
+                "AND R.proctime",
+                "LEFT_SCHEMA": "k BIGINT",
+                "RIGHT_SCHEMA": "k BIGINT",
+                "LEFT_TIME": "proctime",
+                "RIGHT_TIME": "proctime",
+                "STATE_TTL": "2 minutes",
+            },
+            1000,
+        ),
+    ],
+)
+def test_a_quiet_trigger_waits_a_second_or_a_quarter_of_a_ttl_that_only_evicts(
+    changes: dict[str, str], wait_ms: int
+) -> None:
+    from app.run.operators import idle_wait_ms
+
+    env = {"LEFT_SCHEMA": "k BIGINT", "RIGHT_SCHEMA": "k BIGINT", **BASE, **changes}
+    assert idle_wait_ms(load_config(env)) == wait_ms

@@ -7,6 +7,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,14 +82,19 @@ def commits(checkpoint: Path) -> int:
 
 
 def killed_runs(
-    env: dict[str, str], checkpoint: Path, kill_after: list[int], rng: random.Random, logs: Path
+    env: dict[str, str],
+    committed: Callable[[], int],
+    kill_after: list[int],
+    rng: random.Random,
+    logs: Path,
 ) -> int:
     """One run per point of `kill_after`, on `env`'s checkpoint: SIGKILLed once it committed
-    that many batches and a random moment more. How many kills came before a run ended."""
+    that many batches (`committed` counts them) and a random moment more. How many kills came
+    before a run ended."""
     killed = 0
     for run, after in enumerate(kill_after):
         service = Service(env, logs / f"run{run}.log")
-        wait_for(lambda: commits(checkpoint) >= after, 300, "too few batches", service)  # noqa: B023
+        wait_for(lambda: committed() >= after, 300, "too few batches", service)  # noqa: B023
         time.sleep(rng.uniform(0, 1.5))
         if service.process.poll() is None:
             service.kill()
@@ -125,7 +131,9 @@ def test_sigkills_at_random_points_lose_nothing_and_duplicate_nothing(
 
     checkpoint = tmp_path / "killed"
     kill_after = sorted(rng.sample(range(1, batches - 2), 3))
-    killed_mid_run = killed_runs(env(out, checkpoint), checkpoint, kill_after, rng, tmp_path)
+    killed_mid_run = killed_runs(
+        env(out, checkpoint), lambda: commits(checkpoint), kill_after, rng, tmp_path
+    )
     last = run_to_exit(env(out, checkpoint), timeout_s=600)
     assert last.returncode == 0, last.stderr[-3000:]
     assert killed_mid_run >= 2, f"only {killed_mid_run} kills came before the run ended"

@@ -131,11 +131,26 @@ def test_scale_out_without_a_shared_checkpoint_claim_is_refused() -> None:
         rendered(values)
 
 
+def test_a_checkpoint_on_an_object_store_mounts_no_claim_on_any_pod() -> None:
+    values = {**SCALE_OUT, "checkpoint": {"location": "s3a://streams/orders-enriched"}}
+    manifests = rendered(values)
+    assert manifests["ConfigMap/sj-streamjoin"]["data"]["CHECKPOINT_LOCATION"] == (
+        "s3a://streams/orders-enriched"
+    )
+    pod = manifests["StatefulSet/sj-streamjoin"]["spec"]
+    assert "volumeClaimTemplates" not in pod
+    executor = yaml.safe_load(manifests["ConfigMap/sj-streamjoin-executor"]["data"]["pod.yaml"])
+    for spec in (pod["template"]["spec"], executor["spec"]):
+        assert "checkpoint" not in {v["name"] for v in spec["volumes"]}
+        assert "checkpoint" not in {m["name"] for m in spec["containers"][0]["volumeMounts"]}
+
+
 @pytest.mark.parametrize(
     "values",
     [
         {"metrics": {"port": "http"}},
-        {"checkpoint": {"uri": "s3a://bucket/checkpoint"}},  # no s3a:// filesystem in the image
+        {"checkpoint": {"uri": "s3a://bucket/checkpoint"}},  # not a value: `location` is
+        {"checkpoint": {"location": "gs://bucket/checkpoint"}},  # no gs:// filesystem
         {"config": {"JOIN_KIND": "sideways"}},
         {"config": {"OUTPUT_DELIVERY": "twice"}},
         {"config": {"CHECKPOINT_LOCATION": "/data"}},

@@ -7,6 +7,7 @@ Needs a Docker engine (CI starts one) and mmdebstrap the first time (see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from tests.container_image import ImageUnavailable, service_image
 from tests.kafka_broker import docker_engine
 from tests.kafka_io import committed_output, create_topics, output_topics, unique
+from tests.object_store import ObjectStore
 
 pytestmark = pytest.mark.spark
 
@@ -84,9 +86,23 @@ def container(image: str) -> Iterator[str]:
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
 
+@pytest.mark.parametrize("checkpoint", ["volume", "s3a"])
 def test_the_image_joins_two_topics_as_a_non_root_user_under_tini(
-    image: str, kafka: str, container: str
+    image: str, kafka: str, container: str, checkpoint: str
 ) -> None:
+    """Its checkpoint on the volume the chart mounts, or on an object store through the jars
+    the image carries (its root filesystem is read-only: nothing could be fetched)."""
+    with contextlib.ExitStack() as stack:
+        place = {}
+        if checkpoint == "s3a":
+            store = stack.enter_context(ObjectStore("image"))
+            place = store.s3a_env() | {"CHECKPOINT_LOCATION": "s3a://image/join"}
+        _join_in_container(image, kafka, container, place)
+        if checkpoint == "s3a":
+            assert store.names("join/commits/"), "no batch was committed to the object store"
+
+
+def _join_in_container(image: str, kafka: str, container: str, place: dict[str, str]) -> None:
     orders, products, out = unique("orders"), unique("products"), unique("out")
     create_topics(kafka, [orders, products])
     output_topics(kafka, out)
@@ -107,6 +123,7 @@ def test_the_image_joins_two_topics_as_a_non_root_user_under_tini(
         "JOIN_SELECT": "L.order_id, R.name",
         # spelled as a variable name: read through Spark's key list, which the image must ship
         "SPARK_CONF_SPARK_SQL_SHUFFLE_PARTITIONS": "2",
+        **place,
     }
     flags = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     started = subprocess.run(

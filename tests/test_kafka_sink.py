@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
+from pyspark.sql.types import StructType
 
+from app.broker import Tansu
+from serdes.kafka.datasource import KafkaDataSource
 from serdes.kafka.produce import DeliveryError
 from serdes.kafka.sink import KafkaStreamWriter
 from serdes.kafka.source import HEADER_TYPE
@@ -72,9 +78,14 @@ def transactional_topics(kafka: str) -> tuple[str, str]:
     return out, f"{out}.markers"
 
 
-def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafka: str) -> None:
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "on-kafkas-word"])
+def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(
+    kafka: str, guarded: bool
+) -> None:
+    """Guarded (each commit's marker read back) or not, a batch re-run right after its commit
+    finds its marker and writes nothing."""
     out, markers = transactional_topics(kafka)
-    sink = ExactlyOnce(unique("txn"), markers)
+    sink = ExactlyOnce(unique("txn"), markers, guarded)
     config = {"bootstrap.servers": kafka}
     first = [(out, b"k1", b"v1", None), (f"{out}.dlq", b"k2", b"bad", [("h", b"1")])]
     assert sink.write(config, 3, 7, first)
@@ -98,6 +109,19 @@ def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(kafk
     ]
     [dead] = committed_output(kafka, f"{out}.dlq", markers)
     assert (dead.value, dead.header("h"), dead.header(BATCH_HEADER)) == (b"bad", b"1", attempts[0])
+
+
+def test_the_sink_guards_its_commits_only_where_the_broker_does_not_run_kafkas_code(
+    kafka: str,
+) -> None:
+    def writer(bootstrap: str) -> KafkaStreamWriter:
+        options = {"topic": "t", "transactionalid": "x", "markertopic": "t.markers"}
+        source = KafkaDataSource({**options, "kafka.bootstrap.servers": bootstrap})
+        return source.streamWriter(StructType(), False)
+
+    assert writer(kafka).exactly_once == ExactlyOnce("x", "t.markers", guarded=False)
+    with Tansu() as tansu:
+        assert writer(tansu.bootstrap).exactly_once == ExactlyOnce("x", "t.markers", guarded=True)
 
 
 def test_an_attempt_that_died_mid_transaction_is_fenced_and_its_records_never_count(
@@ -149,3 +173,27 @@ def test_tasks_that_end_their_transactions_at_once_all_get_their_batches_committ
         assert list(pool.map(task, range(tasks))) == [batches] * tasks
     written = committed_output(kafka, out, f"{out}.markers")
     assert len(written) == tasks * batches * rows
+
+
+def test_librdkafkas_own_log_lines_come_as_json_lines_in_a_python_worker(tmp_path) -> None:
+    # A Python worker never runs the entry point's logging set-up; a producer that cannot reach
+    # its broker makes librdkafka log, and with LOG_FORMAT=json each line must still be JSON.
+    script = (
+        "from serdes.kafka.produce import DeliveryFailures, producer_config\n"
+        "from confluent_kafka import Producer\n"
+        "p = Producer(producer_config({'bootstrap.servers': '127.0.0.1:1'}, DeliveryFailures()))\n"
+        "p.produce('t', b'v')\n"
+        "p.flush(1.5)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "LOG_FORMAT": "json", "LOG_LEVEL": "INFO"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stderr.splitlines()
+    assert lines, "librdkafka logged nothing about the unreachable broker"
+    logged = [json.loads(line) for line in lines]
+    assert {line["logger"] for line in logged} == {"streamjoin.kafka"}
+    assert any("127.0.0.1:1" in line["msg"] for line in logged)

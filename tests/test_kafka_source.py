@@ -11,17 +11,19 @@ from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.broker import Tansu
+from serdes.kafka.arrivals import IDLE_WAIT_MS
+from serdes.kafka.broker_code import runs_kafka_code
 from serdes.kafka.offsets import (
     PROBE_TIMEOUT_S,
     UNANSWERED,
     UNCONFIRMED,
     PartitionBounds,
     TopicMissingError,
-    lists_exact_ends,
 )
 from serdes.kafka.source import (
     KafkaStreamReader,
     OffsetRanges,
+    _idle_readers,
     read_range,
     split_limit,
     task_ranges,
@@ -53,14 +55,14 @@ def assert_ends_exact(kafka: str) -> PartitionBounds:
 
 
 def test_end_offsets_are_the_brokers_list_offsets_on_apache_kafka(kafka: str) -> None:
-    assert lists_exact_ends({"bootstrap.servers": kafka})
+    assert runs_kafka_code({"bootstrap.servers": kafka})
     bounds = assert_ends_exact(kafka)
     assert bounds.fallbacks == {UNCONFIRMED: 0, UNANSWERED: 0}
 
 
 def test_end_offsets_are_read_to_on_a_broker_whose_list_offsets_lag() -> None:
     with Tansu() as tansu:
-        assert not lists_exact_ends({"bootstrap.servers": tansu.bootstrap})
+        assert not runs_kafka_code({"bootstrap.servers": tansu.bootstrap})
         assert_ends_exact(tansu.bootstrap)
 
 
@@ -150,6 +152,28 @@ def test_a_range_reads_exactly_its_records(kafka: str) -> None:
     assert batches[0].column("value")[0].as_py() == b"v120"
 
 
+def test_tasks_one_after_another_in_a_worker_each_read_exactly_their_ranges(kafka: str) -> None:
+    # A worker keeps its reader between tasks: a range read after another, earlier or later in
+    # the same partition, or a partition left paused by the task before, reads its own records
+    topic = unique("reuse")
+    create_topics(kafka, [topic], partitions=2)
+    produce(kafka, topic, [b"%d" % i for i in range(2000)], partitions=2)  # 1000 a partition
+    config = {"bootstrap.servers": kafka}
+    tasks = [{0: (0, 10), 1: (0, 900)}, {0: (500, 700)}, {0: (100, 120), 1: (899, 1000)}]
+    for ranges in tasks:
+        batches = list(read_range(OffsetRanges(topic, ranges, config)))
+        read = [
+            (p, o)
+            for b in batches
+            for p, o in zip(
+                b.column("partition").to_pylist(), b.column("offset").to_pylist(), strict=True
+            )
+        ]
+        assert sorted(read) == [(p, o) for p, (s, e) in sorted(ranges.items()) for o in range(s, e)]
+    # one reader served the three tasks
+    assert len(_idle_readers[tuple(sorted(config.items()))]) == 1
+
+
 def test_one_task_reads_the_ranges_of_several_partitions_each_in_order(kafka: str) -> None:
     topic = unique("ranges")
     create_topics(kafka, [topic], partitions=3)
@@ -191,6 +215,38 @@ def test_planning_respects_the_read_limit_and_picks_up_new_partitions(kafka: str
     grown = reader.latestOffset({topic: {"0": 50}}, ReadAllAvailable())
     assert grown == {topic: {"0": 50, "1": 50}}
     assert [p.ranges for p in reader.partitions({topic: {"0": 50}}, grown)] == [{1: (0, 50)}]
+    reader.stop()
+
+
+def test_back_to_back_a_quiet_trigger_waits_for_the_next_record_on_any_input(kafka: str) -> None:
+    # The first input's reader holds a trigger that found nothing new until a record comes to
+    # any of the query's topics, and plans it at once if it is its own; quiet, about a second.
+    own, other = unique("wait-own"), unique("wait-other")
+    create_topics(kafka, [own, other], partitions=2)
+    produce(kafka, own, [b"a", b"b"], partitions=2)
+    config = {"bootstrap.servers": kafka}
+    reader = KafkaStreamReader(own, config, "earliest", None, wait_for=[own, other])
+    planned = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    assert planned == {own: {"0": 1, "1": 1}}
+    began = time.monotonic()
+    assert reader.latestOffset(planned, ReadAllAvailable()) == planned  # the ends' first look
+    assert reader.latestOffset(planned, ReadAllAvailable()) == planned  # a quiet second
+    waited = time.monotonic() - began
+    assert IDLE_WAIT_MS / 1000 <= waited < IDLE_WAIT_MS / 1000 + 2
+
+    def after(delay_s: float, topic: str) -> threading.Thread:
+        thread = threading.Timer(delay_s, produce, (kafka, topic, [b"c"]))
+        thread.start()
+        return thread
+
+    for topic, moved in ((own, {own: {"0": 2, "1": 1}}), (other, {own: {"0": 2, "1": 1}})):
+        reader.latestOffset(planned, ReadAllAvailable())  # takes in the ends as they are now
+        producing = after(0.3, topic)
+        began = time.monotonic()
+        assert reader.latestOffset(planned, ReadAllAvailable()) == moved  # its own planned
+        assert time.monotonic() - began < IDLE_WAIT_MS / 1000 - 0.2  # woken by the record
+        producing.join()
+        planned = moved
     reader.stop()
 
 

@@ -207,7 +207,9 @@ def test_three_topics_and_a_lookup_joined_in_one_query_survive_sigkills_exactly_
 
     checkpoint = tmp_path / "killed"
     kill_after = sorted(rng.sample(range(1, batches - 2), 2))
-    killed = killed_runs(env(out, checkpoint), checkpoint, kill_after, rng, tmp_path)
+    killed = killed_runs(
+        env(out, checkpoint), lambda: commits(checkpoint), kill_after, rng, tmp_path
+    )
     last = run_to_exit(env(out, checkpoint), timeout_s=600)
     assert last.returncode == 0, last.stderr[-3000:]
     assert killed >= 1

@@ -213,10 +213,10 @@ def busy_port() -> socket.socket:
             "CHECKPOINT_LOCATION: cannot write to /proc/streamjoin-x (No such file or directory)",
         ),
         (
-            {"CHECKPOINT_LOCATION": "s3a://bucket/checkpoint"},
+            {"CHECKPOINT_LOCATION": "gs://bucket/checkpoint"},
             "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
-            "executors run elsewhere) or an hdfs:// URI; got s3a://…, whose Hadoop filesystem is "
-            "not installed",
+            "executors run elsewhere), an hdfs:// or an s3a:// URI; got gs://…, whose Hadoop "
+            "filesystem is not installed",
         ),
     ],
 )

@@ -1,26 +1,21 @@
 """Apache Kafka itself as the embedded broker: one KRaft node (broker and controller in one JVM,
-no ZooKeeper) run from Kafka's own jars, fetched once from Maven Central into the user's cache
-and checked against the hashes pinned in `kafka_jars.txt`. Its log lives on disk, so a crashed
-broker restarts with what it had acknowledged, as a real one does."""
+no ZooKeeper) run from Kafka's own jars (`app/jars/kafka_broker.txt`, fetched once). Its log
+lives on disk, so a crashed broker restarts with what it had acknowledged, as a real one does."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import shutil
 import subprocess
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from app.broker.process import BrokerNotInstalled, BrokerProcess, free_port
+from app.jars import JarsUnavailable, fetched
 
 KAFKA_VERSION = "4.1.1"
-PINNED_JARS = Path(__file__).with_name("kafka_jars.txt")
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
-DOWNLOAD_TIMEOUT_S = 60.0
 # Enough for the tests' and the demo's load; the broker's own script starts with 1 GiB.
 HEAP = ("-Xms256m", "-Xmx768m")
 
@@ -61,43 +56,12 @@ group.initial.rebalance.delay.ms=0
 """
 
 
-def pinned_jars() -> list[tuple[str, str]]:
-    """(path under a Maven repository, SHA-256) of each jar the broker runs on."""
-    jars = []
-    for line in PINNED_JARS.read_text().splitlines():
-        if line and not line.startswith("#"):
-            coordinates, sha256 = line.split()
-            group, artifact, version = coordinates.split(":")
-            path = f"{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
-            jars.append((path, sha256))
-    return jars
-
-
-def jar_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "streamjoin" / f"kafka-{KAFKA_VERSION}"
-
-
-def kafka_jars(announce: Callable[[str], None] = print) -> Path:
-    """The directory holding Kafka's jars, fetching those missing (`announce` says so once)."""
-    cache = jar_cache()
-    missing = [(p, h) for p, h in pinned_jars() if not (cache / Path(p).name).exists()]
-    if missing:
-        announce(f"fetching Apache Kafka {KAFKA_VERSION}'s jars from Maven Central (once)")
-        cache.mkdir(parents=True, exist_ok=True)
-    for path, sha256 in missing:
-        url = f"{MAVEN_CENTRAL}/{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-                body = response.read()
-        except OSError as err:
-            raise BrokerNotInstalled(f"Apache Kafka's jars could not be fetched: {err}") from None
-        if hashlib.sha256(body).hexdigest() != sha256:
-            raise BrokerNotInstalled(f"{url} does not have the SHA-256 kafka_jars.txt pins")
-        partial = cache / f".{Path(path).name}.part"
-        partial.write_bytes(body)
-        partial.replace(cache / Path(path).name)  # whole or absent
-    return cache
+def kafka_jars(announce: Callable[[str], None] = print) -> list[Path]:
+    """Kafka's jars, fetching those missing (`announce` says so once)."""
+    try:
+        return fetched("kafka_broker", f"Apache Kafka {KAFKA_VERSION}", announce)
+    except JarsUnavailable as err:
+        raise BrokerNotInstalled(str(err)) from None
 
 
 def java_binary() -> str:
@@ -118,7 +82,7 @@ def format_command(java: str, jars: str, properties: str) -> list[str]:
     return [
         java,
         "-cp",
-        f"{jars}/*",
+        jars,
         "kafka.tools.StorageTool",
         "format",
         "--ignore-formatted",
@@ -136,7 +100,7 @@ def start_command(java: str, jars: str, properties: str, log4j: str) -> list[str
         f"-Dlog4j2.configurationFile={log4j}",
         "-Djava.awt.headless=true",
         "-cp",
-        f"{jars}/*",
+        jars,
         "kafka.Kafka",
         properties,
     ]
@@ -150,7 +114,7 @@ class ApacheKafka(BrokerProcess):
     ) -> None:
         super().__init__(env)
         self.java = java_binary()
-        self.jars = str(kafka_jars(announce))
+        self.jars = os.pathsep.join(map(str, kafka_jars(announce)))
         self.properties = self.work / "server.properties"
         self.log4j = self.work / "log4j2.properties"
 

@@ -237,7 +237,7 @@ _ALL = [
         "TRIGGER_INTERVAL",
         f"{DURATION}, 0 (back to back) or {AVAILABLE_NOW}",
         parsers.trigger_ms,
-        "1s",
+        "0",
     ),
     Variable(
         "STARTING_OFFSETS",
@@ -349,6 +349,8 @@ _ALL = [
     _choice("LOG_FORMAT", LOG_FORMATS, "text"),
     Variable("STREAMJOIN_SQL", "Flink SQL: CREATE TABLEs and one INSERT INTO … SELECT"),
     Variable("STREAMJOIN_SQL_FILE", "the path of a file of Flink SQL"),
+    # read by `app.jars`, where the service finds the jars it runs beside pyspark's
+    Variable("STREAMJOIN_JARS", "a directory", shown_default="~/.cache/streamjoin/jars"),
     *_LOOKUP,
 ]
 VARIABLES: dict[str, Variable] = {v.name: v for v in _ALL}

@@ -27,7 +27,7 @@ from app.run.joins import (
     multi_way_input,
     multi_way_join,
 )
-from app.run.operators import on_wall_clock
+from app.run.operators import idle_wait_ms, on_wall_clock
 from ops.metrics import ServiceMetrics
 from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
 from serdes.kafka.dead_letters import DeadLetterTopic
@@ -216,7 +216,7 @@ def joined_output(
         if config.lookup is not None and config.lookup.on_error == "dead-letter"
         else None
     )
-    wall_clock = on_wall_clock(config)
+    wall_clock, idle_wait = on_wall_clock(config), idle_wait_ms(config)
 
     def changes_of(source: InputConfig) -> DataFrame:
         letters = DeadLetterTopic(dlq, client, exactly_once, tasks.first[source.side])
@@ -232,6 +232,7 @@ def joined_output(
             wall_clock,
             tasks.partitions[source.topic],
             job,
+            idle_wait,
         )
         return timed_changes(
             decoded, source, tasks.partitions[source.topic], records=lookup_letters is not None

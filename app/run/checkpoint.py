@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from pyspark.sql import SparkSession
 
 from app.config.env import SHUFFLE_PARTITIONS
+from app.config.redaction import without_user_info
 from app.plan.planner import StateLayout
 from app.run.preflight import StartupError
 from state.store.encoding import FORMAT
@@ -27,6 +28,47 @@ JOB = "job"  # in the state record, see `job_id`
 
 def _filesystem(spark: SparkSession, path: Any) -> Any:
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+
+
+# The probe's own retries: S3A's defaults retry a refused connection for about two minutes
+# before a start could be refused. The query itself keeps S3A's defaults.
+PROBE_RETRIES = {"fs.s3a.attempts.maximum": "2", "fs.s3a.retry.limit": "1"}
+
+
+def check_writable(spark: SparkSession, location: str) -> None:
+    """A checkpoint on a remote file system (`s3a://`, `hdfs://`) proven writable before the
+    query starts, by a probe directory made and removed in it: a wrong endpoint, bucket or
+    credentials is then one line naming CHECKPOINT_LOCATION and the store's own reason, not a
+    stack trace from the query's first batch. (A local one is proven before Spark starts,
+    `app.run.preflight`.)"""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    hadoop = jvm.org.apache.hadoop
+    probe = hadoop.fs.Path(location, f".streamjoin-probe-{uuid.uuid4().hex}")
+    conf = hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    for key, value in PROBE_RETRIES.items():
+        conf.set(key, value)
+    try:
+        fs = hadoop.fs.FileSystem.newInstance(probe.toUri(), conf)
+        try:
+            fs.mkdirs(probe)
+            fs.delete(probe, True)
+        finally:
+            fs.close()
+    except Exception as err:  # py4j's error, carrying the JVM's
+        shown = without_user_info(location)  # a URI may carry credentials
+        reason = _root_cause(err).replace(location, shown)
+        raise StartupError(f"CHECKPOINT_LOCATION: cannot write to {shown} ({reason})") from None
+
+
+def _root_cause(err: Exception) -> str:
+    """The innermost Java exception's class and message, without the AWS SDK's request ids."""
+    cause = getattr(err, "java_exception", None)
+    if cause is None:
+        return str(err).strip().splitlines()[0]
+    while cause.getCause() is not None:
+        cause = cause.getCause()
+    message = str(cause.getMessage() or "").split(" (Service:")[0].split(" (SDK Attempt")[0]
+    return f"{cause.getClass().getSimpleName()}: {message}".rstrip(": ")
 
 
 def _last_entry(spark: SparkSession, location: str, name: str) -> tuple[int, Any] | None:

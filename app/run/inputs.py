@@ -9,6 +9,7 @@ that Spark drops no late row before a join sees it (Flink's interval join keeps 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ from app.config.registry import AVRO_FORMATS
 from app.plan.planner import StateLayout, normalized
 from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
+from serdes.kafka.arrivals import IDLE_WAIT_MS
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
@@ -51,11 +53,13 @@ def read_input(
     wall_clock: bool,
     name: str = NAME,
     marks_group: str | None = None,
+    idle_wait_ms: int = IDLE_WAIT_MS,
 ) -> DataFrame:
     """The input's Kafka records, from the data source registered as `name`, read by `tasks`
     tasks a micro-batch (one per partition if None); `wall_clock`: an operator of the job runs
     on it (`app.run.operators.on_wall_clock`); with `marks_group`, their watermark column
-    filled as `serdes.kafka.event_times` says."""
+    filled as `serdes.kafka.event_times` says; back to back, the first input's reader waits up
+    to `idle_wait_ms` for a record when a trigger found nothing new (`serdes.kafka.arrivals`)."""
     reader = (
         spark.readStream.format(name)
         .option("topic", source.topic)
@@ -70,6 +74,12 @@ def read_input(
         reader = reader.option("marksGroup", marks_group)
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
+    inputs = config.inputs()
+    if config.trigger_interval_ms == 0 and source == inputs[0]:
+        # back to back: the first input's reader waits for a record on any input when a
+        # trigger finds nothing new, instead of Spark asking again every 10 ms
+        topics = sorted({s.topic for s in inputs})
+        reader = reader.option("waitFor", json.dumps(topics)).option("waitMs", str(idle_wait_ms))
     if wall_clock:
         # a restart's first plan is a batch, so timers due while the job was down fire even
         # if no record comes (`KafkaStreamReader`)
@@ -92,6 +102,7 @@ def read_decoded(
     wall_clock: bool,
     partitions: int,
     job: str,
+    idle_wait_ms: int = IDLE_WAIT_MS,
 ) -> DataFrame:
     """The input's changes as `decode_input` gives them, decoded by the `tasks` that read the
     topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
@@ -102,7 +113,9 @@ def read_decoded(
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
     per_partition = source.time != "proctime" and partitions > 1
     group = marks_group(job, source.side) if per_partition else None
-    return read_input(spark, config, source, drain_marker, tasks, wall_clock, name, group)
+    return read_input(
+        spark, config, source, drain_marker, tasks, wall_clock, name, group, idle_wait_ms
+    )
 
 
 _SOURCE_NAMES = itertools.count()

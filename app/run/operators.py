@@ -20,7 +20,9 @@ from app.plan.planner import (
 )
 from app.run.inputs import row_type
 from app.run.joins import join_operator
+from serdes.kafka.arrivals import IDLE_WAIT_MS
 from state.spark.frame import StatefulOperator
+from state.spark.interval import IntervalJoinOperator
 from state.spark.normalizer import NormalizeOperator
 from state.spark.regular import MultiJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
@@ -41,6 +43,23 @@ def on_wall_clock(config: Config) -> bool:
     """Whether an operator of the job runs on the wall clock (a state TTL, a processing-time
     join): Spark then plans a batch at every trigger, new input or not, so its timers fire."""
     return any(p.operator.clock == "processing" for p in stateful_operators(config))
+
+
+def idle_wait_ms(config: Config) -> int:
+    """How long a back-to-back trigger that found nothing new waits for a record
+    (`serdes.kafka.arrivals`). Spark plans a batch at every trigger of a job on the wall clock:
+    where only a state TTL puts it there, such a batch only evicts (the joins hide what expired
+    themselves), so one every quarter of the TTL (1 s to 1 min) will do, at a fraction of the
+    CPU a batch a second costs; where an operator's timers run on it (a processing-time interval
+    join's padding), a second, as under a one-second trigger."""
+    ttl = config.join.state_ttl_ms
+    timers = any(
+        isinstance(p.operator, IntervalJoinOperator) and p.operator.clock == "processing"
+        for p in stateful_operators(config)
+    )
+    if timers or not ttl:
+        return IDLE_WAIT_MS
+    return min(60_000, max(IDLE_WAIT_MS, ttl // 4))
 
 
 def stateful_operators(config: Config, layout: StateLayout = NEW_LAYOUT) -> list[PlannedOperator]:

@@ -33,6 +33,7 @@ from app.run.rescale import rescale
 from app.run.session import quieted
 from app.run.starting import resolved_starts
 from ops.metrics import ServiceMetrics
+from serdes.kafka.client_log import logged
 from serdes.kafka.datasource import NAME, kafka_options
 from serdes.kafka.transactions import ExactlyOnce
 
@@ -41,7 +42,7 @@ TOPICS_TIMEOUT_S = 30.0
 
 def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
-    topics = AdminClient(client_config).list_topics(timeout=TOPICS_TIMEOUT_S).topics
+    topics = AdminClient(logged(client_config)).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     partitions = {s.topic: len(topics[s.topic].partitions) for s in config.inputs()}
     count = shuffle_partitions(spark, config.checkpoint_location)
     first = {}

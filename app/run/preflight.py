@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient
 
 from app.config.env import Config
 from app.config.registry import FORWARD
+from app.jars import JarsUnavailable, s3a_jars
+from serdes.kafka.client_log import logged
 
 METADATA_TIMEOUT_S = 10.0
 
@@ -29,7 +31,7 @@ def _admin(config: Config, errors: list[KafkaError]) -> AdminClient:
     try:
         # log_level 0: the failure is reported once, by us, from what `errors` collects.
         return AdminClient(
-            {**config.kafka_client_config(), "log_level": 0, "error_cb": errors.append}
+            logged({**config.kafka_client_config(), "log_level": 0, "error_cb": errors.append})
         )
     except KafkaException as err:
         message = err.args[0].str() if err.args else str(err)
@@ -175,25 +177,32 @@ def _port_problem(port: int) -> str | None:
     return None
 
 
-# Hadoop filesystems whose classes ship in pyspark's jars (hadoop-client-api/-runtime). Object
-# stores need more (hadoop-aws and an AWS SDK for s3a://, hundreds of MB): not in the image.
+# Hadoop filesystems whose classes ship in pyspark's jars (hadoop-client-api/-runtime), and
+# s3a://, whose jars the service fetches once (`app.jars`; the image carries them).
 SHIPPED_FILESYSTEMS = ("hdfs", "viewfs", "webhdfs", "swebhdfs")
+OBJECT_STORES = ("s3a",)
 
 
 def _checkpoint_problem(location: str) -> str | None:
     """A local checkpoint directory must be proven writable by writing: a probe directory made
     and removed in it, or where its first missing folder would be made, so that a refused start
     leaves nothing. Permission bits prove nothing for root (`os.access` passes on /proc, and
-    Spark then failed with a stack trace). A remote one is Hadoop's to check, if its filesystem
-    ships."""
+    Spark then failed with a stack trace). A remote one is proven once Spark runs
+    (`app.run.checkpoint.check_writable`), if its file system can be had."""
     scheme = urlparse(location).scheme
     if scheme in SHIPPED_FILESYSTEMS:
+        return None
+    if scheme in OBJECT_STORES:
+        try:
+            s3a_jars()
+        except JarsUnavailable as err:
+            return f"CHECKPOINT_LOCATION: {err}"
         return None
     if scheme not in ("", "file"):
         return (
             "CHECKPOINT_LOCATION: expected a directory (a volume every executor mounts, when "
-            f"executors run elsewhere) or an hdfs:// URI; got {scheme}://…, whose Hadoop "
-            "filesystem is not installed"
+            f"executors run elsewhere), an hdfs:// or an s3a:// URI; got {scheme}://…, whose "
+            "Hadoop filesystem is not installed"
         )
     path = Path(urlparse(location).path if scheme else location).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from app.config.env import SHUFFLE_PARTITIONS
 from app.config.redaction import SECRET_NAMES
+from app.jars import s3a_jars
 from ops.jvm_console import filtered_stderr
 from ops.logging import jvm_options
 from serdes.kafka.datasource import KafkaDataSource
@@ -81,18 +82,24 @@ FILE_SYSTEM_MANAGER = (
 
 
 def checkpoint_conf(location: str) -> dict[str, str]:
-    """The checkpoint's file manager: for a local path (a volume in Kubernetes), the one that
-    renames with `FileSystem.rename`, an atomic rename(2) there.
+    """What the checkpoint's file system needs in the session.
 
-    Spark's default goes through Hadoop's `FileContext`, whose local rename asks for the link
-    status of the target by forking `readlink`, serially in every commit of offsets, commits
-    and state files (counted in `docs/performance.md`). Other file systems keep Spark's default
-    (HDFS's `FileSystem.rename` does not overwrite)."""
-    return (
-        {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
-        if urlsplit(location).scheme in ("", "file")
-        else {}
-    )
+    A local path (a volume in Kubernetes): the file manager that renames with
+    `FileSystem.rename`, an atomic rename(2) there. Spark's default goes through Hadoop's
+    `FileContext`, whose local rename asks for the link status of the target by forking
+    `readlink`, serially in every commit of offsets, commits and state files (counted in
+    `docs/performance.md`).
+
+    An object store (`s3a://`): hadoop-aws and the AWS SDK's modules it calls (`app/jars`),
+    with Spark's default file manager, which writes each file whole under a temporary name and
+    renames it (a copy on S3, where a name is written once and read consistently). Other file
+    systems (HDFS's `FileSystem.rename` does not overwrite) keep Spark's defaults."""
+    scheme = urlsplit(location).scheme
+    if scheme in ("", "file"):
+        return {CHECKPOINT_MANAGER: FILE_SYSTEM_MANAGER}
+    if scheme == "s3a":
+        return {"spark.jars": ",".join(map(str, s3a_jars()))}
+    return {}
 
 
 def quiet(spark: SparkSession, logger: str, level: str = "ERROR") -> None:
@@ -195,7 +202,10 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
     local = checkpoint_conf(checkpoint) if checkpoint else {}
-    for key, value in jvm_options({**DEFAULT_CONF, **local, **(conf or {})}).items():
+    merged = {**DEFAULT_CONF, **local, **(conf or {})}
+    if "spark.jars" in local and "spark.jars" in (conf or {}):  # the user's jars and these
+        merged["spark.jars"] = f"{conf['spark.jars']},{local['spark.jars']}"  # type: ignore[index]
+    for key, value in jvm_options(merged).items():
         builder = builder.config(key, value)
     try:
         with filtered_stderr(hold=True) as console:  # the JVM starts here, and keeps it

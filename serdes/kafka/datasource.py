@@ -14,18 +14,24 @@ available-now trigger does, under any trigger); `wakeatstart` (`true`: the first
 is a micro-batch, new records or none: see `KafkaStreamReader`);
 `marksgroup` (the consumer group where the reading tasks keep each partition's largest event
 time, for an input whose watermark is its partitions' least: see `serdes.kafka.event_times`);
+`waitfor` (a JSON list of topics: a trigger that found nothing new waits for a record on any of
+them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka.transactions`); and `kafka.<property>` for every librdkafka client property.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from serdes.kafka.arrivals import IDLE_WAIT_MS
+from serdes.kafka.broker_code import runs_kafka_code
 from serdes.kafka.sink import KafkaStreamWriter
 from serdes.kafka.source import SPARK_SCHEMA, KafkaStreamReader
 from serdes.kafka.transactions import ExactlyOnce
@@ -72,14 +78,26 @@ class KafkaDataSource(DataSource):
             transform=self.transform,
             tasks=int(tasks) if (tasks := self.options.get("readtasks")) else None,
             marks_group=self.options.get("marksgroup"),
+            wait_for=json.loads(self.options.get("waitfor", "[]")),
+            wait_ms=int(self.options.get("waitms", IDLE_WAIT_MS)),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         transactional_id = self.options.get("transactionalid")
         exactly_once = (
-            ExactlyOnce(transactional_id, self.options["markertopic"]) if transactional_id else None
+            ExactlyOnce(transactional_id, self.options["markertopic"], self._guarded())
+            if transactional_id
+            else None
         )
         return KafkaStreamWriter(self.options["topic"], self._client_config(), exactly_once)
+
+    def _guarded(self) -> bool:
+        """Whether the sink guards against a broker that drops acknowledged commits: where it
+        does not run Kafka's code, or does not say (it is asked again at the next start)."""
+        try:
+            return not runs_kafka_code(self._client_config())
+        except KafkaException:
+            return True
 
 
 def decoding_source(name: str, transform: Transform, schema: StructType) -> type[KafkaDataSource]:

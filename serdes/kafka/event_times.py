@@ -33,6 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from serdes.kafka.client_log import logged
+
 # The decoded rows' column an input with several partitions takes its watermark from
 WATERMARK_COLUMN = "watermark_time"
 # In a micro-batch's offsets beside the topic's: each partition's largest event time before it
@@ -65,7 +67,9 @@ _clients: dict[tuple[str, tuple[tuple[str, str], ...]], Consumer] = {}
 def _client(group: str, client_config: dict[str, str]) -> Consumer:
     key = (group, tuple(sorted(client_config.items())))
     if key not in _clients:
-        _clients[key] = Consumer({**client_config, "group.id": group, "enable.auto.commit": False})
+        _clients[key] = Consumer(
+            logged({**client_config, "group.id": group, "enable.auto.commit": False})
+        )
     return _clients[key]
 
 

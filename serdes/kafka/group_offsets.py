@@ -16,13 +16,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from serdes.kafka.client_log import logged
+
 TIMEOUT_S = 10.0
 
 log = logging.getLogger(__name__)
 
 
 def _consumer(client_config: dict[str, str], group: str) -> Consumer:
-    return Consumer({**client_config, "group.id": group, "enable.auto.commit": False})
+    return Consumer(logged({**client_config, "group.id": group, "enable.auto.commit": False}))
 
 
 def committed(

@@ -23,9 +23,10 @@ import logging
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-METADATA_TIMEOUT_S = 10.0
+from serdes.kafka.broker_code import METADATA_TIMEOUT_S, runs_kafka_code
+from serdes.kafka.client_log import logged
+
 PROBE_TIMEOUT_S = 5.0  # at most, for a partition that shows neither an EOF nor a record
 PROBE_SETTLE_S = 0.5  # a busy partition's last record read stands for its end after this
 
@@ -36,40 +37,6 @@ log = logging.getLogger(__name__)
 # read, or the probe's time up), and ends kept because the broker did not answer.
 UNCONFIRMED, UNANSWERED = "unconfirmed", "unanswered"
 
-_exact_ends: dict[str, bool] = {}  # per cluster (its bootstrap servers), asked once a process
-
-
-def lists_exact_ends(client_config: dict[str, str]) -> bool:
-    """Whether the cluster's `ListOffsets` can be trusted. Apache Kafka (and every broker
-    built on its code) describes a broker's configuration; Tansu, whose `ListOffsets`
-    under-reports, describes none. A cluster that refuses to describe it (access control) is
-    not Tansu. One that does not answer raises KafkaException, as reading its ends would (the
-    last ends stand), and is asked again next time."""
-    servers = client_config["bootstrap.servers"]
-    if servers not in _exact_ends:
-        admin = AdminClient(client_config)
-        try:
-            brokers = admin.list_topics(timeout=METADATA_TIMEOUT_S).brokers
-            if not brokers:
-                raise KafkaException(KafkaError(KafkaError._TRANSPORT, "no broker in metadata"))
-            resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
-            described = admin.describe_configs([resource])[resource].result(METADATA_TIMEOUT_S)
-            _exact_ends[servers] = bool(described)
-        except TimeoutError:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, "describing a broker's configuration")
-            ) from None
-        except KafkaException as err:
-            if err.args[0].code() != KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-                raise
-            _exact_ends[servers] = True
-        log.info(
-            "Kafka at %s: partition ends %s",
-            servers,
-            "from ListOffsets" if _exact_ends[servers] else "confirmed by a read to the end",
-        )
-    return _exact_ends[servers]
-
 
 class TopicMissingError(RuntimeError):
     """The configured topic does not exist on the cluster."""
@@ -77,16 +44,18 @@ class TopicMissingError(RuntimeError):
 
 def _probe_consumer(client_config: dict[str, str]) -> Consumer:
     return Consumer(
-        {
-            **client_config,
-            "group.id": "streamjoin-offset-probe",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 10,
-            "fetch.queue.backoff.ms": 1,
-            "auto.offset.reset": "earliest",
-        }
+        logged(
+            {
+                **client_config,
+                "group.id": "streamjoin-offset-probe",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 1,
+                "auto.offset.reset": "earliest",
+            }
+        )
     )
 
 
@@ -101,7 +70,7 @@ class PartitionBounds:
         self, topic: str, client_config: dict[str, str], probe: bool | None = None
     ) -> None:
         """`probe`: whether ends are confirmed by a read; None: where the broker is known to
-        answer `ListOffsets` wrongly (`lists_exact_ends`)."""
+        answer `ListOffsets` wrongly (not `runs_kafka_code`)."""
         self.topic = topic
         self.client_config = client_config
         self.probe = probe
@@ -143,7 +112,7 @@ class PartitionBounds:
 
     def _probes(self) -> bool:
         if self.probe is None:
-            return not lists_exact_ends(self.client_config)
+            return not runs_kafka_code(self.client_config)
         return self.probe
 
     def _probe_ends(self) -> None:

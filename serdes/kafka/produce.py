@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from serdes.kafka.client_log import logged
+
 # librdkafka spaces a new client's connections to the cluster's brokers by half of this: with
 # its default, a transactional producer's initialisation waited to connect to the broker its
 # bootstrap named, in every task and micro-batch (`docs/performance.md`). It is the first wait
@@ -32,17 +34,19 @@ class DeliveryFailures(list[KafkaError]):
 def producer_config(client_config: dict[str, str], failures: DeliveryFailures) -> dict[str, object]:
     """Idempotent, acknowledged by all replicas, partitioned by murmur2 as Java clients do;
     failed deliveries are added to `failures`."""
-    return {
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
-        **client_config,
-        "enable.idempotence": True,
-        "acks": "all",
-        "partitioner": "murmur2_random",
-        "delivery.report.only.error": True,
-        "on_delivery": failures,
-    }
+    return logged(
+        {
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
+            **client_config,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "delivery.report.only.error": True,
+            "on_delivery": failures,
+        }
+    )
 
 
 class DeliveryError(RuntimeError):

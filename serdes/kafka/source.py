@@ -27,6 +27,8 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 
 from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
+from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals
+from serdes.kafka.client_log import logged
 from serdes.kafka.event_times import EVENT_TIMES, Marks, PartitionMarks, planned_marks
 from serdes.kafka.offsets import PartitionBounds
 
@@ -127,8 +129,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounded: bool = False,
         wake: bool = False,
         marks_group: str | None = None,
+        wait_for: list[str] | None = None,
+        wait_ms: int = IDLE_WAIT_MS,
     ) -> None:
         self.topic = topic
+        # back to back, one input's reader holds a trigger that found nothing new until a
+        # record comes to any of `wait_for`, the query's topics (`serdes.kafka.arrivals`)
+        self.arrivals = (
+            Arrivals(wait_for, client_config, drain_marker, wait_ms) if wait_for else None
+        )
         # where the reading tasks commit each partition's largest event time, for an input
         # whose watermark is its partitions' least (`serdes.kafka.event_times`); None: none
         self.marks_group = marks_group
@@ -179,6 +188,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         if self.drain_marker and os.path.exists(self.drain_marker):
             return start  # the service is stopping: no more records (see app.run.lifecycle)
+        planned = self._planned(start, limit)
+        if (
+            planned == start
+            and self.arrivals is not None
+            and self.arrivals.wait({self.topic: self._latest_ends or {}})
+        ):
+            planned = self._planned(start, limit)  # what came while it waited, if here
+        return planned
+
+    def _planned(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        """The offsets the next micro-batch reads to: `start` where nothing is new."""
         if self.bounded and self._available_now is None:
             self.prepareForTriggerAvailableNow()
         ends = self._latest_ends = self.bounds.ends()
@@ -239,6 +259,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._bounds is not None:
             self._bounds.close()
+        if self.arrivals is not None:
+            self.arrivals.close()
 
     def _as_offsets(self, offsets: dict[int, int], marks: Marks | None = None) -> Offsets:
         planned: Offsets = {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
@@ -274,20 +296,38 @@ def record_batch(messages: list, topic: str) -> pa.RecordBatch:
     )
 
 
+# Readers a worker process kept from the tasks it ran, by client settings, each with nothing
+# assigned: a new one cost its connections and the cluster's metadata again, in every reading
+# task of every micro-batch (`docs/performance.md`).
+_idle_readers: dict[tuple[tuple[str, str], ...], list[Consumer]] = {}
+
+
+def _reader(settings: tuple[tuple[str, str], ...]) -> Consumer:
+    """An idle reader with these client settings, or a new one."""
+    idle = _idle_readers.get(settings)
+    if idle:
+        return idle.pop()
+    return Consumer(
+        logged(
+            {
+                **dict(settings),
+                "group.id": "streamjoin-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "fetch.queue.backoff.ms": 1,
+                "auto.offset.reset": "earliest",
+            }
+        )
+    )
+
+
 def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
     """Read exactly the records of each partition's `[start, end)`, skipping transaction
     markers and aborts; the partitions are fetched together, each in its offsets' order."""
-    consumer = Consumer(
-        {
-            **task.client_config,
-            "group.id": "streamjoin-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.queue.backoff.ms": 1,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    settings = tuple(sorted(task.client_config.items()))
+    consumer = _reader(settings)
+    read_all = False
     ends = {p: end for p, (_, end) in task.ranges.items()}
     position = {p: start for p, (start, _) in task.ranges.items()}
     consumer.assign([TopicPartition(task.topic, p, o) for p, o in position.items()])
@@ -327,5 +367,11 @@ def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
                 )
         if pending:
             yield record_batch(pending, task.topic)
+        read_all = True
     finally:
-        consumer.close()
+        if read_all:  # kept for the next task, with nothing assigned or paused
+            consumer.resume([TopicPartition(task.topic, p) for p in paused])
+            consumer.unassign()
+            _idle_readers.setdefault(settings, []).append(consumer)
+        else:  # an error, or a task that stopped reading: what it holds is not known
+            consumer.close()

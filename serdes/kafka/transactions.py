@@ -17,15 +17,17 @@ even on a broker that does not hide aborted transactions from `read_committed` c
 is one). The marker used to list the offsets each attempt took, which cost a Python delivery
 callback per record (a quarter of producing's time); the attempt token costs nothing per record.
 
-A task that finds its batch already marked writes nothing; a task reads its marker back after
-committing, and fails the batch if it is not there. One transactional id per partition
+A task that finds its batch already marked writes nothing. On a broker that does not run Apache
+Kafka's code (`serdes.kafka.broker_code`), a task reads its marker back after committing, and
+fails the batch if it is not there, and the tasks of one host end their transactions one at a
+time (`_ending_transactions`); Apache Kafka applies what it acknowledged, and the read-back cost
+a task a tenth of a second a batch there (`docs/performance.md`). One transactional id per partition
 means a second attempt of the same task fences the first (a zombie cannot commit after it) and
 aborts whatever the first left open. The records are gathered before the transaction begins,
 so a transaction stays open for as long as producing them takes, not for the whole batch.
 
 A process that dies mid-batch leaves its tasks' transactions open until their ids are initialised
-again; `fence` does that for every id at start-up, before any task writes (see there). The tasks
-of one host end their transactions one at a time (see `_ending_transactions`).
+again; `fence` does that for every id at start-up, before any task writes (see there).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from serdes.kafka.client_log import logged
 from serdes.kafka.produce import (
     RECONNECT_BACKOFF_MS,
     DeliveryError,
@@ -66,10 +69,12 @@ class TransactionError(RuntimeError):
 
 @dataclass(frozen=True)
 class ExactlyOnce:
-    """Where the transactions' markers live and the prefix of their transactional ids."""
+    """Where the transactions' markers live and the prefix of their transactional ids;
+    `guarded`: the broker is not known to apply every commit it acknowledges (the module doc)."""
 
     transactional_id: str
     marker_topic: str
+    guarded: bool = True
 
     def committed_batch(self, consumer: Consumer) -> int:
         """The last batch committed by this partition's transactions, -1 if none."""
@@ -115,8 +120,11 @@ class ExactlyOnce:
         writing its end markers marks that one committed, and the marker it writes next is
         recorded on a committed transaction, which then blocks every later commit on those
         partitions for good (seen: every task's commit acknowledged and left in PrepareCommit).
-        Kafka needs no such care; one transaction ending at a time costs a few milliseconds.
+        Kafka needs no such care (`guarded` is off there).
         """
+        if not self.guarded:
+            yield
+            return
         path = Path(tempfile.gettempdir()) / f"streamjoin-{self.transactional_id}.lock"
         with path.open("a") as lock:  # closing it (or the process dying) releases the lock
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -146,12 +154,14 @@ class ExactlyOnce:
         failures = DeliveryFailures()
         producer = self._initialised_producer(client_config, partition, failures)
         consumer = Consumer(
-            {
-                "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
-                **client_config,
-                "group.id": self._name(partition),
-                "enable.auto.commit": False,
-            }
+            logged(
+                {
+                    "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
+                    **client_config,
+                    "group.id": self._name(partition),
+                    "enable.auto.commit": False,
+                }
+            )
         )
         try:
             if self.committed_batch(consumer) >= batch:
@@ -181,7 +191,8 @@ class ExactlyOnce:
             )
             with self._ending_transactions():
                 _call("committing the transaction", producer.commit_transaction, TIMEOUT_S)
-            self._confirm(consumer, partition, batch)
+            if self.guarded:
+                self._confirm(consumer, partition, batch)
             return True
         except (TransactionError, DeliveryError, KafkaException):
             with self._ending_transactions():

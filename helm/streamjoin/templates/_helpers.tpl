@@ -56,7 +56,7 @@ capabilities:
 {{- define "streamjoin.sharedVolumes" -}}
 - name: tmp  # Spark's scratch space, Python workers, RocksDB's native library (needs exec)
   emptyDir: {}
-{{- if .Values.checkpoint.existingClaim }}
+{{- if and .Values.checkpoint.existingClaim (not .Values.checkpoint.location) }}
 - name: checkpoint
   persistentVolumeClaim:
     claimName: {{ .Values.checkpoint.existingClaim }}
@@ -71,8 +71,10 @@ capabilities:
 {{- define "streamjoin.sharedVolumeMounts" -}}
 - name: tmp
   mountPath: /tmp
+{{- if not .Values.checkpoint.location }}
 - name: checkpoint
   mountPath: {{ .Values.checkpoint.mountPath }}
+{{- end }}
 {{- if .Values.tls.secretName }}
 - name: tls
   mountPath: {{ .Values.tls.mountPath }}
