@@ -160,12 +160,15 @@ class ProgressMetrics:
         objects through py4j, field by field, and each Java map it walks ends in an exception
         that py4j resolves by looking class names up on the classpath: such a listener took a
         large share of the JVM's time on the listener bus thread beside the tasks
-        (`docs/performance.md`); a poll costs two py4j calls.
+        (`docs/performance.md`); a poll costs two py4j calls. The last report's batch id is
+        read off the JVM's object: pyspark's `lastProgress` has the JVM write the whole report
+        as JSON, at every poll of a query that waits (most of an idle service's CPU).
         """
-        last = query.lastProgress
-        if last is None or int(last["batchId"]) <= self.seen_batch:
+        latest = query._jsq.lastProgress()  # type: ignore[attr-defined]
+        if latest is None or int(latest.batchId()) <= self.seen_batch:
             return
-        reports = query.recentProgress if int(last["batchId"]) > self.seen_batch + 1 else [last]
+        ran = int(latest.batchId()) - self.seen_batch
+        reports = query.recentProgress if ran > 1 else [query.lastProgress]
         for report in reports:
             try:
                 self.observe(json.loads(report.json), now)

@@ -98,11 +98,32 @@ class Report(dict):
         return json.dumps(self)
 
 
+class JvmReport:
+    """The JVM's object of a progress report, as py4j hands it over."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+
+    def batchId(self) -> int:
+        return self.report["batchId"]
+
+
+class JvmQuery:
+    """The JVM's side of a `StreamingQuery` (`_jsq`), as much of it as the metrics poll."""
+
+    def __init__(self, ran: list[Report]) -> None:
+        self.ran = ran
+
+    def lastProgress(self) -> JvmReport | None:
+        return JvmReport(self.ran[-1]) if self.ran else None
+
+
 class PolledQuery:
-    """The two properties of a `StreamingQuery` the metrics poll, over reports that ran."""
+    """What of a `StreamingQuery` the metrics poll, over reports that ran."""
 
     def __init__(self) -> None:
         self.ran: list[Report] = []
+        self._jsq = JvmQuery(self.ran)
 
     def run_batch(self, rows: int) -> None:
         self.ran.append(Report(PROGRESS, batchId=len(self.ran), numInputRows=rows))

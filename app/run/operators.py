@@ -49,9 +49,10 @@ def idle_wait_ms(config: Config) -> int:
     """How long a back-to-back trigger that found nothing new waits for a record
     (`serdes.kafka.arrivals`). Spark plans a batch at every trigger of a job on the wall clock:
     where only a state TTL puts it there, such a batch only evicts (the joins hide what expired
-    themselves), so one every quarter of the TTL (1 s to 1 min) will do, at a fraction of the
-    CPU a batch a second costs; where an operator's timers run on it (a processing-time interval
-    join's padding), a second, as under a one-second trigger."""
+    themselves), and with no record coming the state only shrinks, so one every half of the
+    TTL (1 s to 1 min) will do, at a fraction of the CPU a batch a second costs; where an
+    operator's timers run on it (a processing-time interval join's padding), a second, as
+    under a one-second trigger."""
     ttl = config.join.state_ttl_ms
     timers = any(
         isinstance(p.operator, IntervalJoinOperator) and p.operator.clock == "processing"
@@ -59,7 +60,7 @@ def idle_wait_ms(config: Config) -> int:
     )
     if timers or not ttl:
         return IDLE_WAIT_MS
-    return min(60_000, max(IDLE_WAIT_MS, ttl // 4))
+    return min(60_000, max(IDLE_WAIT_MS, ttl // 2))
 
 
 def stateful_operators(config: Config, layout: StateLayout = NEW_LAYOUT) -> list[PlannedOperator]:
