@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.harness import service_topics
+from bench.kafka_sources import tree_cpu_s
 from tests.kafka_io import output_topics, unique
 
 SCHEMA = "id BIGINT, k BIGINT, t TIMESTAMP(3)"
@@ -69,28 +70,6 @@ def service_env(
         **JOINS[join],
         **dict(s.split("=", 1) for s in settings),
     }
-
-
-def tree_cpu_s(root: int) -> float:
-    """User and system CPU seconds of `root` and every process below it, now."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    ticks, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def batches() -> int:
