@@ -214,6 +214,17 @@ class ServiceMetrics:
             context,
         )
 
+        self.warm_reads = LabelledAccumulatedCounter(
+            Counter(
+                "streamjoin_state_reads",
+                "Join state entries the workers read: answered from the copy a worker kept "
+                "since the last micro-batch (result hit) or read from the state store (miss)",
+                ["result"],
+                registry=self.registry,
+            ),
+            context,
+        )
+
         self.lookups = LookupMetrics(self.registry, context)
         self.task_failures = TaskFailures(self.registry, context)
 
@@ -222,7 +233,7 @@ class ServiceMetrics:
         return serve(self.registry, self.readiness, port)
 
     def update(self) -> None:
-        for counter in (self.dead_letters, self.late_rows, self.lookups.events):
+        for counter in (self.dead_letters, self.late_rows, self.warm_reads, self.lookups.events):
             counter.update()
         self.held_rows.update()
         self.task_failures.update()

@@ -38,6 +38,9 @@ class CountingStore:
         self.scans += 1
         yield from list(self.entries.items())
 
+    def recall(self, keys: list[bytes]) -> dict[bytes, bytes | None]:
+        return {}
+
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         self.round_trips += 1
         return [self.get(key) for key in keys]

@@ -147,6 +147,8 @@ class Config:
     # the state's partitions: None, the checkpoint's (the task slots for a new one); another
     # number than the checkpoint's repartitions its state at start (`app.run.rescale`)
     state_partitions: int | None = None
+    # MiB of join state each Python worker keeps between micro-batches (`state.store.warm`); 0: none
+    warm_state_mb: int = 256
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
@@ -614,6 +616,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         ),
         spark_conf=spark_conf,
         state_partitions=read.get("STATE_PARTITIONS"),
+        warm_state_mb=read.get("WARM_STATE_MB"),
         lookup=lookup,
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),

@@ -291,6 +291,12 @@ _ALL = [
         shown_default="the checkpoint's; 16 per state partition for a new one",
     ),
     Variable(
+        "WARM_STATE_MB",
+        "a whole number of MiB (0 turns it off)",
+        parsers.whole,
+        "256",
+    ),
+    Variable(
         "STATE_PARTITIONS",
         "a positive whole number",
         parsers.positive_int,

@@ -37,6 +37,7 @@ from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, enco
 from state.changes import RowKind
 from state.columns import OP, SEQ, TS, side_column
 from state.joins.specs import JoinSpec
+from state.spark.frame import WarmState
 
 # An input's changes (`op`, `seq`, `ts`, `row`) under its watermark, by the input
 ChangesOf = Callable[[InputConfig], DataFrame]
@@ -57,6 +58,13 @@ class Writers:
     partitions: dict[str, int]
 
 
+def warm_state(config: Config, metrics: ServiceMetrics | None) -> WarmState:
+    """The state the workers keep between micro-batches (`WARM_STATE_MB`), its reads counted
+    where there are metrics."""
+    reads = None if metrics is None else metrics.warm_reads.accumulator
+    return WarmState(config.warm_state_mb * 2**20, reads)
+
+
 def joined_changes(
     plan: QueryPlan,
     changes_of: ChangesOf,
@@ -71,6 +79,7 @@ def joined_changes(
     config, last, layout = plan.config, plan.last, plan.layout
     held = None if metrics is None else metrics.held_rows.accumulator
     late = None if metrics is None else metrics.late_rows.accumulator
+    warm = warm_state(config, metrics)
     if plan.multi_way is not None:
         inputs = []
         for index, source in enumerate(config.inputs()):
@@ -83,6 +92,7 @@ def joined_changes(
                     held,
                     plan.multi_way.state_ttl_ms,
                     layout.spread_buckets,
+                    warm,
                 )
             inputs.append(
                 multi_way_input(
@@ -103,6 +113,7 @@ def joined_changes(
             held,
             sequenced=plan.materialized,
             spread=layout.spread_buckets,
+            warm=warm,
         )
     first = plan.stages[0]
     if first.lookup is not None:
@@ -118,6 +129,7 @@ def joined_changes(
                 first.join,
                 layout,
                 held,
+                warm,
             )
             for source in (first.left, first.right)
         ]
@@ -130,6 +142,7 @@ def joined_changes(
             held,
             sequenced=plan.materialized or len(plan.stages) > 1,
             spread=layout.spread_buckets,
+            warm=warm,
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -148,6 +161,7 @@ def joined_changes(
             stage.join,
             layout,
             held,
+            warm,
         )
         joined = bucketed_join(
             left.unionByName(right),
@@ -159,6 +173,7 @@ def joined_changes(
             sequenced=plan.materialized or stage is not last,
             number=number,
             spread=layout.spread_buckets,
+            warm=warm,
         )
     return joined
 
@@ -258,6 +273,7 @@ def joined_output(
             config.join.state_ttl_ms,
             metrics.held_rows.accumulator,
             plan.layout.spread_buckets,
+            warm_state(config, metrics),
         )
     records = encode(joined, config.output.encoding)
     if config.output.format == "avro-confluent":

@@ -32,6 +32,7 @@ from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.columns import OP, SEQ, SIDE, TS
+from state.spark.frame import WarmState
 from state.spark.normalizer import NormalizeOperator
 
 SIDE_HEADER = "streamjoin.side"
@@ -196,6 +197,7 @@ def normalize_changes(
     held_rows: Accumulator[dict] | None = None,
     ttl_ms: int = 0,
     spread: bool = True,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """The changelog rebuilt per primary key from the last row of each key, the keys grouped
     in `buckets` (see `state.joins.normalize`, and `run_stateful` for `spread`); `held_rows`
@@ -213,6 +215,7 @@ def normalize_changes(
         out_ts=True,
         held_rows=held_rows,
         spread=spread,
+        warm=warm,
     )
     return normalized_rows.select(OP, SEQ, TS, side_struct(0, row_schema).alias("row"))
 
@@ -255,13 +258,20 @@ def join_input(
     join: JoinConfig,
     layout: StateLayout,
     held_rows: Accumulator[dict] | None = None,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """One input's changes, normalized if `join` needs it (its keys in the `layout`'s buckets,
     under the join's state retention), as one side of the unified changelog the joins take
     (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
     if normalized(source, join, layout):
         changes = normalize_changes(
-            changes, source, layout.buckets, held_rows, join.state_ttl_ms, layout.spread_buckets
+            changes,
+            source,
+            layout.buckets,
+            held_rows,
+            join.state_ttl_ms,
+            layout.spread_buckets,
+            warm,
         )
     side = 0 if source.side == "left" else 1
     row = F.col("row")

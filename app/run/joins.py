@@ -39,7 +39,7 @@ from state.columns import (
     side_column,
 )
 from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
-from state.spark.frame import StatefulOperator
+from state.spark.frame import StatefulOperator, WarmState
 from state.spark.interval import IntervalJoinOperator
 from state.spark.regular import MultiJoinOperator, RegularJoinOperator
 from state.spark.temporal import EventTimeTemporalJoinOperator, ProcessingTimeTemporalJoinOperator
@@ -104,6 +104,7 @@ def bucketed_join(
     sequenced: bool = False,
     number: int = 1,
     spread: bool = True,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
@@ -121,6 +122,7 @@ def bucketed_join(
         held_rows=held_rows,
         chained=number > 1,
         spread=spread,
+        warm=warm,
     )
 
 
@@ -195,6 +197,7 @@ def multi_way_join(
     held_rows: Accumulator[dict] | None = None,
     sequenced: bool = False,
     spread: bool = True,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
@@ -213,6 +216,7 @@ def multi_way_join(
         out_seq=sequenced,
         held_rows=held_rows,
         spread=spread,
+        warm=warm,
     )
 
 
@@ -222,6 +226,7 @@ def materialized_upserts(
     ttl_ms: int = 0,
     held_rows: Accumulator[dict] | None = None,
     spread: bool = True,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """An upsert output's changes (`op`, `seq`, the record key `KEY_COLUMN`, the row's
     columns) applied per record key as Flink's sink upsert materializer does
@@ -241,6 +246,7 @@ def materialized_upserts(
         out_key=True,
         held_rows=held_rows,
         spread=spread,
+        warm=warm,
     )
     values = [F.col(side_column(0, str(i))).alias(name) for i, name in enumerate(names)]
     return materialized.select(OP, F.col(key_column(0)).alias(KEY_COLUMN), *values)

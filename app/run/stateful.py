@@ -35,7 +35,7 @@ from state.columns import (
     key_column,
     side_column,
 )
-from state.spark.frame import StatefulFrame, StatefulOperator
+from state.spark.frame import StatefulFrame, StatefulOperator, WarmState
 
 
 def value_kind(data_type: DataType) -> str:
@@ -61,13 +61,15 @@ def run_stateful(
     held_rows: Accumulator[dict] | None = None,
     chained: bool = False,
     spread: bool = True,
+    warm: WarmState | None = None,
 ) -> DataFrame:
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
     by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
     then `seq` / `ts` / the first key if asked, then the `outputs` sides' flat columns
     (`state.columns.side_column`); `chained`: the left side is a join's result in the
     same query (`state.spark.frame.StatefulFrame`); `spread`: each bucket grouped by its id of
-    `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it)."""
+    `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it);
+    `warm`: the state the workers keep between micro-batches."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
@@ -101,7 +103,7 @@ def run_stateful(
     fields += [
         StructField(side_column(s, f.name), f.dataType) for s in outputs for f in sides[s][1]
     ]
-    frame = StatefulFrame(operator, layout, late_rows, held_rows, chained)
+    frame = StatefulFrame(operator, layout, late_rows, held_rows, chained, warm)
     bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets))
     if spread:
         ids = F.array(*[F.lit(i) for i in spread_ids(buckets)]).cast("array<bigint>")

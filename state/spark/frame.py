@@ -24,6 +24,7 @@ operator sees it.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from state.changes import SIDES, Change, Row
 from state.columns import OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
 from state.spark.layouts import BucketLayout
+from state.store.warm import WarmStore, process_store
 
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 TIME_MODES: dict[Clock, str] = {
@@ -74,6 +76,22 @@ class LateRows(Protocol):
     """Where late rows are counted, `{(side,): count}`: a Spark accumulator on a cluster."""
 
     def add(self, counts: dict[tuple[str], int]) -> None: ...
+
+
+class WarmReads(Protocol):
+    """Where the entries a task read are counted, `{("hit",): n, ("miss",): m}`: answered from
+    a warm copy or read from the store (`state.store.warm`)."""
+
+    def add(self, counts: dict[tuple[str], int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class WarmState:
+    """How much state each Python worker keeps between micro-batches (`state.store.warm`; 0:
+    none), and where its reads are counted."""
+
+    budget_bytes: int
+    reads: WarmReads | None = None
 
 
 class HeldRows(Protocol):
@@ -183,15 +201,20 @@ class StatefulFrame(StatefulProcessor):
         late_rows: LateRows | None = None,
         held_rows: HeldRows | None = None,
         chained: bool = False,
+        warm: WarmState | None = None,
     ) -> None:
         """`late_rows` counts event-time rows that arrive behind the watermark, by side;
         `held_rows` takes what each bucket holds (`held`); `chained`: the left input is the
-        result of a join before this one in the same query (see `handleInputRows`)."""
+        result of a join before this one in the same query (see `handleInputRows`); `warm`:
+        the state kept in the workers between micro-batches."""
         self.operator = operator
         self.layout = layout
         self.late_rows = late_rows if operator.clock == "event" else None
         self.held_rows = held_rows
         self.chained = chained and operator.clock == "event"  # only time orders its work
+        self.warm = warm
+        # the operator's name among every copy a worker keeps: made once, where the query is
+        self.owner = uuid.uuid4().hex
 
     @property
     def time_mode(self) -> str:
@@ -202,6 +225,11 @@ class StatefulFrame(StatefulProcessor):
         self.handle = handle
         self.store = self.operator.store(handle)
         self.emitted = 0  # changes this task has emitted: the next one's `seq`
+        self.copies: WarmStore | None = None
+        if self.warm is not None and self.warm.budget_bytes > 0:
+            self.copies = process_store(self.warm.budget_bytes)
+            self.copies.counts()  # what a task that failed here left uncounted
+            self.store.keep_warm(self.copies, self.owner)
 
     def _operator_time(self, timer_values: TimerValues) -> int:
         clock = self.operator.clock
@@ -303,7 +331,7 @@ class StatefulFrame(StatefulProcessor):
         frames = list(rows)
         frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         now = self._operator_time(timerValues)
-        bucket, before = self.store.read(now)
+        bucket, before = self.store.read(now, key)
         rows = self._input(frame)
         if self.late_rows is not None:
             self._count_late(rows, now)
@@ -324,7 +352,7 @@ class StatefulFrame(StatefulProcessor):
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
         now = self._operator_time(timerValues)
-        bucket, before = self.store.read(now)
+        bucket, before = self.store.read(now, key)
         if bucket.spark_timer is not None and bucket.spark_timer <= now:
             bucket.spark_timer = None  # this one, firing (or about to, in this batch)
         changes = self.operator.fire_due(bucket, now)
@@ -333,4 +361,9 @@ class StatefulFrame(StatefulProcessor):
             yield self._frame(changes)
 
     def close(self) -> None:
-        """No resources beyond the state handles, which Spark closes."""
+        """Count the task's reads (the state handles are Spark's to close)."""
+        if self.copies is None or self.warm is None or self.warm.reads is None:
+            return
+        hits, misses = self.copies.counts()
+        if hits or misses:
+            self.warm.reads.add({("hit",): hits, ("miss",): misses})

@@ -19,7 +19,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from state.spark.pipelined import wire
 from state.store.encoding import dump, load
 from state.store.key_filter import KeyFilter
-from state.store.keyed_state import KeyedBucket, StoredKeys, Waiting
+from state.store.keyed_state import EntryStore, KeyedBucket, StoredKeys, Waiting
+from state.store.warm import WarmEntries, WarmStore, new_token
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 ENTRY_KEY = StructType([StructField("key", BinaryType())])
@@ -39,9 +40,13 @@ def waiting_rows(value: bytes) -> Waiting:
 
 class BucketLayout(Protocol):
     """How a processor keeps its buckets: `read` at a bucket's visit (the bucket and the bytes
-    it was read from), `flush` its keys, then `write` what the bucket holds besides them."""
+    it was read from), `flush` its keys, then `write` what the bucket holds besides them.
+    `keep_warm`: keep what buckets read and write in this worker's `copies` between visits
+    (`state.store.warm`), under `owner`, a name of the operator unique to the query."""
 
-    def read(self, now: int) -> tuple[Any, bytes | None]: ...
+    def keep_warm(self, copies: WarmStore, owner: str) -> None: ...
+
+    def read(self, now: int, key: Any) -> tuple[Any, bytes | None]: ...
 
     def flush(self, bucket: Any) -> None: ...
 
@@ -62,7 +67,10 @@ class WholeBuckets:
         self.state = handle.getValueState("bucket", BUCKET_STATE)
         self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
 
-    def read(self, now: int = 0) -> tuple[Any, bytes | None]:
+    def keep_warm(self, copies: WarmStore, owner: str) -> None:
+        """Nothing to keep: a whole bucket is one call already, and one a time bounds."""
+
+    def read(self, now: int = 0, key: Any = None) -> tuple[Any, bytes | None]:
         stored = self.state.get()
         if stored is None:
             return self.new(), None
@@ -93,6 +101,10 @@ class MapEntries:
     def get(self, key: bytes) -> bytes | None:
         found = self.state.getValue((key,))
         return None if found is None else found[0]
+
+    def recall(self, keys: list[bytes]) -> dict[bytes, bytes | None]:
+        """Nothing is known without a call."""
+        return {}
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         for (key,), (value,) in self.state.iterator():
@@ -146,21 +158,34 @@ class KeyedEntries:
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.size_of = size_of
         self.ttl_ms = ttl_ms
+        self.copies: WarmStore | None = None
+        self.owner = ""
 
-    def read(self, now: int = 0) -> tuple[KeyedBucket, bytes | None]:
-        """The bucket as of `now`, the processing time that ages its entries under a TTL."""
+    def keep_warm(self, copies: WarmStore, owner: str) -> None:
+        self.copies, self.owner = copies, owner
+
+    def read(self, now: int = 0, key: Any = None) -> tuple[KeyedBucket, bytes | None]:
+        """The bucket `key` as of `now`, the processing time that ages its entries under a TTL."""
         stored = self.own.get()
-        # a bucket's value from before filters (4 fields) has no filter, and may hold entries
-        spark_timer, timers, waiting, ledger, *filtered = (
-            (None, [], {}, [], None) if stored is None else load(stored[0])
+        # a bucket's value from before filters (4 fields) has no filter, and may hold entries;
+        # one from before warm copies (5 fields) no token
+        spark_timer, timers, waiting, ledger, *rest = (
+            (None, [], {}, [], None, None) if stored is None else load(stored[0])
         )
+        filtered = rest[0] if rest else None
+        token = rest[1] if len(rest) > 1 else None
         known = None
-        if filtered and filtered[0] is not None:
-            known = KeyFilter.from_plain(filtered[0])
+        if filtered is not None:
+            known = KeyFilter.from_plain(filtered)
         elif self.ttl_ms is None and not any(counts[0] for _expiry, counts in ledger):
             known = KeyFilter()  # no entries: every one from now on is in the filter
+        entries: EntryStore = self.entries
+        # a copy ages by the visit's clock under a TTL: an operator without one keeps none
+        if self.copies is not None and (self.ttl_ms is None or now > 0):
+            copy = self.copies.take((self.owner, key), token)
+            entries = WarmEntries(self.entries, copy, self.copies, now, self.ttl_ms)
         keys = StoredKeys(
-            self.entries,
+            entries,
             dict(timers),
             self.to_plain,
             self.from_plain,
@@ -171,13 +196,18 @@ class KeyedEntries:
             now,
             known,
         )
-        return KeyedBucket(keys, waiting, spark_timer), None if stored is None else stored[0]
+        bucket = KeyedBucket(keys, waiting, spark_timer, key, token)
+        return bucket, None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
         bucket.keys.flush()
 
     def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
+        """The bucket's own value, with a fresh token if its entries were written (and so its
+        warm copy current at that token, `state.store.warm`)."""
         keys = bucket.keys
+        entries = keys.store
+        copy = entries if isinstance(entries, WarmEntries) else None
         if (
             bucket.spark_timer is None
             and not keys.timers
@@ -186,7 +216,10 @@ class KeyedEntries:
         ):
             if before is not None:
                 self.own.clear()
+            if copy is not None:
+                self.copies.settle((self.owner, bucket.key), copy.copy, None)
             return
+        token = new_token() if copy is not None and copy.written else bucket.token
         known = None if keys.known is None else keys.known.to_plain()
         blob = dump(
             (
@@ -195,7 +228,10 @@ class KeyedEntries:
                 bucket.waiting,
                 list(keys.ledger.items()),
                 known,
+                token,
             )
         )
         if blob != before:
             self.own.update((blob,))
+        if copy is not None:
+            self.copies.settle((self.owner, bucket.key), copy.copy, token)

@@ -73,6 +73,10 @@ class EntryStore(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def recall(self, keys: list[bytes]) -> dict[bytes, bytes | None]:
+        """Those of `keys` known without a call (a warm copy's, `state.store.warm`)."""
+        ...
+
     def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
 
     def write_many(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None: ...
@@ -188,6 +192,8 @@ class StoredKeys:
         wanted = {dump_key(key): key for key in set(keys) if key not in self.read}
         for name in [name for name in wanted if self._absent(name)]:
             self._found(wanted.pop(name), name, None)
+        for name, blob in self.store.recall(list(wanted)).items():
+            self._found(wanted.pop(name), name, blob)
         if not wanted:
             return
         if self.stored > DENSE * len(wanted):
@@ -258,11 +264,14 @@ class StoredKeys:
 class KeyedBucket:
     """A bucket whose keys are entries of their own (`StoredKeys`), the rows that wait in the
     bucket's own value (a temporal join's probe rows: few, bounded by the watermark delay, and
-    not worth an entry call each), and its engine timer."""
+    not worth an entry call each), and its engine timer; `key` the bucket's grouping key,
+    `token` the one its entries were last written with (`state.store.warm`)."""
 
     keys: StoredKeys
     waiting: Waiting
     spark_timer: int | None = None
+    key: Any = None
+    token: bytes | None = None
 
     def next_timer(self) -> int | None:
         return next_time(self.keys.timers, self.waiting)
