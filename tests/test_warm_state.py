@@ -1,18 +1,21 @@
-"""State kept in a worker between micro-batches is used only while it is the committed state:
-the same answers as reading every key from the store, whichever worker ran the bucket last,
-after a failed task, under a TTL; within its byte budget."""
+"""State kept beside the store between micro-batches is used only while it is the committed
+state: the same answers as reading every key from the store, whichever worker ran the bucket
+last, after a failed task, under a TTL; within its byte budget. In a worker's own memory and in
+the keeper its executor's workers share."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester, _InMemoryStatefulProcessorHandle
 
 from state.spark.frame import WarmState
 from state.spark.layouts import KeyedEntries
+from state.store.keeper import KeeperCopies, start
 from state.store.keyed_state import as_is, never, unsized
-from state.store.warm import ENTRY_OVERHEAD, WarmStore
+from state.store.warm import ENTRY_OVERHEAD, Copies, ReadCounts, WarmStore
 from tests.frames import join_frame
 from tests.test_regular_processor import KINDS, SPEC, changes, joined
 
@@ -28,10 +31,16 @@ class SharedStore:
         self.handle.setGroupingKey(BUCKET)
         self.committed: Any = None
 
-    def worker(self, copies: WarmStore, ttl_ms: int | None = None) -> KeyedEntries:
-        """A worker's view of the bucket: its own copies, the shared store."""
+    def worker(
+        self,
+        copies: Copies,
+        counts: ReadCounts | None = None,
+        ttl_ms: int | None = None,
+        budget: int = 2**20,
+    ) -> KeyedEntries:
+        """A worker's view of the bucket: the shared store, through `copies`."""
         entries = KeyedEntries(self.handle, as_is, as_is, never, unsized, ttl_ms)
-        entries.keep_warm(copies, "join")
+        entries.keep_warm(copies, counts or ReadCounts(), "join", budget)
         return entries
 
     def commit(self) -> None:
@@ -66,39 +75,65 @@ def visit(worker: KeyedEntries, writes: dict[str, Any], now: int = 0) -> dict[st
     return seen
 
 
-def test_a_worker_that_ran_a_bucket_last_reads_none_of_its_keys_from_the_store_again() -> None:
-    store, copies = SharedStore(), WarmStore(2**20)
-    worker = store.worker(copies)
+@pytest.fixture(scope="module")
+def keeper() -> str:
+    """A keeper process, as a worker daemon starts one; it ends with this test process."""
+    return start()
+
+
+@pytest.fixture(params=["in the worker", "in the keeper"])
+def copies(request: pytest.FixtureRequest) -> Copies:
+    if request.param == "in the worker":
+        return WarmStore()
+    return KeeperCopies(request.getfixturevalue("keeper"))
+
+
+def test_a_bucket_s_next_visit_reads_none_of_its_keys_from_the_store_again(
+    copies: Copies,
+) -> None:
+    store, counts = SharedStore(), ReadCounts()
+    worker = store.worker(copies, counts)
     assert visit(worker, {"p1": 10, "p2": 20}) == {"p1": None, "p2": None}
-    copies.counts()
+    counts.take()
     assert visit(worker, {"p1": 11, "p2": 21, "p3": 30}) == {"p1": 10, "p2": 20, "p3": None}
-    assert copies.counts() == (2, 0)  # p3, never written, the bucket's filter answers
+    assert counts.take() == (2, 0)  # p3, never written, the bucket's filter answers
 
 
-def test_a_bucket_another_worker_wrote_since_is_read_from_the_store() -> None:
+def test_workers_sharing_the_keeper_find_each_other_s_copies(keeper: str) -> None:
+    store, counts = SharedStore(), ReadCounts()
+    one, other = KeeperCopies(keeper), KeeperCopies(keeper)
+    visit(store.worker(one), {"p1": 10})
+    one.recall(("join", "-"), None, [])  # its settle reached the keeper before this answer
+    assert visit(store.worker(other, counts), {"p1": 11}) == {"p1": 10}
+    assert counts.take() == (1, 0)
+
+
+def test_a_bucket_written_where_its_copy_was_not_kept_is_read_from_the_store(
+    copies: Copies,
+) -> None:
     store = SharedStore()
-    one, other = store.worker(WarmStore(2**20)), store.worker(WarmStore(2**20))
+    one, elsewhere = store.worker(copies), store.worker(WarmStore())
     visit(one, {"p1": 10})
-    visit(other, {"p1": 11})
+    visit(elsewhere, {"p1": 11})
     assert visit(one, {"p1": 12}) == {"p1": 11}
-    assert visit(other, {"p1": 13}) == {"p1": 12}
+    assert visit(elsewhere, {"p1": 13}) == {"p1": 12}
 
 
-def test_a_copy_stays_current_while_the_other_worker_only_reads() -> None:
-    store, mine = SharedStore(), WarmStore(2**20)
-    one, other = store.worker(mine), store.worker(WarmStore(2**20))
+def test_a_copy_stays_current_while_visits_elsewhere_only_read(copies: Copies) -> None:
+    store, counts = SharedStore(), ReadCounts()
+    one, elsewhere = store.worker(copies, counts), store.worker(WarmStore())
     visit(one, {"p1": 10})
-    bucket, before = other.read(0, BUCKET)  # a visit that changes nothing: no token written
+    bucket, before = elsewhere.read(0, BUCKET)  # a visit that changes nothing: no new token
     assert bucket.keys.get("p1") == 10
-    other.flush(bucket)
-    other.write(bucket, before)
-    mine.counts()
+    elsewhere.flush(bucket)
+    elsewhere.write(bucket, before)
+    counts.take()
     assert visit(one, {"p1": 11}) == {"p1": 10}
-    assert mine.counts() == (1, 0)
+    assert counts.take() == (1, 0)
 
 
-def test_a_failed_task_s_writes_are_never_read_from_its_copy() -> None:
-    store, copies = SharedStore(), WarmStore(2**20)
+def test_a_failed_task_s_writes_are_never_read_from_the_copies(copies: Copies) -> None:
+    store = SharedStore()
     worker = store.worker(copies)
     visit(worker, {"p1": 10})
     store.commit()
@@ -107,8 +142,8 @@ def test_a_failed_task_s_writes_are_never_read_from_its_copy() -> None:
     assert visit(worker, {"p1": 11, "p2": 21}) == {"p1": 10, "p2": None}
 
 
-def test_a_visit_cut_short_leaves_its_copy_unused() -> None:
-    store, copies = SharedStore(), WarmStore(2**20)
+def test_a_visit_cut_short_leaves_the_copies_as_they_were(copies: Copies) -> None:
+    store = SharedStore()
     worker = store.worker(copies)
     visit(worker, {"p1": 10})
     store.commit()
@@ -119,34 +154,38 @@ def test_a_visit_cut_short_leaves_its_copy_unused() -> None:
     assert visit(worker, {"p1": 11}) == {"p1": 10}
 
 
-def test_under_a_ttl_a_copy_is_used_only_well_before_spark_could_drop_its_entry() -> None:
-    store, copies = SharedStore(), WarmStore(2**20)
-    worker = store.worker(copies, ttl_ms=10_000)
+def test_under_a_ttl_a_copy_is_used_only_well_before_spark_could_drop_its_entry(
+    copies: Copies,
+) -> None:
+    store, counts = SharedStore(), ReadCounts()
+    worker = store.worker(copies, counts, ttl_ms=10_000)
     visit(worker, {"p1": 10}, now=1_000)
-    copies.counts()
+    counts.take()
     assert visit(worker, {"p2": 20}, now=2_000) == {"p2": None}  # p1 streamed past: a read
     assert visit(worker, {"p1": 10}, now=5_000) == {"p1": 10}
-    assert copies.counts() == (1, 1)
+    assert counts.take() == (1, 1)
     assert visit(worker, {"p1": 10}, now=10_500) == {"p1": 10}  # within the margin: read again
-    assert copies.counts() == (0, 1)
+    assert counts.take() == (0, 1)
     # an entry read from the store under a TTL is not kept: when it was written is not known
-    other = store.worker(WarmStore(2**20), ttl_ms=10_000)
-    visit(other, {"p2": 21}, now=11_000)
-    assert visit(worker, {"p2": 22}, now=11_500) == {"p2": 21}
+    elsewhere = store.worker(WarmStore(), ttl_ms=10_000)
+    visit(elsewhere, {"p2": 21}, now=11_000)
+    visit(worker, {"p2": 22}, now=11_500)
+    counts.take()
+    assert visit(worker, {"p2": 23}, now=12_000) == {"p2": 22}  # written: kept
+    assert counts.take() == (1, 0)
 
 
-def test_copies_beyond_the_budget_go_least_recently_visited_first() -> None:
-    copies = WarmStore(2 * (ENTRY_OVERHEAD + 50))  # two buckets of one small entry each
+def test_copies_beyond_the_budget_go_least_recently_settled_first() -> None:
+    copies = WarmStore()
     stores = [SharedStore() for _ in range(3)]
-    workers = [s.worker(copies) for s in stores]
     for number, store in enumerate(stores):
         store.handle.setGroupingKey((number,))
-    for number, worker in enumerate(workers):
+        worker = store.worker(copies, budget=2 * (ENTRY_OVERHEAD + 50))  # two small buckets
         bucket, before = worker.read(0, (number,))
         bucket.keys["p1"] = number
         worker.flush(bucket)
         worker.write(bucket, before)
-    assert [owner[1] for owner in copies.buckets] == [(1,), (2,)]
+    assert [owner[1] for owner in copies.buckets] == ["(1,)", "(2,)"]
 
 
 class Counted:

@@ -7,6 +7,9 @@ needs them, and a micro-batch's stages share them, so each worker pays this once
 and during the first batches and on the CPU the running ones need. Forked from a daemon that
 imported them, a worker shares the modules' pages and starts at once.
 
+It also starts the keeper of the executor's warm state (`state.store.keeper`) and tells the
+workers it forks where it listens.
+
 pyspark's daemon imports the worker module after the fork because "pandas and pyarrow start
 some threads when they are imported", and a fork copies no thread. After these imports two run:
 pyarrow's bundled jemalloc's background purging thread (jemalloc's own `pthread_atfork`
@@ -19,6 +22,9 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
+
+from state.store.keeper import KEEPER_SOCKET, start
 
 # What the service's workers import: the source and sink, the decoders, the join processors,
 # the lookup join and its client; pyarrow and pandas come with them.
@@ -26,6 +32,7 @@ PRELOADED = ("pyspark.worker", "app.run.builder", "app.run.lookups", "asyncpg")
 
 
 def main() -> None:
+    os.environ[KEEPER_SOCKET] = start()
     for module in PRELOADED:
         importlib.import_module(module)
     gc.freeze()

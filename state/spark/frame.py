@@ -44,7 +44,8 @@ from state.changes import SIDES, Change, Row
 from state.columns import OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
 from state.spark.layouts import BucketLayout
-from state.store.warm import WarmStore, process_store
+from state.store.keeper import worker_copies
+from state.store.warm import ReadCounts
 
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 TIME_MODES: dict[Clock, str] = {
@@ -225,11 +226,9 @@ class StatefulFrame(StatefulProcessor):
         self.handle = handle
         self.store = self.operator.store(handle)
         self.emitted = 0  # changes this task has emitted: the next one's `seq`
-        self.copies: WarmStore | None = None
+        self.reads = ReadCounts()
         if self.warm is not None and self.warm.budget_bytes > 0:
-            self.copies = process_store(self.warm.budget_bytes)
-            self.copies.counts()  # what a task that failed here left uncounted
-            self.store.keep_warm(self.copies, self.owner)
+            self.store.keep_warm(worker_copies(), self.reads, self.owner, self.warm.budget_bytes)
 
     def _operator_time(self, timer_values: TimerValues) -> int:
         clock = self.operator.clock
@@ -362,8 +361,8 @@ class StatefulFrame(StatefulProcessor):
 
     def close(self) -> None:
         """Count the task's reads (the state handles are Spark's to close)."""
-        if self.copies is None or self.warm is None or self.warm.reads is None:
+        if self.warm is None or self.warm.reads is None:
             return
-        hits, misses = self.copies.counts()
+        hits, misses = self.reads.take()
         if hits or misses:
             self.warm.reads.add({("hit",): hits, ("miss",): misses})

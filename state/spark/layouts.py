@@ -20,7 +20,7 @@ from state.spark.pipelined import wire
 from state.store.encoding import dump, load
 from state.store.key_filter import KeyFilter
 from state.store.keyed_state import EntryStore, KeyedBucket, StoredKeys, Waiting
-from state.store.warm import WarmEntries, WarmStore, new_token
+from state.store.warm import Copies, ReadCounts, WarmEntries, new_token
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 ENTRY_KEY = StructType([StructField("key", BinaryType())])
@@ -41,10 +41,11 @@ def waiting_rows(value: bytes) -> Waiting:
 class BucketLayout(Protocol):
     """How a processor keeps its buckets: `read` at a bucket's visit (the bucket and the bytes
     it was read from), `flush` its keys, then `write` what the bucket holds besides them.
-    `keep_warm`: keep what buckets read and write in this worker's `copies` between visits
-    (`state.store.warm`), under `owner`, a name of the operator unique to the query."""
+    `keep_warm`: keep what buckets read and write in `copies` between visits, within `budget`
+    bytes (`state.store.warm`), under `owner`, a name of the operator unique to the query, the
+    entries read counted in `counts`."""
 
-    def keep_warm(self, copies: WarmStore, owner: str) -> None: ...
+    def keep_warm(self, copies: Copies, counts: ReadCounts, owner: str, budget: int) -> None: ...
 
     def read(self, now: int, key: Any) -> tuple[Any, bytes | None]: ...
 
@@ -67,7 +68,7 @@ class WholeBuckets:
         self.state = handle.getValueState("bucket", BUCKET_STATE)
         self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
 
-    def keep_warm(self, copies: WarmStore, owner: str) -> None:
+    def keep_warm(self, copies: Copies, counts: ReadCounts, owner: str, budget: int) -> None:
         """Nothing to keep: a whole bucket is one call already, and one a time bounds."""
 
     def read(self, now: int = 0, key: Any = None) -> tuple[Any, bytes | None]:
@@ -158,11 +159,10 @@ class KeyedEntries:
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.size_of = size_of
         self.ttl_ms = ttl_ms
-        self.copies: WarmStore | None = None
-        self.owner = ""
+        self.copies: Copies | None = None
 
-    def keep_warm(self, copies: WarmStore, owner: str) -> None:
-        self.copies, self.owner = copies, owner
+    def keep_warm(self, copies: Copies, counts: ReadCounts, owner: str, budget: int) -> None:
+        self.copies, self.counts, self.owner, self.budget = copies, counts, owner, budget
 
     def read(self, now: int = 0, key: Any = None) -> tuple[KeyedBucket, bytes | None]:
         """The bucket `key` as of `now`, the processing time that ages its entries under a TTL."""
@@ -182,8 +182,10 @@ class KeyedEntries:
         entries: EntryStore = self.entries
         # a copy ages by the visit's clock under a TTL: an operator without one keeps none
         if self.copies is not None and (self.ttl_ms is None or now > 0):
-            copy = self.copies.take((self.owner, key), token)
-            entries = WarmEntries(self.entries, copy, self.copies, now, self.ttl_ms)
+            owner = (self.owner, str(key))  # the key as text: a plain message to the keeper
+            entries = WarmEntries(
+                self.entries, self.copies, owner, token, self.counts, now, self.ttl_ms
+            )
         keys = StoredKeys(
             entries,
             dict(timers),
@@ -196,7 +198,7 @@ class KeyedEntries:
             now,
             known,
         )
-        bucket = KeyedBucket(keys, waiting, spark_timer, key, token)
+        bucket = KeyedBucket(keys, waiting, spark_timer, token)
         return bucket, None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -217,7 +219,7 @@ class KeyedEntries:
             if before is not None:
                 self.own.clear()
             if copy is not None:
-                self.copies.settle((self.owner, bucket.key), copy.copy, None)
+                copy.settle(None, self.budget)
             return
         token = new_token() if copy is not None and copy.written else bucket.token
         known = None if keys.known is None else keys.known.to_plain()
@@ -234,4 +236,4 @@ class KeyedEntries:
         if blob != before:
             self.own.update((blob,))
         if copy is not None:
-            self.copies.settle((self.owner, bucket.key), copy.copy, token)
+            copy.settle(token, self.budget)

@@ -264,13 +264,12 @@ class StoredKeys:
 class KeyedBucket:
     """A bucket whose keys are entries of their own (`StoredKeys`), the rows that wait in the
     bucket's own value (a temporal join's probe rows: few, bounded by the watermark delay, and
-    not worth an entry call each), and its engine timer; `key` the bucket's grouping key,
-    `token` the one its entries were last written with (`state.store.warm`)."""
+    not worth an entry call each), and its engine timer; `token` the one its entries were last
+    written with (`state.store.warm`)."""
 
     keys: StoredKeys
     waiting: Waiting
     spark_timer: int | None = None
-    key: Any = None
     token: bytes | None = None
 
     def next_timer(self) -> int | None:
