@@ -4,7 +4,9 @@ under the running query (both exactly-once), and a poison stream."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from tests.test_join_service import (
     join_env,
     joined_row,
     materialized,
+    metric,
     produce_events,
     scrape,
 )
@@ -148,6 +151,86 @@ def test_sigkills_at_random_points_lose_nothing_and_duplicate_nothing(
     assert changelog(kafka, out) == changelog(kafka, reference)
     aborted = len(read_topic(kafka, out)) - len(committed_output(kafka, out, f"{out}.markers"))
     print(f"{killed_mid_run} kills mid-run; {aborted} records of aborted transactions skipped")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int((Path(f"/proc/{pid}/stat").read_text()).rsplit(")", 1)[1].split()[1])
+    except OSError:  # gone
+        return None
+
+
+def python_workers(service: int) -> list[int]:
+    """The Python workers under the service's process: those its worker daemon forked (they
+    run the daemon's module too), not the daemon, not the keeper it started."""
+    processes = {
+        int(p.name): _parent(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()
+    }
+    tree, frontier = set(), [service]
+    while frontier:
+        pid = frontier.pop()
+        tree.add(pid)
+        frontier += [child for child, parent in processes.items() if parent == pid]
+
+    def runs_the_daemon(pid: int) -> bool:
+        try:
+            return b"ops.worker.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    daemons = {pid for pid in tree if runs_the_daemon(pid)}
+    return [pid for pid in daemons if processes[pid] in daemons]
+
+
+def test_python_workers_killed_mid_batch_write_the_changes_a_run_without_warm_state_writes(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Each killed worker's task runs again in another worker, after the dead one may have
+    handed its visits to the keeper (`state.store.warm`): the run writes, change for change,
+    what a run that keeps no state between micro-batches writes, and its visits did find warm
+    state."""
+    rng = random.Random(5)
+    orders_events = debezium_changelog(rng, "o", 500, order_row(rng, 60))
+    products_events = debezium_changelog(rng, "p", 60, product_row(rng), key="product_id")
+    orders, products, out = join_topics(kafka, partitions=3)
+    produce_events(kafka, products, products_events, "product_id")
+    produce_events(kafka, orders, orders_events, "order_id")
+
+    def env(topic: str, checkpoint: Path, warm_mb: str) -> dict[str, str]:
+        return (
+            join_env(kafka, orders, products, topic, checkpoint)
+            | FEW_PARTITIONS
+            | {
+                "TRIGGER_INTERVAL": "available-now",
+                "MAX_RECORDS_PER_TRIGGER": "100",
+                "WARM_STATE_MB": warm_mb,
+                "METRICS_PORT": "0",
+            }
+        )
+
+    _, _, reference = join_topics(kafka)
+    done = run_to_exit(env(reference, tmp_path / "cold", "0"), timeout_s=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    checkpoint = tmp_path / "warm"
+    service = Service(env(out, checkpoint, "64"), tmp_path / "warm.log")
+    kills, hits = 0, 0.0
+    while service.process.poll() is None:
+        try:
+            page = scrape(service)
+        except OSError:  # not served yet, or no longer
+            page = ""
+        hits = max(hits, metric(page, 'streamjoin_state_reads_total{result="hit"}') or 0)
+        if kills < 3 and commits(checkpoint) >= 2 * (kills + 1):
+            workers = python_workers(service.process.pid)
+            if workers:
+                os.kill(rng.choice(workers), signal.SIGKILL)
+                kills += 1
+        time.sleep(0.1)  # the pace of the polls above
+    assert service.process.returncode == 0, service.log()[-3000:]
+    assert kills == 3
+    assert hits > 0
+    assert changelog(kafka, out) == changelog(kafka, reference)
 
 
 def test_a_broker_crash_under_the_running_service_loses_nothing(tmp_path: Path) -> None:
