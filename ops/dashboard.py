@@ -121,6 +121,17 @@ PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 ],
             ),
             (
+                "State reads: kept in memory (hit) or read from the store (miss)",
+                "short",
+                [
+                    (
+                        "sum by (result) "
+                        f"(increase(streamjoin_state_reads_total{{{JOB}}}[{RATE}]))",
+                        "{{result}}",
+                    ),
+                ],
+            ),
+            (
                 "Keys expired by STATE_TTL",
                 "short",
                 [

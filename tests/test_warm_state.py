@@ -6,11 +6,13 @@ the keeper its executor's workers share."""
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester, _InMemoryStatefulProcessorHandle
 
+from state.joins.specs import RegularJoinSpec, SideSpec
 from state.spark.frame import WarmState
 from state.spark.layouts import KeyedEntries
 from state.store.keeper import KeeperCopies, start
@@ -215,3 +217,97 @@ def test_the_join_answers_the_same_with_warm_state_and_counts_its_reads() -> Non
     # p1 in the second and third batches, p2 in the third; p2 in the second the bucket's
     # filter answers (never written)
     assert reads.counts == {("hit",): 3, ("miss",): 0}
+
+
+def _workers(spec: RegularJoinSpec, count: int) -> tuple[TwsTester, list[TwsTester]]:
+    """A join without copies, and `count` workers of one join with copies that share one
+    store, as Spark's workers share its state store (and this process's copies, as a keeper)."""
+    cold = TwsTester(join_frame(spec, KINDS), timeMode="ProcessingTime")
+    frames = [join_frame(spec, KINDS) for _ in range(count)]
+    workers = []
+    for frame in frames:
+        frame.owner = frames[0].owner  # one operator of one query
+        frame.warm = WarmState(2**20)
+        workers.append(TwsTester(frame, timeMode="ProcessingTime"))
+    for worker in workers[1:]:
+        worker.handle = workers[0].handle
+        worker.processor.init(worker.handle)
+    return cold, workers
+
+
+def _joined(frame: Any) -> list[tuple]:
+    """The joined rows of a visit's output (none: no columns at all)."""
+    return joined(frame) if len(frame.columns) else []
+
+
+def _snapshot(handle: _InMemoryStatefulProcessorHandle) -> Any:
+    return copy.deepcopy(
+        (
+            {n: s.state for n, s in handle.value_states.items()},
+            {n: s.state for n, s in handle.map_states.items()},
+        )
+    )
+
+
+def _restore(handle: _InMemoryStatefulProcessorHandle, saved: Any) -> None:
+    values, maps = copy.deepcopy(saved)
+    for name, state in values.items():
+        handle.value_states[name].state = state
+    for name, state in maps.items():
+        handle.map_states[name].state = state
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_changes_run_by_random_workers_with_failed_attempts_join_as_without_copies(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    spec = RegularJoinSpec(
+        "left",
+        "L.product_id = R.product_id",
+        SideSpec(("order_id", "product_id", "qty"), ("order_id",)),
+        SideSpec(("product_id", "price"), ("product_id",)),
+        state_ttl_ms=rng.choice([0, 5_000]),
+    )
+    cold, workers = _workers(spec, 3)
+    orders: dict[str, tuple] = {}
+    products: dict[str, tuple] = {}
+    seq = 0
+    for batch in range(40):
+        now = 1_000 * (batch + 1)
+        rows = []
+        for _ in range(rng.randrange(1, 6)):
+            seq += 1
+            if rng.random() < 0.5:
+                oid = f"o{rng.randrange(12)}"
+                new = (oid, f"p{rng.randrange(4)}", rng.randrange(1, 4))
+                if oid in orders and rng.random() < 0.3:
+                    rows.append((0, "-D", seq, orders.pop(oid)))
+                elif oid in orders:
+                    rows += [(0, "-U", seq, orders[oid]), (0, "+U", seq + 1, new)]
+                    orders[oid] = new
+                    seq += 1
+                else:
+                    rows.append((0, "+I", seq, new))
+                    orders[oid] = new
+            else:
+                pid = f"p{rng.randrange(4)}"
+                new = (pid, rng.randrange(100))
+                if pid in products:
+                    rows += [(1, "-U", seq, products[pid]), (1, "+U", seq + 1, new)]
+                    seq += 1
+                else:
+                    rows.append((1, "+I", seq, new))
+                products[pid] = new
+        input_rows = changes(*rows)
+        cold.setProcessingTime(now)
+        expected = _joined(cold.testInPandas(0, input_rows))
+        for worker in workers:
+            worker._currentProcessingTimeMs = now
+        if rng.random() < 0.3:  # an attempt that fails after its visit: its writes rolled back
+            saved = _snapshot(workers[0].handle)
+            rng.choice(workers).testInPandas(0, input_rows.copy())
+            _restore(workers[0].handle, saved)
+        got = _joined(rng.choice(workers).testInPandas(0, input_rows.copy()))
+        assert got == expected, f"batch {batch}"
+    assert sum(worker.processor.reads.hits for worker in workers) > 0
