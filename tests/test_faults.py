@@ -55,6 +55,19 @@ def order_row(rng: random.Random, products: int):
     }
 
 
+def produced_inputs(
+    kafka: str, rng: random.Random, orders: int, products: int, partitions: int
+) -> tuple[str, str, str]:
+    """`orders` orders of `products` products and the products, as Debezium changes on new
+    topics of `partitions` (products first); the orders', products' and output topics."""
+    orders_events = debezium_changelog(rng, "o", orders, order_row(rng, products))
+    products_events = debezium_changelog(rng, "p", products, product_row(rng), key="product_id")
+    topics = join_topics(kafka, partitions=partitions)
+    produce_events(kafka, topics[1], products_events, "product_id")
+    produce_events(kafka, topics[0], orders_events, "order_id")
+    return topics
+
+
 def table(kafka: str, out: str) -> Counter:
     """The output so far, read committed and materialized."""
     return materialized(committed_output(kafka, out, f"{out}.markers"))
@@ -190,11 +203,7 @@ def test_python_workers_killed_mid_batch_write_the_changes_a_run_without_warm_st
     what a run that keeps no state between micro-batches writes, and its visits did find warm
     state."""
     rng = random.Random(5)
-    orders_events = debezium_changelog(rng, "o", 500, order_row(rng, 60))
-    products_events = debezium_changelog(rng, "p", 60, product_row(rng), key="product_id")
-    orders, products, out = join_topics(kafka, partitions=3)
-    produce_events(kafka, products, products_events, "product_id")
-    produce_events(kafka, orders, orders_events, "order_id")
+    orders, products, out = produced_inputs(kafka, rng, 500, 60, 3)
 
     def env(topic: str, checkpoint: Path, warm_mb: str) -> dict[str, str]:
         return (

@@ -13,8 +13,8 @@ import pytest
 from tests.kafka_io import join_topics
 from tests.object_store import ObjectStore
 from tests.service import Service, run_to_exit
-from tests.test_faults import FEW_PARTITIONS, changelog, killed_runs, order_row, product_row
-from tests.test_join_service import debezium_changelog, join_env, produce_events
+from tests.test_faults import FEW_PARTITIONS, changelog, killed_runs, produced_inputs
+from tests.test_join_service import join_env
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -36,11 +36,7 @@ def test_a_join_killed_and_restarted_on_an_s3a_checkpoint_writes_each_change_onc
     kafka: str, store: ObjectStore, tmp_path: Path
 ) -> None:
     rng = random.Random(7)
-    orders_events = debezium_changelog(rng, "o", 150, order_row(rng, 30))
-    products_events = debezium_changelog(rng, "p", 30, product_row(rng), key="product_id")
-    orders, products, out = join_topics(kafka, partitions=2)
-    produce_events(kafka, products, products_events, "product_id")
-    produce_events(kafka, orders, orders_events, "order_id")
+    orders, products, out = produced_inputs(kafka, rng, 150, 30, 2)
     secret = f"s3a-{secrets.token_hex(8)}"
 
     def env(topic: str, checkpoint: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from state.store.warm import Kept, Owner, WarmStore
+from state.store.warm import Owner, Seen, Token, WarmStore
 
 KEEPER_SOCKET = "STREAMJOIN_KEEPER_SOCKET"
 _LENGTH = struct.Struct("!I")
@@ -140,7 +140,7 @@ class KeeperCopies:
         self.broken = True
         self.conn = None
 
-    def recall(self, owner: Owner, token: bytes | None, names: list[bytes]) -> dict[bytes, Kept]:
+    def recall(self, owner: Owner, token: Token, names: list[bytes]) -> Seen:
         conn = self._connected()
         if conn is None:
             return {}
@@ -155,19 +155,12 @@ class KeeperCopies:
             return {}
         return found
 
-    def settle(
-        self,
-        owner: Owner,
-        token: bytes | None,
-        new_token: bytes | None,
-        kept: dict[bytes, Kept],
-        budget: int,
-    ) -> None:
+    def settle(self, owner: Owner, token: Token, new: Token, kept: Seen, budget: int) -> None:
         conn = self._connected()
         if conn is None:
             return
         try:
-            _send(conn, (_SETTLE, owner, token, new_token, kept, budget))
+            _send(conn, (_SETTLE, owner, token, new, kept, budget))
         except OSError as error:
             self._break(error)
 

@@ -44,7 +44,9 @@ ENTRY_OVERHEAD = 150
 TTL_MARGIN_MS = 1_000
 
 Owner = tuple[str, Any]  # (the operator's name in the query, the bucket's grouping key)
+Token = bytes | None
 Kept = tuple[bytes | None, int | None]  # (the entry's bytes, None: none; when written, if known)
+Seen = dict[bytes, Kept]  # what a visit read and wrote, by name
 
 
 class Entries(Protocol):
@@ -61,21 +63,12 @@ class Entries(Protocol):
 
 class Copies(Protocol):
     """Where copies are kept: `recall` what a copy current at `token` holds of `names`;
-    `settle` a visit that started at `token` and left the bucket at `new_token`, with what it
+    `settle` a visit that started at `token` and left the bucket at `new`, with what it
     read and wrote (`kept`), within `budget` bytes."""
 
-    def recall(
-        self, owner: Owner, token: bytes | None, names: list[bytes]
-    ) -> dict[bytes, Kept]: ...
+    def recall(self, owner: Owner, token: Token, names: list[bytes]) -> Seen: ...
 
-    def settle(
-        self,
-        owner: Owner,
-        token: bytes | None,
-        new_token: bytes | None,
-        kept: dict[bytes, Kept],
-        budget: int,
-    ) -> None: ...
+    def settle(self, owner: Owner, token: Token, new: Token, kept: Seen, budget: int) -> None: ...
 
 
 def new_token() -> bytes:
@@ -105,32 +98,25 @@ class WarmStore:
         self.buckets: OrderedDict[Owner, WarmBucket] = OrderedDict()
         self.used = 0
 
-    def recall(self, owner: Owner, token: bytes | None, names: list[bytes]) -> dict[bytes, Kept]:
+    def recall(self, owner: Owner, token: Token, names: list[bytes]) -> Seen:
         copy = self.buckets.get(owner)
         if copy is None or token is None or copy.token != token:
             return {}
         entries = copy.entries
         return {name: entries[name] for name in names if name in entries}
 
-    def settle(
-        self,
-        owner: Owner,
-        token: bytes | None,
-        new_token: bytes | None,
-        kept: dict[bytes, Kept],
-        budget: int,
-    ) -> None:
+    def settle(self, owner: Owner, token: Token, new: Token, kept: Seen, budget: int) -> None:
         copy = self.buckets.pop(owner, None)
         if copy is not None:
             self.used -= copy.size
             if token is None or copy.token != token:
                 copy = None  # not what the visit started from: only what it saw is current
-        if new_token is None:
+        if new is None:
             return
         copy = copy or WarmBucket()
         for name, entry in kept.items():
             copy.keep(name, entry)
-        copy.token = new_token
+        copy.token = new
         self.buckets[owner] = copy
         self.used += copy.size
         while self.used > budget and self.buckets:
@@ -229,6 +215,6 @@ class WarmEntries:
         for name in removes:
             self.kept[name] = (None, self.now)
 
-    def settle(self, new_token: bytes | None, budget: int) -> None:
-        """The visit left the bucket at `new_token` (None: the bucket is empty, or unknown)."""
-        self.copies.settle(self.owner, self.token, new_token, self.kept, budget)
+    def settle(self, new: Token, budget: int) -> None:
+        """The visit left the bucket at `new` (None: the bucket is empty, or unknown)."""
+        self.copies.settle(self.owner, self.token, new, self.kept, budget)
