@@ -32,7 +32,7 @@ from sqlglot.errors import ParseError
 
 from app.config.env import ChainedJoin, Config, InputConfig, JoinConfig, OutputConfig
 from app.config.sql.ddl import SqlError, Table
-from app.config.sql.query import MULTI_JOIN_OPTION, compile_query
+from app.config.sql.query import MINI_BATCH_OPTION, MULTI_JOIN_OPTION, compile_query
 from app.plan.planner import StateLayout, query_plan
 from app.plan.projection import project
 from app.run.builder import joined_changes
@@ -241,6 +241,7 @@ def case_config(case: dict[str, Any]) -> Config:
         0,
         chain=chain,
         multi_way=f"{MULTI_JOIN_OPTION} (the case's options)" if multi_way else None,
+        mini_batch=str(conf.get(MINI_BATCH_OPTION, "")).lower() == "true",
     )
 
 

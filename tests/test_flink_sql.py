@@ -15,7 +15,13 @@ from app.config.env import ConfigError, load_config, raise_all
 from app.config.sql.ddl import SqlError, statements
 from app.config.sql.query import compile_script
 from app.demo import SCRIPT
-from app.plan.planner import join_stages, multi_way_refused, multi_way_spec, plan_errors
+from app.plan.planner import (
+    join_spec,
+    join_stages,
+    multi_way_refused,
+    multi_way_spec,
+    plan_errors,
+)
 from tests.service import run_to_exit, service_env, streamjoin_command
 
 ORDERS = """CREATE TABLE orders (
@@ -844,3 +850,18 @@ def test_flinks_multi_join_option_and_hint_make_a_shared_key_chain_one_operator(
     assert multi_way_spec(apart) is None
     assert multi_way_refused(apart).endswith("whose inputs all share one join key (Flink's too)")
     assert multi_way_spec(planned(env | {"STREAMJOIN_SQL": CHAIN + shared})) is None
+
+
+def test_flinks_mini_batch_options_fold_every_regular_join_of_the_chain() -> None:
+    """`table.exec.mini-batch.enabled` turns on the folding of each join's input changes; its
+    bounds are taken (a micro-batch is the bundle)."""
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    options = (
+        "SET 'table.exec.mini-batch.enabled' = 'true';\n"
+        "SET 'table.exec.mini-batch.allow-latency' = '1 s';\n"
+        "SET 'table.exec.mini-batch.size' = '1000';\n"
+    )
+    folded = planned(env | {"STREAMJOIN_SQL": options + CHAIN + CHAIN_QUERY})
+    assert [join_spec(stage).mini_batch for stage in join_stages(folded)] == [True, True]
+    plain = planned(env | {"STREAMJOIN_SQL": CHAIN + CHAIN_QUERY})
+    assert [join_spec(stage).mini_batch for stage in join_stages(plain)] == [False, False]

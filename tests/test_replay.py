@@ -145,6 +145,39 @@ def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables
     assert_changelogs_as_flinks(lines, cases, "multi_join.jsonl")
 
 
+def test_mini_batch_joins_end_in_flinks_final_tables_with_fewer_changes(
+    spark, tmp_path: Path
+) -> None:
+    """With Flink's `table.exec.mini-batch.enabled` each key's changes of a micro-batch are
+    folded per input before the join (`state.joins.mini_batch`): the regular joins and the
+    chains of Flink's multi-way join tests end in Flink's final tables, every retraction
+    removes a row emitted before, and the chains pass on fewer changes than Flink's changelog
+    without it."""
+    option = {"options": {"flink_conf": {"table.exec.mini-batch.enabled": "true"}}}
+    flinks_chains = ("flink_three_way_left_outer", "flink_four_way_mixed")  # its own tests'
+    chains = [c for c in load_cases(FIXTURES / "multi_join.json") if c["id"] in flinks_chains]
+    cases = [c | option for c in cases_of_type("regular") + chains]
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    flink = (
+        flink_finals("golden_flink.jsonl")
+        | flink_finals("a_regular.jsonl")
+        | flink_finals("regular_more.jsonl")
+        | flink_finals("multi_join.jsonl")
+    )
+    assert {d["case"]: d["final"] for d in lines if "final" in d} == {
+        c["id"]: flink[c["id"]] for c in cases
+    }
+    ours = changelogs(lines)
+    for case in cases:
+        assert retractions_of_rows_not_live(ours.get(case["id"], [])) == [], case["id"]
+    theirs = changelogs(
+        [json.loads(line) for line in (FIXTURES / "multi_join.jsonl").read_text().splitlines()]
+    )
+    ids = [c["id"] for c in chains]
+    assert sum(len(ours.get(i, [])) for i in ids) < sum(len(theirs.get(i, [])) for i in ids)
+
+
 def test_a_hot_key_whose_rows_fill_pages_ends_in_flinks_final_table(spark, tmp_path) -> None:
     """Thousands of orders of one product (the join keeps a key's rows in pages past 512),
     its price changing twice, most orders deleted or updated, the product deleted and back:

@@ -149,6 +149,8 @@ class Config:
     state_partitions: int | None = None
     # MiB of join state each Python worker keeps between micro-batches (`state.store.warm`); 0: none
     warm_state_mb: int = 256
+    # regular joins fold each key's changes of a micro-batch first (`state.joins.mini_batch`)
+    mini_batch: bool = False
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
@@ -617,6 +619,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         spark_conf=spark_conf,
         state_partitions=read.get("STATE_PARTITIONS"),
         warm_state_mb=read.get("WARM_STATE_MB"),
+        mini_batch=read.get("JOIN_MINI_BATCH") == "true",
         lookup=lookup,
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),

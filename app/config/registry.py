@@ -290,6 +290,7 @@ _ALL = [
         flink="SET 'pipeline.max-parallelism'",
         shown_default="the checkpoint's; 16 per state partition for a new one",
     ),
+    _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(
         "WARM_STATE_MB",
         "a whole number of MiB (0 turns it off)",

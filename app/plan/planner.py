@@ -91,6 +91,7 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
         right,
         config.join.state_ttl_ms,
         buckets,
+        config.mini_batch,
     )
 
 

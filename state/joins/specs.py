@@ -84,6 +84,7 @@ class RegularJoinSpec(JoinSpec):
     right: SideSpec
     state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
     buckets: int = STATE_BUCKETS
+    mini_batch: bool = False  # a key's changes in a micro-batch folded first (`mini_batch`)
 
     @property
     def clock(self) -> Clock:
@@ -153,6 +154,10 @@ class MultiJoinSpec:
     @property
     def buckets(self) -> int:
         return self.joins[0].buckets
+
+    @property
+    def mini_batch(self) -> bool:
+        return self.joins[0].mini_batch
 
     @property
     def clock(self) -> Clock:

@@ -15,12 +15,13 @@ touches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.changes import SIDES, Change, Row
+from state.joins.mini_batch import folded
 from state.joins.pages import PagedRows, settle
 from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
 from state.joins.views import (
@@ -38,6 +39,16 @@ from state.store.keyed_state import KeyedBucket, held_by_expiry, never
 from state.store.retention import Retention
 
 
+def unique_key_of(
+    fields: tuple[str, ...], unique_key: tuple[str, ...]
+) -> Callable[[Row], tuple] | None:
+    """A row's unique key, by the input's fields; None for an input without one."""
+    if not unique_key:
+        return None
+    positions = [fields.index(name) for name in unique_key]
+    return lambda row: tuple(row[p] for p in positions)
+
+
 class RegularJoinOperator:
     """`RegularJoin` or `SemiAntiJoin` per join key, over buckets of keys; `sides` name the
     inputs whose rows it keeps, a view each per key."""
@@ -49,6 +60,8 @@ class RegularJoinOperator:
         self.spec = spec
         self.join = spec.operator()
         self.retention = Retention(spec.state_ttl_ms)
+        inputs = spec.inputs if isinstance(spec, MultiJoinSpec) else (spec.left, spec.right)
+        self.unique_keys = [unique_key_of(side.fields, side.unique_key) for side in inputs]
 
     @property
     def clock(self) -> Clock:
@@ -119,12 +132,12 @@ class RegularJoinOperator:
         changes: list[Change] = []
         touched: dict[Any, tuple[View, ...]] = {}
         bucket.keys.prefetch(rows.keys)
-        for i in rows.order():
+        for i, kind in self._changes(rows):
             key = rows.keys[i]
             views = touched.get(key)
             if views is None:
                 views = touched[key] = bucket.keys[key] = self._views(bucket, key)
-            changes += self.join.process(rows.sides[i], rows.ops[i], self._row(rows, i), views)
+            changes += self.join.process(rows.sides[i], kind, self._row(rows, i), views)
         for key, views in touched.items():
             for side, view in enumerate(views):
                 view.prune()
@@ -137,6 +150,24 @@ class RegularJoinOperator:
     def _row(self, rows: InputRows, i: int) -> Row:
         """The input row at position `i` of a micro-batch's rows."""
         return rows.row(i)
+
+    def _changes(self, rows: InputRows) -> list[tuple[int, str]]:
+        """The positions of the rows to join, in arrival order, and their kinds: every row as
+        it came, or, in a mini-batch join, each key's changes of each input folded first
+        (`state.joins.mini_batch`)."""
+        order = rows.order()
+        if not self.spec.mini_batch:
+            return [(i, rows.ops[i]) for i in order]
+        by_input: dict[tuple[Any, int], list[tuple[int, str, Row]]] = {}
+        for i in order:
+            change = (i, rows.ops[i], self._row(rows, i))
+            by_input.setdefault((rows.keys[i], rows.sides[i]), []).append(change)
+        kept = [
+            change
+            for (_key, side), changes in by_input.items()
+            for change in folded(changes, self.unique_keys[side])
+        ]
+        return sorted(kept, key=lambda change: rows.seqs[change[0]])
 
 
 class MultiJoinOperator(RegularJoinOperator):

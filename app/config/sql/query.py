@@ -732,6 +732,10 @@ def _set(line: int, statement: str, out: Compiled) -> None:
     elif key == MULTI_JOIN_OPTION:
         if value.lower() == "true":
             out.multi_way = f"line {line} (SET '{MULTI_JOIN_OPTION}')"
+    elif key == MINI_BATCH_OPTION:
+        out.set("JOIN_MINI_BATCH", value.lower(), line)
+    elif key in MINI_BATCH_BOUNDS:  # Flink's bundle, here the micro-batch (TRIGGER_INTERVAL)
+        pass
     elif key == "table.local-time-zone":
         if value.upper() not in ("UTC", "Z", "GMT", "+00:00"):
             raise SqlError(line, f"'table.local-time-zone' {value!r}: streamjoin's session is UTC")
@@ -740,11 +744,14 @@ def _set(line: int, statement: str, out: Compiled) -> None:
             line,
             f"SET '{key}' is not supported (table.exec.state.ttl, "
             f"table.local-time-zone, {', '.join(_PARALLELISM)}, "
-            f"{MULTI_JOIN_OPTION})",
+            f"{MULTI_JOIN_OPTION}, {MINI_BATCH_OPTION}, {', '.join(MINI_BATCH_BOUNDS)})",
         )
 
 
 MULTI_JOIN_OPTION = "table.optimizer.multi-join.enabled"
+MINI_BATCH_OPTION = "table.exec.mini-batch.enabled"
+# Flink closes a mini-batch after this long or this many records; here each micro-batch is one
+MINI_BATCH_BOUNDS = ("table.exec.mini-batch.allow-latency", "table.exec.mini-batch.size")
 _MULTI_JOIN_HINT = re.compile(r"/\*\+\s*MULTI_JOIN\b", re.I)
 
 
