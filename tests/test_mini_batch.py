@@ -13,7 +13,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.joins.mini_batch import fold_by_row, fold_by_unique_key, folded
 from state.joins.specs import RegularJoinSpec
-from tests.frames import join_frame
+from tests.frames import RandomChanges, join_frame
 from tests.test_regular_processor import KINDS, SPEC, changes, joined
 
 
@@ -107,35 +107,9 @@ def test_a_mini_batch_join_ends_in_the_same_table_with_fewer_changes(kind: str) 
         True: TwsTester(join_frame(replace(plain, mini_batch=True), KINDS)),
     }
     out: dict[bool, list] = {False: [], True: []}
-    orders: dict[str, tuple] = {}
-    products: dict[str, tuple] = {}
-    seq = 0
+    source = RandomChanges(rng, 6, 3)
     for _batch in range(30):
-        rows = []
-        for _ in range(rng.randrange(1, 10)):
-            seq += 2
-            if rng.random() < 0.6:
-                oid = f"o{rng.randrange(6)}"
-                new = (oid, f"p{rng.randrange(3)}", rng.randrange(1, 4))
-                if oid in orders and rng.random() < 0.3:
-                    rows.append((0, "-D", seq, orders.pop(oid)))
-                elif oid in orders:
-                    rows += [(0, "-U", seq, orders[oid]), (0, "+U", seq + 1, new)]
-                    orders[oid] = new
-                else:
-                    rows.append((0, "+I", seq, new))
-                    orders[oid] = new
-            else:
-                pid = f"p{rng.randrange(3)}"
-                new = (pid, rng.randrange(100))
-                if pid in products and rng.random() < 0.2:
-                    rows.append((1, "-D", seq, products.pop(pid)))
-                elif pid in products:
-                    rows += [(1, "-U", seq, products[pid]), (1, "+U", seq + 1, new)]
-                    products[pid] = new
-                else:
-                    rows.append((1, "+I", seq, new))
-                    products[pid] = new
+        rows = source.batch(rng.randrange(1, 10))
         for folding, tester in frames.items():
             out[folding].append(tester.testInPandas(0, changes(*rows)))
     assert materialized(out[True]) == materialized(out[False])

@@ -18,7 +18,7 @@ from state.spark.layouts import KeyedEntries
 from state.store.keeper import KeeperCopies, start
 from state.store.keyed_state import as_is, never, unsized
 from state.store.warm import ENTRY_OVERHEAD, Copies, ReadCounts, WarmStore
-from tests.frames import join_frame
+from tests.frames import RandomChanges, join_frame
 from tests.test_regular_processor import KINDS, SPEC, changes, joined
 
 BUCKET = (0,)
@@ -270,35 +270,10 @@ def test_random_changes_run_by_random_workers_with_failed_attempts_join_as_witho
         state_ttl_ms=rng.choice([0, 5_000]),
     )
     cold, workers = _workers(spec, 3)
-    orders: dict[str, tuple] = {}
-    products: dict[str, tuple] = {}
-    seq = 0
+    source = RandomChanges(rng, 12, 4)
     for batch in range(40):
         now = 1_000 * (batch + 1)
-        rows = []
-        for _ in range(rng.randrange(1, 6)):
-            seq += 1
-            if rng.random() < 0.5:
-                oid = f"o{rng.randrange(12)}"
-                new = (oid, f"p{rng.randrange(4)}", rng.randrange(1, 4))
-                if oid in orders and rng.random() < 0.3:
-                    rows.append((0, "-D", seq, orders.pop(oid)))
-                elif oid in orders:
-                    rows += [(0, "-U", seq, orders[oid]), (0, "+U", seq + 1, new)]
-                    orders[oid] = new
-                    seq += 1
-                else:
-                    rows.append((0, "+I", seq, new))
-                    orders[oid] = new
-            else:
-                pid = f"p{rng.randrange(4)}"
-                new = (pid, rng.randrange(100))
-                if pid in products:
-                    rows += [(1, "-U", seq, products[pid]), (1, "+U", seq + 1, new)]
-                    seq += 1
-                else:
-                    rows.append((1, "+I", seq, new))
-                products[pid] = new
+        rows = source.batch(rng.randrange(1, 6))
         input_rows = changes(*rows)
         cold.setProcessingTime(now)
         expected = _joined(cold.testInPandas(0, input_rows))
