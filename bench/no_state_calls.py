@@ -33,6 +33,6 @@ StateWire.get_values = _nothing_found  # type: ignore[method-assign]
 StateWire.write_values = _nothing_stored  # type: ignore[method-assign]
 
 if __name__ == "__main__":
-    from ops.worker.daemon import main
+    from app.run.worker_daemon import main
 
     main()

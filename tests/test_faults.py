@@ -186,10 +186,11 @@ def python_workers(service: int) -> list[int]:
         frontier += [child for child, parent in processes.items() if parent == pid]
 
     def runs_the_daemon(pid: int) -> bool:
-        """Started as `python -m ops.worker.daemon`, or forked from it (not the JVM, whose
+        """Started as `python -m app.run.worker_daemon`, or forked from it (not the JVM, whose
         arguments name the module in Spark's setting)."""
         try:
-            return b"ops.worker.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            return b"app.run.worker_daemon" in arguments
         except OSError:
             return False
 

@@ -52,7 +52,7 @@ def _worker_facts(_: int) -> tuple[str, bool]:
 
 def test_workers_are_forked_with_the_service_modules_already_imported(spark) -> None:
     parent, preloaded = spark.sparkContext.parallelize([0], 1).map(_worker_facts).collect()[0]
-    assert "-m ops.worker.daemon" in parent
+    assert "-m app.run.worker_daemon" in parent
     assert preloaded
 
 

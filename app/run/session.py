@@ -33,8 +33,8 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
-    # Workers forked with the modules they run already imported (`ops.worker.daemon`).
-    "spark.python.daemon.module": "ops.worker.daemon",
+    # Workers forked with the modules they run already imported (`app.run.worker_daemon`).
+    "spark.python.daemon.module": "app.run.worker_daemon",
     # Spark starts a daemon per distinct worker environment, and its Arrow UDFs (the sources'
     # decoding) add SPARK_SIMPLIFIED_TRACEBACK=1 where transformWithState adds nothing: set for
     # every worker, the stateful stages fork from the daemon the others use, already running,

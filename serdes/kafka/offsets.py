@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 # read, or the probe's time up), and ends kept because the broker did not answer.
 UNCONFIRMED, UNANSWERED = "unconfirmed", "unanswered"
 
+# A partition without a leader for a moment (a topic just created, a leader moving to another
+# broker) answers these; its leader is elected within the metadata timeout, or the broker is down.
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+LEADER_RETRY_S = 0.1
+
 
 class TopicMissingError(RuntimeError):
     """The configured topic does not exist on the cluster."""
@@ -139,7 +144,16 @@ class PartitionBounds:
 
     def _listed_bounds(self, partition: int) -> tuple[int, int]:
         tp = TopicPartition(self.topic, partition)
-        return self._consumer.get_watermark_offsets(tp, timeout=METADATA_TIMEOUT_S, cached=False)
+        deadline = time.monotonic() + METADATA_TIMEOUT_S
+        while True:
+            try:
+                return self._consumer.get_watermark_offsets(
+                    tp, timeout=METADATA_TIMEOUT_S, cached=False
+                )
+            except KafkaException as err:
+                if err.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
+                    raise
+            time.sleep(LEADER_RETRY_S)
 
     def _read_to_eof(self, listed: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
         """Each partition's EOF offset, where one came before the probe settled (or timed

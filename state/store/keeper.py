@@ -2,7 +2,7 @@
 
 Spark hands a bucket's next visit to whichever Python worker is free, so copies kept in a
 worker's own memory are found by the next visit only by chance. The keeper holds them for all
-the workers of its executor: the worker daemon (`ops.worker.daemon`) starts it and tells the
+the workers of its executor: the worker daemon (`app.run.worker_daemon`) starts it and tells the
 workers it forks where it listens (`KEEPER_SOCKET`); it ends when the daemon does.
 
 A visit costs one exchange to recall (the names a micro-batch wants, the bucket's token) and
