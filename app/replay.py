@@ -346,7 +346,7 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
             table.watermark = (stream["rowtime"], 0)
         tables[name] = table
     try:
-        queries, members = compile_query(
+        queries, members, _names = compile_query(
             1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON), tables, None
         )
     except (SqlError, ParseError) as err:

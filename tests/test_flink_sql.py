@@ -368,18 +368,18 @@ HINTED = (
 @pytest.mark.parametrize(
     ("hint", "name"),
     [
-        ("/*+ STATE_TTL('o' = '2 min') */", "STATE_TTL"),
+        ("/*+ SHUFFLE_HASH(p) */", "SHUFFLE_HASH"),
         ("/*+ LOOKUP('table' = 'p', 'retry-predicate' = 'lookup_miss') */", "LOOKUP"),
         ("/*+ MULTI_JOIN(o, p), BROADCAST(p) */", "BROADCAST"),
         ("/*+ OPTIONS('scan.startup.mode' = 'latest-offset') */", "OPTIONS"),
     ],
-    ids=["state-ttl", "lookup", "second-of-two", "options"],
+    ids=["shuffle-hash", "lookup", "second-of-two", "options"],
 )
 def test_a_hint_streamjoin_does_not_run_is_refused_not_dropped(hint: str, name: str) -> None:
     message = refusal(ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint))
     assert message == (
         f"line 24: the hint {name} is not supported: the job would run without "
-        "it (hints streamjoin runs: MULTI_JOIN)"
+        "it (hints streamjoin runs: MULTI_JOIN, STATE_TTL)"
     )
 
 
@@ -468,7 +468,7 @@ def test_refused_sql_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) ->
 
 
 def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_path: Path) -> None:
-    hint = "/*+ STATE_TTL('o' = '2 min') */"
+    hint = "/*+ SHUFFLE_HASH(p) */"
     env = service_env(
         STREAMJOIN_SQL=ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint),
         CHECKPOINT_LOCATION=str(tmp_path / "ck"),
@@ -477,8 +477,8 @@ def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_pat
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 24: the hint "
-        "STATE_TTL is not supported: the job would run without it (hints streamjoin runs: "
-        "MULTI_JOIN)"
+        "SHUFFLE_HASH is not supported: the job would run without it (hints streamjoin runs: "
+        "MULTI_JOIN, STATE_TTL)"
     ]
 
 
@@ -865,3 +865,43 @@ def test_flinks_mini_batch_options_fold_every_regular_join_of_the_chain() -> Non
     assert [join_spec(stage).mini_batch for stage in join_stages(folded)] == [True, True]
     plain = planned(env | {"STREAMJOIN_SQL": CHAIN + CHAIN_QUERY})
     assert [join_spec(stage).mini_batch for stage in join_stages(plain)] == [False, False]
+
+
+def test_the_state_ttl_hint_gives_each_input_of_a_chain_what_flinks_plan_gives_it() -> None:
+    """Flink 2.3's compiled plan of this query (`table.exec.state.ttl` 5 min): the first join
+    keeps the orders 1 day and the customers for ever ('0'), the second keeps the result so far
+    for the job's 5 minutes and the products 2 hours; one multi-way operator keeps each input
+    for its own."""
+    hinted = CHAIN_QUERY.replace(
+        "SELECT o.order_id",
+        "SELECT /*+ STATE_TTL('o' = '1d', 'customers' = '0', 'p' = '2h') */ o.order_id",
+    )
+    ttl = "SET 'table.exec.state.ttl' = '5 min';\n"
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "STREAMJOIN_SQL": ttl + CHAIN + hinted}
+    stages = join_stages(planned(env))
+    assert [join_spec(stage).retention_ms for stage in stages] == [
+        (86_400_000, 0),
+        (300_000, 7_200_000),
+    ]
+    shared = hinted.replace(
+        "o.product_id = p.product_id AND p.price > 1", "o.customer_id = p.product_id"
+    )
+    multi = "SET 'table.optimizer.multi-join.enabled' = 'true';\n"
+    spec = multi_way_spec(planned(env | {"STREAMJOIN_SQL": multi + ttl + CHAIN + shared}))
+    assert spec is not None and spec.retention_ms == (86_400_000, 0, 7_200_000)
+
+
+def test_a_state_ttl_hint_that_names_no_input_or_a_time_bounded_join_is_refused() -> None:
+    unknown = CHAIN_QUERY.replace(
+        "SELECT o.order_id", "SELECT /*+ STATE_TTL('x' = '1d') */ o.order_id"
+    )
+    assert refusal(CHAIN + unknown) == (
+        "line 30: STATE_TTL names 'x', which is no table or alias the SELECT joins"
+    )
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    temporal = ORDERS + PRODUCTS + OUT + HINTED.format(hint="/*+ STATE_TTL('o' = '2 min') */")
+    errors = plan_errors(load_config(env | {"STREAMJOIN_SQL": temporal}))
+    assert [str(error) for error in errors] == [
+        "STREAMJOIN_SQL line 24 (LEFT_STATE_TTL): expected unset: an input's own retention is a "
+        "regular join's, not the temporal join's; got '120000ms'"
+    ]

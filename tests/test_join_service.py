@@ -7,6 +7,7 @@ import os
 import random
 import re
 import sys
+import time
 import urllib.request
 from collections import Counter
 from decimal import Decimal
@@ -337,6 +338,41 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
         assert service.terminate() == 0, service.log()[-3000:]
     [padded] = read_topic(kafka, out)
     assert json.loads(padded.value)["op"] == "+I"
+
+
+def test_each_input_keeps_its_rows_for_its_own_ttl(kafka: str, tmp_path: Path) -> None:
+    """`LEFT_STATE_TTL=5s`, `RIGHT_STATE_TTL=0` (Flink's `STATE_TTL('o' = '5s', 'p' = '0')`):
+    once the order has been kept 5 s, its product's change updates nothing; a new order still
+    finds the changed product, which under one TTL of 5 s would have gone (a padded row)."""
+    orders, products, out = join_topics(kafka)
+    product = {"product_id": "p1", "name": "kite", "price": "5.00"}
+    produce_events(kafka, products, [{"before": None, "after": product, "op": "c"}], "product_id")
+    order = {"order_id": "o1", "product_id": "p1", "qty": 1}
+    produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    service = Service(env | {"LEFT_STATE_TTL": "5s", "RIGHT_STATE_TTL": "0"}, tmp_path / "log")
+    dearer = product | {"price": "7.00"}
+    later = {"order_id": "o2", "product_id": "p1", "qty": 2}
+    try:
+        first = Counter({json.dumps(["o1", "p1", 1, "p1", "kite", "5.00"]): 1})
+        wait_for(
+            lambda: materialized(read_topic(kafka, out)) == first, 240, "o1 never joined", service
+        )
+        time.sleep(6)  # the TTL is wall-clock time: what its passing does is under test
+        change = {"before": product, "after": dearer, "op": "u"}
+        produce_events(kafka, products, [change], "product_id")
+        produce_events(kafka, orders, [{"before": None, "after": later, "op": "c"}], "order_id")
+        expected = first + Counter({json.dumps(["o2", "p1", 2, "p1", "kite", "7.00"]): 1})
+        wait_for(
+            lambda: materialized(read_topic(kafka, out)) == expected,
+            120,
+            "o2 never joined the changed product",
+            service,
+        )
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    # o1 kept its joined row: the product's change, after o1 expired, updated nothing
+    assert materialized(read_topic(kafka, out)) == expected
 
 
 def state_report(

@@ -13,7 +13,7 @@ import pytest
 from state.joins.regular_join import LEFT, RIGHT, Change
 from state.joins.specs import RegularJoinSpec, SideSpec
 from state.joins.views import MultisetView, SingleRowView, UniqueKeyView, new_view
-from state.store.retention import Retention
+from state.store.retention import InputRetentions, Retention
 
 ORDERS = SideSpec(("order_id", "product_id", "qty"), ("order_id",))
 PRODUCTS = SideSpec(("product_id", "stock"), ("product_id",))
@@ -211,7 +211,7 @@ def test_state_ttl_expires_each_row_on_its_own_though_its_key_keeps_getting_rows
     the orders joined before it went keep their association count, as in Flink)."""
     retention = Retention(ttl_ms=120_000)
     join = Join("left")
-    join.views = join.spec.new_views(retention)
+    join.views = join.spec.new_views((retention, retention))
     retention.at(0)
     assert join(RIGHT, "+I", *P1) == []
     retention.at(50_000)
@@ -225,12 +225,32 @@ def test_state_ttl_expires_each_row_on_its_own_though_its_key_keeps_getting_rows
     assert [len(view) for view in join.views] == [1, 1]  # O2 and the new product only
 
 
+def test_each_input_keeps_its_rows_for_its_own_ttl() -> None:
+    """Flink's STATE_TTL hint: the orders for 2 minutes, the products for ever ('0'). The order
+    goes while its product stays: the product's update then changes no row, and a new order
+    still finds the product (under one TTL for both it would be padded)."""
+    retentions = InputRetentions((120_000, 0))
+    join = Join("left")
+    join.views = join.spec.new_views(retentions.each)
+    retentions.at(0)
+    assert join(RIGHT, "+I", *P1) == []
+    assert join(LEFT, "+I", *O1) == [("+I", O1, P1)]
+    retentions.at(130_000)
+    assert join(RIGHT, "-U", *P1) == []
+    assert join(RIGHT, "+U", *P1_MORE) == []
+    retentions.at(10**9)
+    assert join(LEFT, "+I", *O2) == [("+I", O2, P1_MORE)]
+    for view in join.views:
+        view.prune()
+    assert [len(view) for view in join.views] == [1, 1]
+
+
 def test_a_row_whose_association_count_changes_is_written_and_lives_on() -> None:
     """Flink writes an outer row whenever its association count changes, so that refreshes its
     time to live as an insert would."""
     retention = Retention(ttl_ms=100)
     join = Join("left")
-    join.views = join.spec.new_views(retention)
+    join.views = join.spec.new_views((retention, retention))
     retention.at(0)
     join(LEFT, "+I", *O1)
     retention.at(90)

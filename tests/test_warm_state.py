@@ -6,6 +6,7 @@ the keeper its executor's workers share."""
 from __future__ import annotations
 
 import copy
+import itertools
 import random
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.frames import RandomChanges, join_frame
 from tests.test_regular_processor import KINDS, SPEC, changes, joined
 
 BUCKET = (0,)
+_STORES = itertools.count()
 
 
 class SharedStore:
@@ -29,6 +31,9 @@ class SharedStore:
     back as a task's is."""
 
     def __init__(self) -> None:
+        # its own owner: a keeper outlives a test, and an earlier test's last settle may reach
+        # it after this one's first, as one from another executor's task would
+        self.owner = f"join-{next(_STORES)}"
         self.handle = _InMemoryStatefulProcessorHandle()
         self.handle.setGroupingKey(BUCKET)
         self.committed: Any = None
@@ -42,7 +47,7 @@ class SharedStore:
     ) -> KeyedEntries:
         """A worker's view of the bucket: the shared store, through `copies`."""
         entries = KeyedEntries(self.handle, as_is, as_is, never, unsized, ttl_ms)
-        entries.keep_warm(copies, counts or ReadCounts(), "join", budget)
+        entries.keep_warm(copies, counts or ReadCounts(), self.owner, budget)
         return entries
 
     def commit(self) -> None:

@@ -99,6 +99,9 @@ class JoinConfig:
     # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
     # `app.run.checkpoint.state_buckets` gives a new one
     state_buckets: int | None = None
+    # a regular join's inputs' own retention (`LEFT_STATE_TTL`, `RIGHT_STATE_TTL`, the
+    # STATE_TTL hint); None: `state_ttl_ms`
+    input_ttls_ms: tuple[int | None, int | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -531,7 +534,12 @@ def _chained_joins(
             {**lookups, **own.variables} if "LOOKUP_URL" in own.variables else own.variables
         )
         join = JoinConfig(
-            read.get("JOIN_TYPE"), read.get("JOIN_KIND"), read.raw("JOIN_ON"), None, 0
+            read.get("JOIN_TYPE"),
+            read.get("JOIN_KIND"),
+            read.raw("JOIN_ON"),
+            None,
+            0,
+            input_ttls_ms=(None, read.get("RIGHT_STATE_TTL")),
         )
         source = replace(_input(read, "right", topic=join.type != LOOKUP), side=f"input{number}")
         lookup = read_lookup(read) if join.type == LOOKUP else None
@@ -597,6 +605,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         select=read.get("JOIN_SELECT"),
         state_ttl_ms=read.get("STATE_TTL") or 0,
         state_buckets=read.get("JOIN_STATE_BUCKETS"),
+        input_ttls_ms=(read.get("LEFT_STATE_TTL"), read.get("RIGHT_STATE_TTL")),
     )
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",

@@ -141,6 +141,13 @@ def _side(side: str) -> list[Variable]:
             flink="WATERMARK FOR col AS col - INTERVAL …",
         ),
         Variable(
+            f"{side}_STATE_TTL",
+            DURATION + " (0 keeps this input's rows forever)",
+            parsers.duration_ms,
+            flink="/*+ STATE_TTL('<table>' = '…') */",
+            shown_default="STATE_TTL",
+        ),
+        Variable(
             f"{side}_METADATA",
             "column=key pairs: timestamp, value.source.timestamp, partition, offset, topic",
             flink="col TYPE METADATA FROM 'key'",

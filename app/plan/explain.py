@@ -57,11 +57,20 @@ def _regular_state(spec: RegularJoinSpec) -> list[str]:
         else:
             layout = "a multiset of rows (row -> count) per join key"
         lines.append(f"  {side} state: {layout}; an entry per join key, pages past 512 rows")
-    if spec.state_ttl_ms:
+    if spec.state_ttl_ms and set(spec.retention_ms) == {spec.state_ttl_ms}:
         lines.append(
             "  retention: each row of either side (and each key's last row in a "
             f"normalizer) goes {spec.state_ttl_ms} ms after its last write"
         )
+    elif any(spec.retention_ms):
+        for side, ttl in zip(("left", "right"), spec.retention_ms, strict=True):
+            kept = f"goes {ttl} ms after its last write" if ttl else "is kept for ever"
+            lines.append(f"  retention: each {side} row {kept}")
+        if spec.state_ttl_ms:
+            lines.append(
+                f"  retention: each key's last row in a normalizer goes {spec.state_ttl_ms} ms "
+                "after its last write"
+            )
     return lines
 
 

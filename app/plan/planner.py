@@ -92,6 +92,7 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
         config.join.state_ttl_ms,
         buckets,
         config.mini_batch,
+        config.join.input_ttls_ms,
     )
 
 
@@ -524,6 +525,16 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
                 f"{join.state_ttl_ms}ms",
             )
         )
+    for side, ttl in zip(("LEFT", "RIGHT"), join.input_ttls_ms, strict=True):
+        if ttl is not None and join.type != "regular":
+            errors.append(
+                ConfigError(
+                    f"{side}_STATE_TTL",
+                    f"unset: an input's own retention is a regular join's, not the {join.type} "
+                    "join's",
+                    f"{ttl}ms",
+                )
+            )
     if join.type == LOOKUP:
         errors += _lookup_errors(config)
     for source in (config.left, config.right) if join.type != LOOKUP else (config.left,):

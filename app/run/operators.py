@@ -24,7 +24,7 @@ from serdes.kafka.arrivals import IDLE_WAIT_MS
 from state.spark.frame import StatefulOperator
 from state.spark.interval import IntervalJoinOperator
 from state.spark.normalizer import NormalizeOperator
-from state.spark.regular import MultiJoinOperator
+from state.spark.regular import MultiJoinOperator, RegularJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
 
@@ -53,10 +53,17 @@ def idle_wait_ms(config: Config) -> int:
     TTL (1 s to 1 min) will do, at a fraction of the CPU a batch a second costs; where an
     operator's timers run on it (a processing-time interval join's padding), a second, as
     under a one-second trigger."""
-    ttl = config.join.state_ttl_ms
+    operators = [p.operator for p in stateful_operators(config)]
+    retentions = [config.join.state_ttl_ms] + [
+        ttl
+        for operator in operators
+        if isinstance(operator, RegularJoinOperator)
+        for ttl in operator.spec.retention_ms
+    ]
+    ttl = min((ttl for ttl in retentions if ttl > 0), default=0)
     timers = any(
-        isinstance(p.operator, IntervalJoinOperator) and p.operator.clock == "processing"
-        for p in stateful_operators(config)
+        isinstance(operator, IntervalJoinOperator) and operator.clock == "processing"
+        for operator in operators
     )
     if timers or not ttl:
         return IDLE_WAIT_MS

@@ -85,11 +85,18 @@ class RegularJoinSpec(JoinSpec):
     state_ttl_ms: int = 0  # idle state retention; 0 keeps state forever
     buckets: int = STATE_BUCKETS
     mini_batch: bool = False  # a key's changes in a micro-batch folded first (`mini_batch`)
+    # an input's own retention (Flink's STATE_TTL hint; 0: for ever), None: `state_ttl_ms`
+    input_ttls_ms: tuple[int | None, int | None] = (None, None)
+
+    @property
+    def retention_ms(self) -> tuple[int, ...]:
+        """Each input's row retention (0: for ever)."""
+        return tuple(self.state_ttl_ms if ttl is None else ttl for ttl in self.input_ttls_ms)
 
     @property
     def clock(self) -> Clock:
         """Retention is a processing-time TTL; without one the join needs no clock."""
-        return "processing" if self.state_ttl_ms > 0 else "none"
+        return "processing" if any(self.retention_ms) else "none"
 
     @cached_property
     def join_condition(self) -> JoinCondition:
@@ -105,12 +112,14 @@ class RegularJoinSpec(JoinSpec):
             return SemiAntiJoin(self.kind, self.matcher())
         return RegularJoin(self.kind, self.matcher())
 
-    def new_views(self, retention: Retention = FOREVER) -> tuple[View, View]:
+    def new_views(self, retentions: Sequence[Retention] = ()) -> tuple[View, View]:
+        """A key's empty views, each under its input's retention (none: for ever)."""
+        left, right = retentions or (FOREVER, FOREVER)
         left_keys = [a for a, _ in self.equi_keys]
         right_keys = [b for _, b in self.equi_keys]
         return (
-            new_view(left_keys, self.left.fields, self.left.unique_key, retention),
-            new_view(right_keys, self.right.fields, self.right.unique_key, retention),
+            new_view(left_keys, self.left.fields, self.left.unique_key, left),
+            new_view(right_keys, self.right.fields, self.right.unique_key, right),
         )
 
 
@@ -152,6 +161,12 @@ class MultiJoinSpec:
         return self.joins[0].state_ttl_ms
 
     @property
+    def retention_ms(self) -> tuple[int, ...]:
+        """Each input's row retention (0: for ever): the first join's two, then each next
+        join's right."""
+        return (*self.joins[0].retention_ms, *(join.retention_ms[1] for join in self.joins[1:]))
+
+    @property
     def buckets(self) -> int:
         return self.joins[0].buckets
 
@@ -161,7 +176,7 @@ class MultiJoinSpec:
 
     @property
     def clock(self) -> Clock:
-        return self.joins[0].clock
+        return "processing" if any(self.retention_ms) else "none"
 
     def operator(self) -> MultiJoin:
         return MultiJoin(
@@ -170,10 +185,11 @@ class MultiJoinSpec:
             [len(side.fields) for side in self.inputs],
         )
 
-    def new_views(self, retention: Retention = FOREVER) -> tuple[View, ...]:
+    def new_views(self, retentions: Sequence[Retention] = ()) -> tuple[View, ...]:
+        """A key's empty views, each under its input's retention (none: for ever)."""
         return tuple(
-            new_view([key], side.fields, side.unique_key, retention)
-            for key, side in zip(self.keys, self.inputs, strict=True)
+            new_view([key], side.fields, side.unique_key, retentions[i] if retentions else FOREVER)
+            for i, (key, side) in enumerate(zip(self.keys, self.inputs, strict=True))
         )
 
 

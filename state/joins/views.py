@@ -227,5 +227,8 @@ def views_size(views: tuple[View, ...]) -> tuple[int, ...]:
     return tuple(len(view) for view in views)
 
 
-def views_from_plain(plain: tuple, retention: Retention = FOREVER) -> tuple[View, ...]:
-    return tuple(_view(view, retention) for view in plain)
+def views_from_plain(plain: tuple, retentions: Sequence[Retention] = ()) -> tuple[View, ...]:
+    """A key's views from plain data, each under its input's retention (none: for ever)."""
+    return tuple(
+        _view(view, retentions[side] if retentions else FOREVER) for side, view in enumerate(plain)
+    )

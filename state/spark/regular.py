@@ -36,7 +36,7 @@ from state.spark.frame import Held, InputRows, KeyHeld
 from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries, entry_state
 from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, held_by_expiry, never
-from state.store.retention import Retention
+from state.store.retention import InputRetentions
 
 
 def unique_key_of(
@@ -59,7 +59,7 @@ class RegularJoinOperator:
     def __init__(self, spec: RegularJoinSpec | MultiJoinSpec) -> None:
         self.spec = spec
         self.join = spec.operator()
-        self.retention = Retention(spec.state_ttl_ms)
+        self.retentions = InputRetentions(spec.retention_ms)
         inputs = spec.inputs if isinstance(spec, MultiJoinSpec) else (spec.left, spec.right)
         self.unique_keys = [unique_key_of(side.fields, side.unique_key) for side in inputs]
 
@@ -68,12 +68,12 @@ class RegularJoinOperator:
         return self.spec.clock
 
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        ttl = self.retention.store_ttl_ms
+        ttl = self.retentions.store_ttl_ms
         self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
         return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size, ttl)
 
     def _views_from_plain(self, plain: tuple) -> tuple[View, ...]:
-        return views_from_plain(plain, self.retention)
+        return views_from_plain(plain, self.retentions.each)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Rows per side (distinct rows of a side without a unique key), by when Spark's TTL
@@ -87,7 +87,7 @@ class RegularJoinOperator:
         self, variable: str, name: bytes | None, value: bytes, now: int
     ) -> Iterator[KeyHeld]:
         """A key's entry: each side's rows (a paged side's count alone); a page: its rows."""
-        self.retention.at(now)
+        self.retentions.at(now)
         if variable == "keys" and name is not None:
             plain = entry_state(value, now)
             if plain is None:
@@ -102,8 +102,8 @@ class RegularJoinOperator:
                     yield KeyHeld(side, key, len(rows), rows=rows)
         elif variable == "pages" and name is not None:
             key, side, _page = load(name)
-            view = self.spec.new_views(self.retention)[side]
-            alive = self.retention.alive
+            view = self.spec.new_views(self.retentions.each)[side]
+            alive = self.retentions[side].alive
             entries = [(identity, e) for identity, e in load(value) if alive(e[2])]
             rows = (
                 [e[0] for _identity, e in entries]
@@ -116,7 +116,7 @@ class RegularJoinOperator:
         """A key's views, their pages (if any) read from this bucket's pages when used."""
         views = bucket.keys.get(key)
         if views is None:
-            return self.spec.new_views(self.retention)
+            return self.spec.new_views(self.retentions.each)
         for side, view in enumerate(views):
             rows = getattr(view, "rows", None)
             if isinstance(rows, PagedRows):
@@ -128,7 +128,7 @@ class RegularJoinOperator:
         return []
 
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
-        self.retention.at(now)
+        self.retentions.at(now)
         changes: list[Change] = []
         touched: dict[Any, tuple[View, ...]] = {}
         bucket.keys.prefetch(rows.keys)

@@ -16,6 +16,8 @@ already; Spark's TTL runs from its own index of expiry times, so no batch scans 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # Spark's TTL on an entry runs this much past the rows' own: it only ever removes rows that
 # `alive` hides already, whatever the exact comparison Spark makes at the boundary.
 STORE_MARGIN_MS = 1000
@@ -47,3 +49,25 @@ class Retention:
 
 
 FOREVER = Retention()  # no retention: rows live until retracted
+
+
+class InputRetentions:
+    """Each input's `Retention` in one operator (Flink's `STATE_TTL` hint gives each input of a
+    join its own), all taking the same micro-batch's processing time."""
+
+    def __init__(self, ttls_ms: Sequence[int]) -> None:
+        self.each = tuple(Retention(ttl_ms) for ttl_ms in ttls_ms)
+
+    def at(self, now: int) -> None:
+        for retention in self.each:
+            retention.at(now)
+
+    def __getitem__(self, side: int) -> Retention:
+        return self.each[side]
+
+    @property
+    def store_ttl_ms(self) -> int | None:
+        """Spark's TTL for entries holding rows of every input: the longest input's; None
+        where an input keeps its rows for ever."""
+        ttls = [retention.store_ttl_ms for retention in self.each]
+        return None if None in ttls else max(ttls, default=None)

@@ -218,11 +218,12 @@ def _table_of(line: int, node: exp.Expression, tables: dict[str, Table]) -> tupl
 
 def compile_query(
     line: int, query: exp.Expression, tables: dict[str, Table], outputs: list[str] | None
-) -> tuple[list[JoinQuery], list[Table]]:
+) -> tuple[list[JoinQuery], list[Table], dict[str, int]]:
     """The joins a SELECT is, and the tables it joins in order: the first join's of the first
     two, each next one's of the result so far (`L`) and the next table (`R`), as Flink plans a
     FROM clause (left-deep, in the written order). The last join carries the select list;
-    `outputs`: the output table's columns (the select list's names)."""
+    `outputs`: the output table's columns (the select list's names); and each table's name
+    and alias (lower case) -> its place in that order."""
     if not isinstance(query, exp.Select):
         raise SqlError(line, f"{query.key.upper()} is not supported: one SELECT … JOIN")
     _refuse_clauses(line, query)
@@ -236,7 +237,8 @@ def compile_query(
         subquery, right, sides = _subquery_join(
             line, tables, [left], [{left_alias, left.name}], where
         )
-        return [replace(subquery, select=_select_list(line, query, sides, outputs))], [left, right]
+        select = _select_list(line, query, sides, outputs)
+        return [replace(subquery, select=select)], [left, right], sides.names
     # IN / EXISTS beside joins: a semi or anti join of their result, as Flink plans the filter
     subqueries = [part for part in where if part.find(exp.Select)]
     where = [part for part in where if not part.find(exp.Select)]
@@ -285,7 +287,7 @@ def compile_query(
         written.append(len(written))
     sides.written = written
     last = replace(queries[-1], select=_select_list(line, query, sides, outputs))
-    return [*queries[:-1], last], members
+    return [*queries[:-1], last], members, sides.names
 
 
 def _flattened(line: int, joins: list[exp.Join]) -> list[exp.Join]:
@@ -753,6 +755,30 @@ MINI_BATCH_OPTION = "table.exec.mini-batch.enabled"
 # Flink closes a mini-batch after this long or this many records; here each micro-batch is one
 MINI_BATCH_BOUNDS = ("table.exec.mini-batch.allow-latency", "table.exec.mini-batch.size")
 _MULTI_JOIN_HINT = re.compile(r"/\*\+\s*MULTI_JOIN\b", re.I)
+_STATE_TTL_HINT = re.compile(r"/\*\+[^*]*?\bSTATE_TTL\s*\(([^)]*)\)", re.I)
+_HINT_OPTION = re.compile(r"\s*'([^']*)'\s*=\s*'([^']*)'\s*(,|$)")
+
+
+def _input_ttls(text: str, names: dict[str, int]) -> dict[int, tuple[str, int]]:
+    """Flink's `/*+ STATE_TTL('table or alias' = 'duration', …) */`: each named input's own
+    retention and the hint's line, by the input's place in the joins (`compile_query`)."""
+    ttls: dict[int, tuple[str, int]] = {}
+    for hint in _STATE_TTL_HINT.finditer(text):
+        line = 1 + text[: hint.start()].count("\n")
+        body, at = hint[1].strip(), 0
+        while at < len(body):
+            option = _HINT_OPTION.match(body, at)
+            if option is None:
+                raise SqlError(line, "STATE_TTL('table or alias' = 'duration', …)")
+            place = names.get(option[1].lower())
+            if place is None:
+                raise SqlError(
+                    line,
+                    f"STATE_TTL names {option[1]!r}, which is no table or alias the SELECT joins",
+                )
+            ttls[place] = (duration(option[2]), line)
+            at = option.end()
+    return ttls
 
 
 _WINDOW_TVF = re.compile(r"\bTABLE\s*\(\s*(TUMBLE|HOP|CUMULATE|SESSION)\s*\(", re.I)
@@ -809,10 +835,11 @@ def compile_script(text: str) -> Compiled:
     output = tables.get(tree.this.name)
     if output is None:
         raise SqlError(line, f"no table {tree.this.name} to insert into (CREATE TABLE it first)")
-    queries, members = compile_query(line, tree.expression, tables, output.columns())
+    queries, members, names = compile_query(line, tree.expression, tables, output.columns())
     hint = _MULTI_JOIN_HINT.search(text)  # hints are comments: `statements` drops them
     if hint is not None and out.multi_way is None:
         out.multi_way = f"line {1 + text[: hint.start()].count(chr(10))} (the MULTI_JOIN hint)"
+    input_ttls = _input_ttls(text, names)
     first, (left, right) = queries[0], members[:2]
     input_table(left, "LEFT", out, first.left_time or _time_of(left, first.type, "LEFT"))
     if first.type == "lookup":
@@ -827,6 +854,9 @@ def compile_script(text: str) -> Compiled:
         input_table(right, "RIGHT", out, _time_of(right, first.type, "RIGHT"))
     for query, table in zip(queries[1:], members[2:], strict=True):
         out.chain.append(_chained(line, query, table, out))
+    for place, (ttl, hint_line) in input_ttls.items():
+        compiled = out if place < 2 else out.chain[place - 2]
+        compiled.set(f"{'LEFT' if place == 0 else 'RIGHT'}_STATE_TTL", ttl, hint_line)
     starting_offsets(out)
     output_table(output, out)
     if all(query.type != "regular" for query in queries):
