@@ -132,6 +132,33 @@ PANELS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 ],
             ),
             (
+                "Join fan-out: changes emitted per input change",
+                "short",
+                [
+                    (
+                        "histogram_quantile(0.5, sum by (le) "
+                        f"(rate(streamjoin_join_fanout_bucket{{{JOB}}}[{RATE}])))",
+                        "p50",
+                    ),
+                    (
+                        "histogram_quantile(0.99, sum by (le) "
+                        f"(rate(streamjoin_join_fanout_bucket{{{JOB}}}[{RATE}])))",
+                        "p99",
+                    ),
+                ],
+            ),
+            (
+                "Hot keys reported (more than HOT_KEY_ROWS rows of one input)",
+                "short",
+                [
+                    (
+                        "sum by (input) "
+                        f"(increase(streamjoin_hot_key_reports_total{{{JOB}}}[{RATE}]))",
+                        "{{input}}",
+                    ),
+                ],
+            ),
+            (
                 "Keys expired by STATE_TTL",
                 "short",
                 [

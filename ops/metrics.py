@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.sql.streaming import StreamingQuery
 
@@ -165,6 +165,50 @@ class LookupMetrics:
         )
 
 
+# a histogram's upper bounds of changes a join emitted per input change ("+Inf" past the last)
+FANOUT_BOUNDS = (0, 1, 2, 5, 10, 100, 1_000, 10_000)
+
+
+def fanout_labels() -> list[str]:
+    """`streamjoin_join_fanout`'s bucket labels, in order."""
+    return [*(str(bound) for bound in FANOUT_BOUNDS), "+Inf"]
+
+
+class FanoutMetrics:
+    """`streamjoin_join_fanout`, a histogram of the changes a regular join emitted per input
+    change, and `streamjoin_hot_key_reports_total{input}`, the log lines naming a key that holds
+    more than `HOT_KEY_ROWS` rows of one input: both fed by the accumulator the join tasks add
+    to (`state.joins.fanout`)."""
+
+    def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
+        self.accumulator: Accumulator[dict] = context.accumulator({}, CountsByLabel())
+        registry.register(self)
+
+    def collect(self):
+        values = dict(self.accumulator.value)
+        cumulative, buckets = 0, []
+        for bound in fanout_labels():
+            cumulative += values.get(("fanout", bound), 0)
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(
+            "streamjoin_join_fanout",
+            "Regular joins: the changes emitted per input change (the rows it matched, "
+            "retractions and padding included)",
+            buckets=buckets,
+            sum_value=values.get(("fanout", "sum"), 0),
+        )
+        reports = CounterMetricFamily(
+            "streamjoin_hot_key_reports",
+            "Log lines naming a key that holds more than HOT_KEY_ROWS rows of one input (at "
+            "most one a minute per key and worker)",
+            labels=["input"],
+        )
+        for (kind, side), count in sorted(values.items()):
+            if kind == "hot":
+                reports.add_metric([side], count)
+        yield reports
+
+
 class ServiceMetrics:
     """Everything `/metrics` shows, and the readiness `/readyz` reports."""
 
@@ -225,6 +269,7 @@ class ServiceMetrics:
             context,
         )
 
+        self.fanout = FanoutMetrics(self.registry, context)
         self.lookups = LookupMetrics(self.registry, context)
         self.task_failures = TaskFailures(self.registry, context)
 

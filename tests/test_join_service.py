@@ -172,7 +172,12 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
     final_orders = final_table(orders_events, "order_id")
     final_products = final_table(products_events, "product_id")
     expected = expected_left_join(final_orders, final_products)
-    service = Service(join_env(kafka, orders, products, out, tmp_path / "ck"), tmp_path / "log")
+    # the products with the most orders in the end held more than one fewer at some batch
+    ordered = Counter(order["product_id"] for order in final_orders.values())
+    most = max(ordered.values())
+    hottest = {product for product, n in ordered.items() if n == most}
+    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    service = Service(env | {"HOT_KEY_ROWS": str(most - 1)}, tmp_path / "log")
     try:
         wait_for(
             lambda: materialized(read_topic(kafka, out)) == expected,
@@ -196,6 +201,13 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
             "the dead letters or the state's rows were not counted",
             service,
         )
+        page = scrape(service)
+        # every order and product change the join took emitted some changes, or none
+        assert (metric(page, "streamjoin_join_fanout_count") or 0) >= len(final_orders)
+        assert (metric(page, 'streamjoin_hot_key_reports_total{input="left"}') or 0) >= 1
+        named = re.findall(r"hot key: \('(\w+)',\) holds (\d+) rows of input left", service.log())
+        assert all(int(rows) > most - 1 for _, rows in named), named
+        assert hottest & {product for product, _ in named}, named
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
     # restarted with nothing new to read, it reports what its state holds all the same

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pandas as pd
+import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.joins.specs import RegularJoinSpec, SideSpec
@@ -240,3 +241,29 @@ def test_under_a_state_ttl_expired_rows_in_pages_are_dropped_when_a_batch_reads_
     assert tester.peekMapState("pages", 0) == {}
     (left, _right) = stored_keys(tester, 0)[("p1",)]
     assert list(left[2]) == [("o600",)]
+
+
+def test_a_join_counts_its_fanout_and_names_a_key_past_hot_key_rows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Three orders padded, then their product: each order emitted one change, the product six
+    (a -D/+I per order). The key then holds three orders, past `hot_key_rows` 2: one line names
+    it, and one more order within the minute names it no more."""
+    spec = RegularJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, hot_key_rows=2)
+    frame = join_frame(spec, KINDS)
+    tester = TwsTester(frame)
+    orders = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(3)]
+    tester.testInPandas(0, changes(*orders, (1, "+I", 3, ("p1", 10))))
+    assert frame.operator.fanout.take() == {
+        ("fanout", "1"): 3,
+        ("fanout", "10"): 1,
+        ("fanout", "sum"): 9,
+        ("hot", "left"): 1,
+    }
+    tester.testInPandas(0, changes((0, "+I", 4, ("o4", "p1", 1))))
+    assert frame.operator.fanout.take() == {("fanout", "1"): 1, ("fanout", "sum"): 1}
+    named = [r.getMessage() for r in caplog.records if r.name == "state.joins.fanout"]
+    assert named == [
+        "hot key: ('p1',) holds 3 rows of input left (HOT_KEY_ROWS=2): each of its changes "
+        "emits a change per matching row"
+    ]

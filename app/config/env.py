@@ -154,6 +154,8 @@ class Config:
     warm_state_mb: int = 256
     # regular joins fold each key's changes of a micro-batch first (`state.joins.mini_batch`)
     mini_batch: bool = False
+    # a key holding more rows of one input of a regular join is logged (`state.joins.fanout`)
+    hot_key_rows: int = 100_000
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
@@ -629,6 +631,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         state_partitions=read.get("STATE_PARTITIONS"),
         warm_state_mb=read.get("WARM_STATE_MB"),
         mini_batch=read.get("JOIN_MINI_BATCH") == "true",
+        hot_key_rows=read.get("HOT_KEY_ROWS"),
         lookup=lookup,
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),

@@ -299,6 +299,12 @@ _ALL = [
     ),
     _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(
+        "HOT_KEY_ROWS",
+        "a whole number of rows (0: never)",
+        parsers.whole,
+        "100000",
+    ),
+    Variable(
         "WARM_STATE_MB",
         "a whole number of MiB (0 turns it off)",
         parsers.whole,

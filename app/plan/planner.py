@@ -93,6 +93,7 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
         buckets,
         config.mini_batch,
         config.join.input_ttls_ms,
+        config.hot_key_rows,
     )
 
 

@@ -79,6 +79,7 @@ def joined_changes(
     config, last, layout = plan.config, plan.last, plan.layout
     held = None if metrics is None else metrics.held_rows.accumulator
     late = None if metrics is None else metrics.late_rows.accumulator
+    fanout = None if metrics is None else metrics.fanout.accumulator
     warm = warm_state(config, metrics)
     if plan.multi_way is not None:
         inputs = []
@@ -114,6 +115,7 @@ def joined_changes(
             sequenced=plan.materialized,
             spread=layout.spread_buckets,
             warm=warm,
+            fanout=fanout,
         )
     first = plan.stages[0]
     if first.lookup is not None:
@@ -143,6 +145,7 @@ def joined_changes(
             sequenced=plan.materialized or len(plan.stages) > 1,
             spread=layout.spread_buckets,
             warm=warm,
+            fanout=fanout,
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -174,6 +177,7 @@ def joined_changes(
             number=number,
             spread=layout.spread_buckets,
             warm=warm,
+            fanout=fanout,
         )
     return joined
 

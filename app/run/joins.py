@@ -105,6 +105,7 @@ def bucketed_join(
     number: int = 1,
     spread: bool = True,
     warm: WarmState | None = None,
+    fanout: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
@@ -123,6 +124,7 @@ def bucketed_join(
         chained=number > 1,
         spread=spread,
         warm=warm,
+        fanout=fanout,
     )
 
 
@@ -198,6 +200,7 @@ def multi_way_join(
     sequenced: bool = False,
     spread: bool = True,
     warm: WarmState | None = None,
+    fanout: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
@@ -217,6 +220,7 @@ def multi_way_join(
         held_rows=held_rows,
         spread=spread,
         warm=warm,
+        fanout=fanout,
     )
 
 

@@ -87,6 +87,7 @@ class RegularJoinSpec(JoinSpec):
     mini_batch: bool = False  # a key's changes in a micro-batch folded first (`mini_batch`)
     # an input's own retention (Flink's STATE_TTL hint; 0: for ever), None: `state_ttl_ms`
     input_ttls_ms: tuple[int | None, int | None] = (None, None)
+    hot_key_rows: int = 0  # a key holding more rows of one input is logged (`fanout`); 0: never
 
     @property
     def retention_ms(self) -> tuple[int, ...]:
@@ -169,6 +170,10 @@ class MultiJoinSpec:
     @property
     def buckets(self) -> int:
         return self.joins[0].buckets
+
+    @property
+    def hot_key_rows(self) -> int:
+        return self.joins[0].hot_key_rows
 
     @property
     def mini_batch(self) -> bool:

@@ -86,6 +86,13 @@ class WarmReads(Protocol):
     def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
+class FanoutCounts(Protocol):
+    """Where a join's fan-out and hot-key reports are counted (`state.joins.fanout`):
+    `{("fanout", bound) | ("fanout", "sum") | ("hot", input): count}`."""
+
+    def add(self, counts: dict[tuple[str, str], int]) -> None: ...
+
+
 @dataclass(frozen=True)
 class WarmState:
     """How much state each Python worker keeps between micro-batches (`state.store.warm`; 0:
@@ -203,17 +210,20 @@ class StatefulFrame(StatefulProcessor):
         held_rows: HeldRows | None = None,
         chained: bool = False,
         warm: WarmState | None = None,
+        fanout: FanoutCounts | None = None,
     ) -> None:
         """`late_rows` counts event-time rows that arrive behind the watermark, by side;
         `held_rows` takes what each bucket holds (`held`); `chained`: the left input is the
         result of a join before this one in the same query (see `handleInputRows`); `warm`:
-        the state kept in the workers between micro-batches."""
+        the state kept in the workers between micro-batches; `fanout`: where a join that
+        counts its fan-out (a `fanout` attribute, `state.joins.fanout`) adds it."""
         self.operator = operator
         self.layout = layout
         self.late_rows = late_rows if operator.clock == "event" else None
         self.held_rows = held_rows
         self.chained = chained and operator.clock == "event"  # only time orders its work
         self.warm = warm
+        self.fanout = fanout
         # the operator's name among every copy a worker keeps: made once, where the query is
         self.owner = uuid.uuid4().hex
 
@@ -360,7 +370,10 @@ class StatefulFrame(StatefulProcessor):
             yield self._frame(changes)
 
     def close(self) -> None:
-        """Count the task's reads (the state handles are Spark's to close)."""
+        """Count the task's reads and fan-out (the state handles are Spark's to close)."""
+        counted = getattr(self.operator, "fanout", None)
+        if self.fanout is not None and counted is not None:
+            self.fanout.add(counted.take())
         if self.warm is None or self.warm.reads is None:
             return
         hits, misses = self.reads.take()

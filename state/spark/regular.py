@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.changes import SIDES, Change, Row
+from state.joins.fanout import Fanout
 from state.joins.mini_batch import folded
 from state.joins.pages import PagedRows, settle
 from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
@@ -60,6 +61,7 @@ class RegularJoinOperator:
         self.spec = spec
         self.join = spec.operator()
         self.retentions = InputRetentions(spec.retention_ms)
+        self.fanout = Fanout(spec.hot_key_rows)
         inputs = spec.inputs if isinstance(spec, MultiJoinSpec) else (spec.left, spec.right)
         self.unique_keys = [unique_key_of(side.fields, side.unique_key) for side in inputs]
 
@@ -137,14 +139,19 @@ class RegularJoinOperator:
             views = touched.get(key)
             if views is None:
                 views = touched[key] = bucket.keys[key] = self._views(bucket, key)
-            changes += self.join.process(rows.sides[i], kind, self._row(rows, i), views)
+            emitted = self.join.process(rows.sides[i], kind, self._row(rows, i), views)
+            self.fanout.emitted(len(emitted))
+            changes += emitted
         for key, views in touched.items():
             for side, view in enumerate(views):
                 view.prune()
                 if isinstance(view, UniqueKeyView | MultisetView):
                     view.rows = settle(view.rows, self.pages, key, side)
-            if not any(len(view) for view in views):
+            sizes = [len(view) for view in views]
+            if not any(sizes):
                 del bucket.keys[key]  # an emptied key leaves no entry
+            for side, size in enumerate(sizes):
+                self.fanout.held(self.sides[side], key, size)
         return changes
 
     def _row(self, rows: InputRows, i: int) -> Row:
