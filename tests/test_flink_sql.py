@@ -369,17 +369,17 @@ HINTED = (
     ("hint", "name"),
     [
         ("/*+ SHUFFLE_HASH(p) */", "SHUFFLE_HASH"),
-        ("/*+ LOOKUP('table' = 'p', 'retry-predicate' = 'lookup_miss') */", "LOOKUP"),
+        ("/*+ NEST_LOOP(p) */", "NEST_LOOP"),
         ("/*+ MULTI_JOIN(o, p), BROADCAST(p) */", "BROADCAST"),
         ("/*+ OPTIONS('scan.startup.mode' = 'latest-offset') */", "OPTIONS"),
     ],
-    ids=["shuffle-hash", "lookup", "second-of-two", "options"],
+    ids=["shuffle-hash", "nest-loop", "second-of-two", "options"],
 )
 def test_a_hint_streamjoin_does_not_run_is_refused_not_dropped(hint: str, name: str) -> None:
     message = refusal(ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint))
     assert message == (
         f"line 24: the hint {name} is not supported: the job would run without "
-        "it (hints streamjoin runs: MULTI_JOIN, STATE_TTL)"
+        "it (hints streamjoin runs: LOOKUP, MULTI_JOIN, STATE_TTL)"
     )
 
 
@@ -478,7 +478,7 @@ def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_pat
     assert result.stderr.splitlines() == [
         "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 24: the hint "
         "SHUFFLE_HASH is not supported: the job would run without it (hints streamjoin runs: "
-        "MULTI_JOIN, STATE_TTL)"
+        "LOOKUP, MULTI_JOIN, STATE_TTL)"
     ]
 
 
@@ -905,3 +905,51 @@ def test_a_state_ttl_hint_that_names_no_input_or_a_time_bounded_join_is_refused(
         "STREAMJOIN_SQL line 24 (LEFT_STATE_TTL): expected unset: an input's own retention is a "
         "regular join's, not the temporal join's; got '120000ms'"
     ]
+
+
+def test_the_lookup_hint_retries_a_miss_of_its_own_table_in_a_chain() -> None:
+    """Flink's `LOOKUP` hint (FLIP-234) on the second lookup of a chain: its table's lookups
+    retry a miss 3 more times, 2 s apart, asynchronously; the first lookup's do not."""
+    query = (
+        "INSERT INTO enriched\nSELECT /*+ LOOKUP('table' = 't', 'retry-predicate' = "
+        "'lookup_miss', 'retry-strategy' = 'fixed_delay', 'fixed-delay' = '2s', "
+        "'max-attempts' = '3', 'async' = 'true', 'output-mode' = 'ordered') */\n"
+        "  o.order_id, c.name, r.currency, o.product_id\n"
+        "FROM orders AS o\nJOIN customers AS c ON o.customer_id = c.customer_id\n"
+        "LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r ON c.name = r.currency\n"
+        "LEFT JOIN tiers FOR SYSTEM_TIME AS OF o.proc AS t ON c.name = t.name;"
+    )
+    tiers = RATES.replace("rates (currency STRING, rate INT)", "tiers (name STRING, cut INT)")
+    tiers = tiers.replace("'rates'", "'tiers'")
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck", "STREAMJOIN_SQL": CHAIN + RATES + tiers + query}
+    rates, hinted = join_stages(load_config(env))[-2:]
+    assert (rates.lookup.miss_retries, hinted.lookup.miss_retries) == (0, 3)
+    assert hinted.lookup.miss_retry_delay_ms == 2000 and hinted.lookup.asynchronous
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("'table' = 'c'", "LOOKUP names 'c', which is no lookup join's table"),
+        (
+            "'table' = 'r', 'retry-predicate' = 'lookup_miss'",
+            "a lookup retry needs 'retry-predicate' = 'lookup_miss', 'retry-strategy' = "
+            "'fixed_delay', 'fixed-delay' and 'max-attempts'",
+        ),
+        (
+            "'table' = 'r', 'retry-predicate' = 'lookup_miss', 'retry-strategy' = "
+            "'exponential_delay', 'fixed-delay' = '1s', 'max-attempts' = '2'",
+            "LOOKUP 'retry-strategy' = 'exponential_delay' is not supported (fixed_delay)",
+        ),
+        ("'table' = 'r', 'timeout' = '1s'", "LOOKUP 'timeout' is not supported"),
+    ],
+    ids=["not-a-lookup", "half-a-retry", "other-strategy", "other-option"],
+)
+def test_a_lookup_hint_streamjoin_cannot_run_as_written_is_refused(options: str, says: str) -> None:
+    query = (
+        f"INSERT INTO enriched\nSELECT /*+ LOOKUP({options}) */ o.order_id, c.name, r.currency, "
+        "o.product_id\nFROM orders AS o\nJOIN customers AS c ON o.customer_id = c.customer_id\n"
+        "LEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r ON c.name = r.currency;"
+    )
+    message = refusal(CHAIN + RATES + query)
+    assert message.startswith("line 32: " + says), message

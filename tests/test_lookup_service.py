@@ -442,3 +442,35 @@ def test_a_lookup_that_times_out_fails_the_run_or_dead_letters_its_order_as_conf
         assert json.loads(letter.value)["order_id"] == "o2"
         assert b"timed out" in letter.header("streamjoin.error")
     assert rows(kafka, out) == expected
+
+
+def test_an_order_whose_row_is_written_after_it_is_looked_up_again_and_joined(
+    kafka: str, postgres: PostgresCluster, table: str, topics, tmp_path: Path
+) -> None:
+    """`LOOKUP_MISS_RETRIES` (Flink's LOOKUP hint, 'retry-predicate' = 'lookup_miss'): an order
+    of a product the table does not have yet is looked up again, 2 s apart, and joined with the
+    row written meanwhile (without retries this INNER join would drop it)."""
+    orders, out = topics
+    env = lookup_env(
+        kafka,
+        postgres,
+        table,
+        orders,
+        out,
+        tmp_path / "ck",
+        LOOKUP_MISS_RETRIES="20",
+        LOOKUP_MISS_RETRY_DELAY="2s",
+    )
+    send_orders(kafka, orders, [("o1", "p1")])
+    service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
+    late = unique("late-product")
+    try:
+        send_orders(kafka, orders, [("o9", late)])
+        wait_for(lambda: late in postgres.log.read_text(), 120, "o9 was never looked up", service)
+        postgres.sql(f"INSERT INTO {table} VALUES ('{late}', 'yoyo', 2.50, 'toys')")
+        wait_for(lambda: len(rows(kafka, out)) == 2, 120, "o9 was never joined", service)
+        page = scrape(service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert rows(kafka, out) == [("o1", "scooter", 11.11), ("o9", "yoyo", 2.5)]
+    assert metric_in(page, 'streamjoin_lookup_events_total{event="miss-retry"}') >= 1

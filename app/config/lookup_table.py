@@ -24,6 +24,9 @@ class LookupConfig:
     max_concurrent: int
     shuffle: bool
     on_error: str = "fail"
+    # a key the table lacks looked up again (Flink's LOOKUP hint, 'retry-predicate' = 'lookup_miss')
+    miss_retries: int = 0
+    miss_retry_delay_ms: int = 1000
     # the table's columns' PostgreSQL types, read from its catalog at start-up
     column_types: dict[str, str] = field(default_factory=dict)
 
@@ -63,4 +66,6 @@ def read_lookup(read: Reader) -> LookupConfig:
         max_concurrent=read.get("LOOKUP_MAX_CONCURRENT") or 8,
         shuffle=flag("LOOKUP_SHUFFLE"),
         on_error=read.get("LOOKUP_ON_ERROR"),
+        miss_retries=read.get("LOOKUP_MISS_RETRIES") or 0,
+        miss_retry_delay_ms=read.get("LOOKUP_MISS_RETRY_DELAY"),
     )

@@ -211,6 +211,20 @@ _LOOKUP = [
     Variable(
         "LOOKUP_MAX_RETRIES", "a whole number", parsers.whole, "3", flink="'lookup.max-retries'"
     ),
+    Variable(
+        "LOOKUP_MISS_RETRIES",
+        "a whole number (0: a key the table lacks is a miss at once)",
+        parsers.whole,
+        "0",
+        flink="/*+ LOOKUP('retry-predicate' = 'lookup_miss', 'max-attempts' = …) */",
+    ),
+    Variable(
+        "LOOKUP_MISS_RETRY_DELAY",
+        DURATION,
+        parsers.duration_ms,
+        "1s",
+        flink="/*+ LOOKUP('retry-strategy' = 'fixed_delay', 'fixed-delay' = …) */",
+    ),
     _choice("LOOKUP_ASYNC", ("true", "false"), "true", "'lookup.async'"),
     Variable("LOOKUP_TIMEOUT", DURATION + " (per query)", parsers.duration_ms, "10s"),
     Variable(

@@ -17,6 +17,7 @@ tasks and micro-batches (`spark.python.worker.reuse`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -160,6 +161,8 @@ def looked_up(
     )
     join = spec.operator()
     right_fields = list(arrow)[2 + len(left_type) :]
+    retry_attempts = config.lookup.miss_retries  # type: ignore[union-attr]
+    retry_delay_s = config.lookup.miss_retry_delay_ms / 1000  # type: ignore[union-attr]
 
     def joined_batch(
         batch: pa.RecordBatch, keys: list[Key | None], found: dict[Key, list[Row]]
@@ -208,6 +211,8 @@ def looked_up(
                     rows = cache.get(key)  # a FULL cache (re)loads the table here
                     (missing.append(key) if rows is None else found.__setitem__(key, rows))
                 fetched = table.fetch(missing)
+                retried = _misses_retried(table, fetched, retry_attempts, retry_delay_s)
+                counts[("miss-retry",)] = counts.get(("miss-retry",), 0) + retried
             except LookupFailed as error:
                 if letters is None:
                     raise
@@ -235,6 +240,24 @@ def looked_up(
         keys = [F.col("row")[a] for a, _ in spec.equi_keys]
         changes = changes.repartition(*keys)
     return changes.mapInArrow(run, out_type)
+
+
+def _misses_retried(
+    table: PostgresTable, fetched: dict[Key, list[Row]], attempts: int, delay_s: float
+) -> int:
+    """Flink's `LOOKUP` hint with `'retry-predicate' = 'lookup_miss'` and `'fixed_delay'`: the
+    keys the table lacked (a customer row not written yet) looked up again after `delay_s`, up
+    to `attempts` more times, all of a batch's at once, so the batch waits at most `attempts` x
+    `delay_s` however many keys missed; `fetched` updated in place; the lookups retried."""
+    retried = 0
+    for _ in range(attempts):
+        missed = [key for key, rows in fetched.items() if not rows]
+        if not missed:
+            break
+        time.sleep(delay_s)
+        fetched.update(table.fetch(missed))
+        retried += len(missed)
+    return retried
 
 
 def _dead_lettered(

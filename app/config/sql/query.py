@@ -34,6 +34,7 @@ and the like are refused with the variable to use instead.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import sqlglot
@@ -755,30 +756,97 @@ MINI_BATCH_OPTION = "table.exec.mini-batch.enabled"
 # Flink closes a mini-batch after this long or this many records; here each micro-batch is one
 MINI_BATCH_BOUNDS = ("table.exec.mini-batch.allow-latency", "table.exec.mini-batch.size")
 _MULTI_JOIN_HINT = re.compile(r"/\*\+\s*MULTI_JOIN\b", re.I)
-_STATE_TTL_HINT = re.compile(r"/\*\+[^*]*?\bSTATE_TTL\s*\(([^)]*)\)", re.I)
 _HINT_OPTION = re.compile(r"\s*'([^']*)'\s*=\s*'([^']*)'\s*(,|$)")
+
+
+def _hints(text: str, name: str, form: str) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+    """Each `/*+ NAME('key' = 'value', …) */` hint of `text`: its line and its options, in
+    order; `form` is what the hint's text must look like, said where it does not."""
+    pattern = re.compile(rf"/\*\+[^*]*?\b{name}\s*\(([^)]*)\)", re.I)
+    for hint in pattern.finditer(text):
+        line = 1 + text[: hint.start()].count("\n")
+        body, at, options = hint[1].strip(), 0, []
+        while at < len(body):
+            option = _HINT_OPTION.match(body, at)
+            if option is None:
+                raise SqlError(line, form)
+            options.append((option[1], option[2]))
+            at = option.end()
+        yield line, options
+
+
+def _named_input(line: int, hint: str, name: str, names: dict[str, int]) -> int:
+    """The place in the joins of the table or alias a hint names (`compile_query`)."""
+    place = names.get(name.lower())
+    if place is None:
+        raise SqlError(line, f"{hint} names {name!r}, which is no table or alias the SELECT joins")
+    return place
 
 
 def _input_ttls(text: str, names: dict[str, int]) -> dict[int, tuple[str, int]]:
     """Flink's `/*+ STATE_TTL('table or alias' = 'duration', …) */`: each named input's own
     retention and the hint's line, by the input's place in the joins (`compile_query`)."""
     ttls: dict[int, tuple[str, int]] = {}
-    for hint in _STATE_TTL_HINT.finditer(text):
-        line = 1 + text[: hint.start()].count("\n")
-        body, at = hint[1].strip(), 0
-        while at < len(body):
-            option = _HINT_OPTION.match(body, at)
-            if option is None:
-                raise SqlError(line, "STATE_TTL('table or alias' = 'duration', …)")
-            place = names.get(option[1].lower())
-            if place is None:
+    for line, options in _hints(text, "STATE_TTL", "STATE_TTL('table or alias' = 'duration', …)"):
+        for name, value in options:
+            ttls[_named_input(line, "STATE_TTL", name, names)] = (duration(value), line)
+    return ttls
+
+
+# Flink's LOOKUP hint options this service runs, as the variables they set ('retry-predicate'
+# and 'retry-strategy' take one value each, and 'output-mode' any: a micro-batch's output keeps
+# its input's order, which 'allow_unordered' allows too)
+_LOOKUP_HINT = {
+    "max-attempts": "LOOKUP_MISS_RETRIES",
+    "fixed-delay": "LOOKUP_MISS_RETRY_DELAY",
+    "async": "LOOKUP_ASYNC",
+    "capacity": "LOOKUP_MAX_CONCURRENT",
+}
+_LOOKUP_HINT_FIXED = {"retry-predicate": "lookup_miss", "retry-strategy": "fixed_delay"}
+
+
+def _lookup_hints(
+    text: str, names: dict[str, int], queries: list[JoinQuery]
+) -> dict[int, list[tuple[str, str, int]]]:
+    """Flink's `/*+ LOOKUP('table' = …, 'retry-predicate' = 'lookup_miss', 'retry-strategy' =
+    'fixed_delay', 'fixed-delay' = …, 'max-attempts' = …) */`: the variables it sets (name,
+    value, line) by the place of its lookup table in the joins."""
+    found: dict[int, list[tuple[str, str, int]]] = {}
+    form = "LOOKUP('table' = 'name', 'option' = 'value', …)"
+    for line, options in _hints(text, "LOOKUP", form):
+        given = dict(options)
+        if "table" not in given:
+            raise SqlError(line, "the LOOKUP hint needs 'table' = the lookup table's name")
+        table = given.pop("table")
+        place = _named_input(line, "LOOKUP", table, names)
+        if place == 0 or queries[place - 1].type != "lookup":
+            raise SqlError(line, f"LOOKUP names {table!r}, which is no lookup join's table")
+        retry = {"max-attempts", "fixed-delay", *_LOOKUP_HINT_FIXED}
+        if retry & given.keys() and not retry <= given.keys():
+            raise SqlError(
+                line,
+                "a lookup retry needs 'retry-predicate' = 'lookup_miss', 'retry-strategy' = "
+                "'fixed_delay', 'fixed-delay' and 'max-attempts'",
+            )
+        variables = []
+        for key, value in given.items():
+            if key in _LOOKUP_HINT_FIXED:
+                if value.lower() != _LOOKUP_HINT_FIXED[key]:
+                    raise SqlError(
+                        line,
+                        f"LOOKUP '{key}' = '{value}' is not supported ({_LOOKUP_HINT_FIXED[key]})",
+                    )
+            elif key in _LOOKUP_HINT:
+                value = duration(value) if key == "fixed-delay" else value
+                variables.append((_LOOKUP_HINT[key], value, line))
+            elif key != "output-mode":
                 raise SqlError(
                     line,
-                    f"STATE_TTL names {option[1]!r}, which is no table or alias the SELECT joins",
+                    f"LOOKUP '{key}' is not supported (table, retry-predicate, retry-strategy, "
+                    f"fixed-delay, max-attempts, async, capacity, output-mode)",
                 )
-            ttls[place] = (duration(option[2]), line)
-            at = option.end()
-    return ttls
+        found.setdefault(place, []).extend(variables)
+    return found
 
 
 _WINDOW_TVF = re.compile(r"\bTABLE\s*\(\s*(TUMBLE|HOP|CUMULATE|SESSION)\s*\(", re.I)
@@ -840,6 +908,7 @@ def compile_script(text: str) -> Compiled:
     if hint is not None and out.multi_way is None:
         out.multi_way = f"line {1 + text[: hint.start()].count(chr(10))} (the MULTI_JOIN hint)"
     input_ttls = _input_ttls(text, names)
+    lookup_hints = _lookup_hints(text, names, queries)
     first, (left, right) = queries[0], members[:2]
     input_table(left, "LEFT", out, first.left_time or _time_of(left, first.type, "LEFT"))
     if first.type == "lookup":
@@ -857,6 +926,10 @@ def compile_script(text: str) -> Compiled:
     for place, (ttl, hint_line) in input_ttls.items():
         compiled = out if place < 2 else out.chain[place - 2]
         compiled.set(f"{'LEFT' if place == 0 else 'RIGHT'}_STATE_TTL", ttl, hint_line)
+    for place, variables in lookup_hints.items():
+        compiled = out if place < 2 else out.chain[place - 2]
+        for name, value, hint_line in variables:
+            compiled.set(name, value, hint_line)
     starting_offsets(out)
     output_table(output, out)
     if all(query.type != "regular" for query in queries):
