@@ -451,16 +451,8 @@ def test_an_order_whose_row_is_written_after_it_is_looked_up_again_and_joined(
     of a product the table does not have yet is looked up again, 2 s apart, and joined with the
     row written meanwhile (without retries this INNER join would drop it)."""
     orders, out = topics
-    env = lookup_env(
-        kafka,
-        postgres,
-        table,
-        orders,
-        out,
-        tmp_path / "ck",
-        LOOKUP_MISS_RETRIES="20",
-        LOOKUP_MISS_RETRY_DELAY="2s",
-    )
+    retries = {"LOOKUP_MISS_RETRIES": "20", "LOOKUP_MISS_RETRY_DELAY": "2s"}
+    env = lookup_env(kafka, postgres, table, *topics, tmp_path / "ck", **retries)
     send_orders(kafka, orders, [("o1", "p1")])
     service = run_until(env, tmp_path / "log", lambda: len(rows(kafka, out)) == 1, "no output")
     late = unique("late-product")
