@@ -379,7 +379,7 @@ def test_a_hint_streamjoin_does_not_run_is_refused_not_dropped(hint: str, name: 
     message = refusal(ORDERS + PRODUCTS + OUT + HINTED.format(hint=hint))
     assert message == (
         f"line 24: the hint {name} is not supported: the job would run without "
-        "it (hints streamjoin runs: LOOKUP, MULTI_JOIN, STATE_TTL)"
+        "it (hints streamjoin runs: EARLY_FIRE, LOOKUP, MULTI_JOIN, STATE_TTL)"
     )
 
 
@@ -478,7 +478,7 @@ def test_a_hint_it_does_not_run_stops_the_start_with_exit_2_and_one_line(tmp_pat
     assert result.stderr.splitlines() == [
         "streamjoin: STREAMJOIN_SQL: expected Flink SQL streamjoin runs; line 24: the hint "
         "SHUFFLE_HASH is not supported: the job would run without it (hints streamjoin runs: "
-        "LOOKUP, MULTI_JOIN, STATE_TTL)"
+        "EARLY_FIRE, LOOKUP, MULTI_JOIN, STATE_TTL)"
     ]
 
 
@@ -953,3 +953,43 @@ def test_a_lookup_hint_streamjoin_cannot_run_as_written_is_refused(options: str,
     )
     message = refusal(CHAIN + RATES + query)
     assert message.startswith("line 32: " + says), message
+
+
+PRICES = """CREATE TABLE products (
+  product_id STRING,
+  name STRING,
+  price DECIMAL(10, 2),
+  ts TIMESTAMP_LTZ(3) METADATA FROM 'timestamp',
+  WATERMARK FOR ts AS ts
+) WITH ('connector' = 'kafka', 'topic' = 'products', 'format' = 'json');
+"""
+INTERVAL_LEFT = (
+    "INSERT INTO out SELECT {hint} o.order_id, p.name, p.price FROM orders o LEFT JOIN products p "
+    "ON o.product_id = p.product_id AND o.order_time BETWEEN p.ts - INTERVAL '1' HOUR AND p.ts;"
+)
+
+
+def test_the_early_fire_hint_pads_an_outer_interval_joins_rows_early_and_makes_it_update() -> None:
+    """Flink's `EARLY_FIRE` hint (FLIP-497): the interval join's delay, in its own time; the
+    result then corrects padded rows, so an append output is refused as for any update."""
+    hint = "/*+ EARLY_FIRE('delay' = '5s', 'time_mode' = 'rowtime') */"
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    config = planned(
+        env | {"STREAMJOIN_SQL": ORDERS + PRICES + OUT + INTERVAL_LEFT.format(hint=hint)}
+    )
+    spec = join_spec(config)
+    assert spec.early_fire_ms == 5000 and spec.produces_updates
+    append = OUT.replace("'debezium-json'", "'json'")
+    errors = plan_errors(
+        load_config(
+            env | {"STREAMJOIN_SQL": ORDERS + PRICES + append + INTERVAL_LEFT.format(hint=hint)}
+        )
+    )
+    assert any(error.variable == "OUTPUT_ENCODING" for error in errors), errors
+    proctime = hint.replace("rowtime", "proctime")
+    assert refusal(ORDERS + PRICES + OUT + INTERVAL_LEFT.format(hint=proctime)) == (
+        "line 20: EARLY_FIRE 'time_mode' = 'proctime' is not supported: the interval join runs "
+        "on rowtime (Flink's default)"
+    )
+    temporal = ORDERS + PRODUCTS + OUT + HINTED.format(hint="/*+ EARLY_FIRE('delay' = '5s') */")
+    assert refusal(temporal) == "line 24: EARLY_FIRE is an interval join's: the SELECT has none"

@@ -49,6 +49,36 @@ def test_an_outer_row_that_never_matched_is_padded_when_its_timer_fires() -> Non
     assert bucket.keys == {}
 
 
+def test_early_fire_pads_an_unmatched_order_after_the_delay_and_corrects_it_on_a_match() -> None:
+    """Flink's `EARLY_FIRE('delay' = '10m')` (FLIP-497) on orders LEFT JOIN shipments within 4 h
+    after: o1 is padded 10 min after its time, not 4 h after, and its shipment then turns the
+    padded row into the joined one (-U/+U); o2, shipped before its early fire, is joined only;
+    o3, never shipped, is padded once. Each is padded at most once, early or at its end."""
+    op = IntervalJoin("left", -4 * HOUR, 0, matches, early_fire_ms=600_000)
+    bucket = Bucket()
+    assert op.process(bucket, "o1", 0, ("o1",), HOUR, 0) == []
+    assert op.process(bucket, "o2", 0, ("o2",), HOUR, 0) == []
+    assert op.process(bucket, "o3", 0, ("o3",), HOUR, 0) == []
+    assert op.process(bucket, "o2", 1, ("s2",), HOUR + 60_000, 0) == [pair(("o2",), ("s2",))]
+    assert op.fire_due(bucket, HOUR + 599_999) == []
+    fired = op.fire_due(bucket, HOUR + 600_000)
+    assert Counter(fired) == Counter([pair(("o1",), None), pair(("o3",), None)])
+    assert op.process(bucket, "o1", 1, ("s1",), 2 * HOUR, HOUR + 600_000) == [
+        Change("-U", ("o1",), None),
+        Change("+U", ("o1",), ("s1",)),
+    ]
+    assert op.fire_due(bucket, MAX_TIME) == []  # o3 was padded already
+    assert bucket.keys == {}
+
+
+def test_early_fire_leaves_an_inner_join_append_only() -> None:
+    op = IntervalJoin("inner", -4 * HOUR, 0, matches, early_fire_ms=600_000)
+    bucket = Bucket()
+    assert op.process(bucket, "o1", 0, ("o1",), HOUR, 0) == []
+    assert op.fire_due(bucket, HOUR + 600_000) == []
+    assert op.process(bucket, "o1", 1, ("s1",), 2 * HOUR, 0) == [pair(("o1",), ("s1",))]
+
+
 def test_a_late_row_meets_what_is_still_cached_and_is_padded_at_once_if_unmatched() -> None:
     op, bucket = join("left"), Bucket()
     op.process(bucket, "k", 1, ("s1",), 10 * HOUR, 0)

@@ -231,6 +231,38 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
     assert joined() == expected
 
 
+def test_early_fire_pads_an_order_before_its_window_closes_and_corrects_it_on_its_shipment(
+    kafka: str, tmp_path: Path
+) -> None:
+    """`JOIN_EARLY_FIRE_DELAY=10m` (Flink's `EARLY_FIRE`, FLIP-497): o1 (1:00) still unshipped
+    once the watermark is at 2:00 comes out padded then, 3 h before its window closes, and its
+    shipment at 3:00 turns the padded row into the joined one."""
+    orders, shipments, out = join_topics(kafka)
+
+    def send(order_rows: list, shipment_rows: list) -> None:
+        produce(
+            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in order_rows]
+        )
+        shipped = [{"ship_id": s, "order_id": o, "st": t} for s, o, t in shipment_rows]
+        produce(kafka, shipments, [json.dumps(row).encode() for row in shipped])
+
+    def output() -> list[tuple]:
+        values = map(json.loads, (r.value for r in read_topic(kafka, out)))
+        return [(v["op"], v["order_id"], v["ship_id"]) for v in values]
+
+    send([("o1", at(1)), ("o2", at(2))], [("s0", "o0", at(2))])
+    env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
+    early = {"OUTPUT_ENCODING": "retract", "JOIN_EARLY_FIRE_DELAY": "10m"}
+    service = Service(env | early, tmp_path / "log")
+    try:
+        wait_for(lambda: output() == [("+I", "o1", None)], 240, "o1 was not fired", service)
+        send([], [("s1", "o1", at(3))])
+        corrected = [("+I", "o1", None), ("-U", "o1", None), ("+U", "o1", "s1")]
+        wait_for(lambda: output() == corrected, 120, "o1 was not corrected", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+
+
 def state_rows(service: Service) -> float:
     """The rows the join's state holds, both sides, from `/metrics`."""
     rows = re.findall(r"^streamjoin_state_rows\{.*\} (\S+)$", scrape(service), re.M)

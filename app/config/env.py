@@ -102,6 +102,8 @@ class JoinConfig:
     # a regular join's inputs' own retention (`LEFT_STATE_TTL`, `RIGHT_STATE_TTL`, the
     # STATE_TTL hint); None: `state_ttl_ms`
     input_ttls_ms: tuple[int | None, int | None] = (None, None)
+    # an outer interval join's unmatched rows padded this long after their time (EARLY_FIRE)
+    early_fire_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -542,6 +544,7 @@ def _chained_joins(
             None,
             0,
             input_ttls_ms=(None, read.get("RIGHT_STATE_TTL")),
+            early_fire_ms=read.get("JOIN_EARLY_FIRE_DELAY"),
         )
         source = replace(_input(read, "right", topic=join.type != LOOKUP), side=f"input{number}")
         lookup = read_lookup(read) if join.type == LOOKUP else None
@@ -608,6 +611,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         state_ttl_ms=read.get("STATE_TTL") or 0,
         state_buckets=read.get("JOIN_STATE_BUCKETS"),
         input_ttls_ms=(read.get("LEFT_STATE_TTL"), read.get("RIGHT_STATE_TTL")),
+        early_fire_ms=read.get("JOIN_EARLY_FIRE_DELAY"),
     )
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",

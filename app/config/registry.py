@@ -311,6 +311,14 @@ _ALL = [
         flink="SET 'pipeline.max-parallelism'",
         shown_default="the checkpoint's; 16 per state partition for a new one",
     ),
+    Variable(
+        "JOIN_EARLY_FIRE_DELAY",
+        DURATION + " (an outer interval join: an unmatched row padded this long after its "
+        "time, corrected by a later match)",
+        parsers.duration_ms,
+        flink="/*+ EARLY_FIRE('delay' = …) */",
+        shown_default="none: padded when its interval closes",
+    ),
     _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(
         "HOT_KEY_ROWS",

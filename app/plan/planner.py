@@ -72,6 +72,7 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
             config.left.time,
             config.right.time,
             buckets,
+            config.join.early_fire_ms,
         )
     if config.join.type in TEMPORAL_TYPES:
         probe_time = PROCTIME if config.join.type == "temporal-proctime" else config.left.time
@@ -239,7 +240,9 @@ def produces_updates(config: Config) -> bool:
     if config.chain:
         return produces_updates(join_stages(config)[-1])
     if config.join.type == "interval":
-        return False  # outer rows are emitted once, padded, when nothing can match them any more
+        # outer rows are emitted once, padded, when nothing can match them any more; fired
+        # early, the padded row is corrected by a later match
+        return config.join.early_fire_ms is not None and config.join.kind != "inner"
     if config.join.type in (*TEMPORAL_TYPES, LOOKUP):
         return config.left.format not in INSERT_ONLY_FORMATS  # each probe change keeps its kind
     inputs_update = any(s.format not in INSERT_ONLY_FORMATS for s in (config.left, config.right))
@@ -524,6 +527,14 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
                 f"0 or unset: a {join.type} join's state is bounded by time (its "
                 "watermark or the table's versions), not by retention",
                 f"{join.state_ttl_ms}ms",
+            )
+        )
+    if join.early_fire_ms is not None and (join.type != "interval" or join.early_fire_ms <= 0):
+        errors.append(
+            ConfigError(
+                "JOIN_EARLY_FIRE_DELAY",
+                "unset, or a delay above 0 for an interval join (early results of its outer rows)",
+                f"{join.early_fire_ms}ms",
             )
         )
     for side, ttl in zip(("LEFT", "RIGHT"), join.input_ttls_ms, strict=True):

@@ -9,6 +9,16 @@ are not dropped: they meet whatever is still cached. Per-key cleanup timers expi
 Flink keeps the two "expiration times" in fields of the operator instance, shared by the keys of
 a subtask; here they are shared by the keys of a state bucket (`Bucket`), which is the same
 thing when a key is alone in its subtask and is deterministic across restarts.
+
+Early fire (Flink's `EARLY_FIRE('delay' = …)` hint, FLIP-497, an outer join only): an outer row
+still unmatched `delay` after its time (in the join's time) is emitted padded then, once, not
+when its interval closes; a match that comes later within the interval retracts it:
+
+| an outer row, cached   | a match comes               | its interval closes, unmatched |
+|------------------------|-----------------------------|--------------------------------|
+| unmatched, not fired   | +I (row, match)             | +I (row, NULLs)                |
+| fired early (padded)   | -U (row, NULLs), +U (row, match) | nothing more               |
+| matched                | +I (row, match)             | nothing                        |
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from state.changes import Change, Row, RowKind
 
 Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
 MAX_TIME = 2**63 - 1
+# a cached row's `joined`: 0 (False) never matched, 1 (True) matched, FIRED padded early
+FIRED = 2
 
 
 @dataclass
@@ -35,9 +47,11 @@ class KeyState:
     right: Cache = field(default_factory=dict)
     left_timer: int | None = None
     right_timer: int | None = None
+    early_timer: int | None = None  # the next early fire of an unmatched outer row
 
     def timers(self) -> list[int]:
-        return sorted({t for t in (self.left_timer, self.right_timer) if t is not None})
+        timers = (self.left_timer, self.right_timer, self.early_timer)
+        return sorted({t for t in timers if t is not None})
 
 
 @dataclass
@@ -64,7 +78,11 @@ def cached_rows(bucket: Bucket, left: bool) -> int:
 
 def bucket_to_plain(bucket: Bucket) -> tuple:
     """A bucket as plain data (`state.store.encoding`)."""
-    keys = {k: (s.left, s.right, s.left_timer, s.right_timer) for k, s in bucket.keys.items()}
+    keys = {
+        k: (s.left, s.right, s.left_timer, s.right_timer)
+        + ((s.early_timer,) if s.early_timer is not None else ())
+        for k, s in bucket.keys.items()
+    }
     return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer
 
 
@@ -85,13 +103,16 @@ class IntervalJoin:
         matches: Callable[[Row, Row], bool],
         min_cleanup_ms: int = 0,
         allowed_lateness_ms: int = 0,
+        early_fire_ms: int | None = None,
     ) -> None:
-        """`min_cleanup_ms` is Flink's `table.exec.interval-join.min-cleanup-interval` (0)."""
+        """`min_cleanup_ms` is Flink's `table.exec.interval-join.min-cleanup-interval` (0);
+        `early_fire_ms`, the `EARLY_FIRE` hint's delay (None: none)."""
         self.left_outer = kind in ("left", "full")
         self.right_outer = kind in ("right", "full")
         self.left_size = -lower_ms
         self.right_size = upper_ms
         self.empty = lower_ms > upper_ms
+        self.early_fire = early_fire_ms if kind != "inner" and not self.empty else None
         self.min_cleanup = max(0, min_cleanup_ms)
         self.lateness = allowed_lateness_ms
         self.matches = matches
@@ -140,9 +161,13 @@ class IntervalJoin:
                     for entry in cached:
                         pair = (row, entry[0]) if left else (entry[0], row)
                         if self.matches(*pair):
-                            out.append(Change(RowKind.INSERT, *pair))
+                            if entry[1] == FIRED:  # its early padded row, corrected
+                                out.append(self._padded(not left, entry[0], RowKind.UPDATE_BEFORE))
+                                out.append(Change(RowKind.UPDATE_AFTER, *pair))
+                            else:
+                                out.append(Change(RowKind.INSERT, *pair))
                             emitted = True
-                            entry[1] = entry[1] or pad_other
+                            entry[1] = 1 if pad_other else entry[1]
                 if time <= expiration:
                     if pad_other:
                         out.extend(self._padded(not left, e[0]) for e in cached if not e[1])
@@ -157,6 +182,11 @@ class IntervalJoin:
                 state.right_timer = self._cleanup_time(row_time, True)
             elif not left and state.left_timer is None:
                 state.left_timer = self._cleanup_time(row_time, False)
+            if self.early_fire is not None and not emitted and self._outer(left):
+                fire = row_time + self.early_fire
+                state.early_timer = (
+                    fire if state.early_timer is None else min(fire, state.early_timer)
+                )
         elif not emitted and (self.left_outer if left else self.right_outer):
             out.append(self._padded(left, row))
         self._forget_if_empty(bucket, key)
@@ -176,7 +206,34 @@ class IntervalJoin:
         if state.right_timer == timestamp:
             bucket.left_expiration = self._expiration(operator_time, self.left_size)
             out += self._remove_expired(state, bucket.left_expiration, left=True)
+        if state.early_timer is not None and state.early_timer <= operator_time:
+            out += self._fire_early(state, operator_time)
         self._forget_if_empty(bucket, key)
+        return out
+
+    def _outer(self, left: bool) -> bool:
+        return self.left_outer if left else self.right_outer
+
+    def _fire_early(self, state: KeyState, operator_time: int) -> list[Change]:
+        """The unmatched outer rows `delay` old at `operator_time`, padded, each once; the
+        key's next early fire set to the next such row's."""
+        assert self.early_fire is not None
+        out: list[Change] = []
+        due = operator_time - self.early_fire
+        following: int | None = None
+        for left, cache in ((True, state.left), (False, state.right)):
+            if not self._outer(left):
+                continue
+            for time, entries in cache.items():
+                for entry in entries:
+                    if entry[1]:
+                        continue
+                    if time <= due:
+                        out.append(self._padded(left, entry[0]))
+                        entry[1] = FIRED
+                    elif following is None or time < following:
+                        following = time
+        state.early_timer = None if following is None else following + self.early_fire
         return out
 
     def fire_due(self, bucket: Bucket, operator_time: int) -> list[Change]:
@@ -210,8 +267,8 @@ class IntervalJoin:
         return out
 
     @staticmethod
-    def _padded(left: bool, row: Row) -> Change:
-        return Change(RowKind.INSERT, row) if left else Change(RowKind.INSERT, None, row)
+    def _padded(left: bool, row: Row, kind: str = RowKind.INSERT) -> Change:
+        return Change(kind, row) if left else Change(kind, None, row)
 
     @staticmethod
     def _forget_if_empty(bucket: Bucket, key: Any) -> None:

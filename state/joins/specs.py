@@ -213,10 +213,16 @@ class IntervalJoinSpec(JoinSpec):
     left_time: str
     right_time: str
     buckets: int = STATE_BUCKETS
+    early_fire_ms: int | None = None  # an outer row padded this long after its time, if unmatched
 
     @property
     def clock(self) -> Clock:
         return "processing" if self.left_time == PROCTIME else "event"
+
+    @property
+    def produces_updates(self) -> bool:
+        """An outer join that fires early corrects its padded rows (-U/+U)."""
+        return self.early_fire_ms is not None and self.kind != "inner"
 
     @cached_property
     def condition(self) -> IntervalCondition:
@@ -228,7 +234,13 @@ class IntervalJoinSpec(JoinSpec):
 
     def operator(self) -> IntervalJoin:
         bounds = self.condition
-        return IntervalJoin(self.kind, bounds.lower_ms, bounds.upper_ms, self.matcher())
+        return IntervalJoin(
+            self.kind,
+            bounds.lower_ms,
+            bounds.upper_ms,
+            self.matcher(),
+            early_fire_ms=self.early_fire_ms,
+        )
 
 
 @dataclass(frozen=True)

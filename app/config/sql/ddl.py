@@ -33,7 +33,7 @@ _STARTUP = {
 # Options whose only value streamjoin runs is Flink's default: any other is refused
 _DEFAULT_ONLY = {"value.fields-include": "ALL", "sink.partitioner": "default"}
 # Flink's query hints (`/*+ NAME(…) */`) streamjoin runs; any other is refused, never dropped
-HINTS = ("LOOKUP", "MULTI_JOIN", "STATE_TTL")
+HINTS = ("EARLY_FIRE", "LOOKUP", "MULTI_JOIN", "STATE_TTL")
 
 
 class SqlError(ValueError):

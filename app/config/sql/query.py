@@ -793,6 +793,33 @@ def _input_ttls(text: str, names: dict[str, int]) -> dict[int, tuple[str, int]]:
     return ttls
 
 
+def _early_fire(text: str, queries: list[JoinQuery], out: Compiled) -> None:
+    """Flink's `/*+ EARLY_FIRE('delay' = …[, 'time_mode' = …]) */` (FLIP-497): each interval
+    join of the SELECT pads its unmatched outer rows that long after their time
+    (`JOIN_EARLY_FIRE_DELAY`), in the join's own time, as Flink's default `time_mode`."""
+    form = "EARLY_FIRE('delay' = 'duration'[, 'time_mode' = 'rowtime' | 'proctime'])"
+    for line, options in _hints(text, "EARLY_FIRE", form):
+        given = {key.lower(): value for key, value in options}
+        if "delay" not in given or given.keys() - {"delay", "time_mode"}:
+            raise SqlError(line, form)
+        stages = [
+            out if number == 0 else out.chain[number - 1]
+            for number, query in enumerate(queries)
+            if query.type == "interval"
+        ]
+        if not stages:
+            raise SqlError(line, "EARLY_FIRE is an interval join's: the SELECT has none")
+        for compiled in stages:
+            own = "proctime" if compiled.variables.get("RIGHT_TIME") == "proctime" else "rowtime"
+            if given.get("time_mode", own).lower() != own:
+                raise SqlError(
+                    line,
+                    f"EARLY_FIRE 'time_mode' = '{given['time_mode']}' is not supported: the "
+                    f"interval join runs on {own} (Flink's default)",
+                )
+            compiled.set("JOIN_EARLY_FIRE_DELAY", duration(given["delay"]), line)
+
+
 # Flink's LOOKUP hint options this service runs, as the variables they set ('retry-predicate'
 # and 'retry-strategy' take one value each, and 'output-mode' any: a micro-batch's output keeps
 # its input's order, which 'allow_unordered' allows too)
@@ -926,6 +953,7 @@ def compile_script(text: str) -> Compiled:
     for place, (ttl, hint_line) in input_ttls.items():
         compiled = out if place < 2 else out.chain[place - 2]
         compiled.set(f"{'LEFT' if place == 0 else 'RIGHT'}_STATE_TTL", ttl, hint_line)
+    _early_fire(text, queries, out)
     for place, variables in lookup_hints.items():
         compiled = out if place < 2 else out.chain[place - 2]
         for name, value, hint_line in variables:
