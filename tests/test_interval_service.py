@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -261,6 +262,40 @@ def test_early_fire_pads_an_order_before_its_window_closes_and_corrects_it_on_it
         wait_for(lambda: output() == corrected, 120, "o1 was not corrected", service)
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
+
+
+def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_timeout(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Orders and shipments on partition 0 of two; partition 1 never writes. As in Flink, a
+    partition that has shown no row holds its input's watermark, so o1's window would never
+    close; with `SOURCE_IDLE_TIMEOUT` (Flink's `table.exec.source.idle-timeout`) it stops
+    holding it once quiet that long, and the next records move the watermark: o1, unshipped,
+    comes out padded."""
+    orders, shipments, out = join_topics(kafka, partitions=2)
+
+    def send(order_rows: list, shipment_rows: list) -> None:  # to partition 0
+        produce(
+            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in order_rows]
+        )
+        shipped = [{"ship_id": s, "order_id": o, "st": t} for s, o, t in shipment_rows]
+        produce(kafka, shipments, [json.dumps(row).encode() for row in shipped])
+
+    def output() -> list[tuple]:
+        values = map(json.loads, (r.value for r in read_topic(kafka, out)))
+        return [(v["order_id"], v["ship_id"]) for v in values]
+
+    send([("o1", at(1))], [("s0", "o0", at(2))])
+    env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
+    service = Service(env | {"SOURCE_IDLE_TIMEOUT": "2s"}, tmp_path / "log")
+    try:
+        wait_for(lambda: state_rows(service) > 0, 240, "o1 was never read", service)
+        time.sleep(3)  # the idle timeout is wall-clock time: what its passing does is under test
+        send([("o9", at(9))], [("s9", "o9", at(9, 30))])
+        wait_for(lambda: ("o1", None) in output(), 120, "o1 was never padded", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert ("o9", "s9") in output()
 
 
 def state_rows(service: Service) -> float:

@@ -321,6 +321,13 @@ _ALL = [
     ),
     _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(
+        "SOURCE_IDLE_TIMEOUT",
+        DURATION + " (0: a quiet partition holds its input's watermark back for ever)",
+        parsers.duration_ms,
+        "0",
+        flink="SET 'table.exec.source.idle-timeout'",
+    ),
+    Variable(
         "HOT_KEY_ROWS",
         "a whole number of rows (0: never)",
         parsers.whole,

@@ -73,6 +73,8 @@ def read_input(
         reader = reader.option("readTasks", str(tasks))
     if marks_group is not None:
         reader = reader.option("marksGroup", marks_group)
+        if config.source_idle_timeout_ms:
+            reader = reader.option("idleTimeoutMs", str(config.source_idle_timeout_ms))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     inputs = config.inputs()

@@ -14,6 +14,8 @@ available-now trigger does, under any trigger); `wakeatstart` (`true`: the first
 is a micro-batch, new records or none: see `KafkaStreamReader`);
 `marksgroup` (the consumer group where the reading tasks keep each partition's largest event
 time, for an input whose watermark is its partitions' least: see `serdes.kafka.event_times`);
+`idletimeoutms` (a partition with no new record for this long leaves the input's watermark:
+Flink's `table.exec.source.idle-timeout`);
 `waitfor` (a JSON list of topics: a trigger that found nothing new waits for a record on any of
 them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
@@ -80,6 +82,7 @@ class KafkaDataSource(DataSource):
             marks_group=self.options.get("marksgroup"),
             wait_for=json.loads(self.options.get("waitfor", "[]")),
             wait_ms=int(self.options.get("waitms", IDLE_WAIT_MS)),
+            idle_timeout_ms=int(self.options.get("idletimeoutms", 0)),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

@@ -40,6 +40,9 @@ WATERMARK_COLUMN = "watermark_time"
 # In a micro-batch's offsets beside the topic's: each partition's largest event time before it
 # (no topic has this name: it holds a space)
 EVENT_TIMES = "event times"
+# ... and the partitions idle at its plan (`table.exec.source.idle-timeout`): no new record for
+# that long, so left out of the input's watermark until they write again
+IDLE_PARTITIONS = "idle partitions"
 TIMEOUT_S = 10.0  # to fetch the marks a micro-batch starts from
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,7 @@ class PartitionMarks:
 
     group: str
     known: Marks
+    idle: frozenset[int] = frozenset()  # partitions that hold the watermark back no more
 
     def stamped(
         self,
@@ -120,7 +124,8 @@ class PartitionMarks:
         client_config: dict[str, str],
     ) -> Iterator[pa.RecordBatch]:
         """The decoded `batches` of partitions `own`, each with the watermark column set to the
-        least mark so far over all partitions; the own partitions' marks committed at the end."""
+        least mark so far over all partitions but the idle ones (as Flink's source leaves an
+        idle split out of its watermark); the own partitions' marks committed at the end."""
         highest = {p: self.known.get(p) for p in own}
         for batch in batches:
             times = pc.cast(batch.column("event_time"), pa.int64())
@@ -128,7 +133,7 @@ class PartitionMarks:
             for p in highest:
                 latest = pc.max(pc.filter(times, pc.equal(partition, p))).as_py()
                 highest[p] = _highest(highest[p], None if latest is None else latest // 1000)
-            marks = [highest.get(p, m) for p, m in self.known.items()]
+            marks = [highest.get(p, m) for p, m in self.known.items() if p not in self.idle]
             least = None if None in marks else min(marks, default=None)
             yield _with_watermark(batch, least)
         self._commit(highest, topic, client_config)

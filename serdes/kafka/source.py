@@ -29,7 +29,13 @@ from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
 from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals
 from serdes.kafka.client_log import logged
-from serdes.kafka.event_times import EVENT_TIMES, Marks, PartitionMarks, planned_marks
+from serdes.kafka.event_times import (
+    EVENT_TIMES,
+    IDLE_PARTITIONS,
+    Marks,
+    PartitionMarks,
+    planned_marks,
+)
 from serdes.kafka.offsets import PartitionBounds
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -131,8 +137,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         marks_group: str | None = None,
         wait_for: list[str] | None = None,
         wait_ms: int = IDLE_WAIT_MS,
+        idle_timeout_ms: int = 0,
     ) -> None:
         self.topic = topic
+        # a partition with no new record for this long leaves the input's watermark (Flink's
+        # `table.exec.source.idle-timeout`; 0: never): when each partition's end last moved,
+        # by this driver's clock (a restart starts the count again: a partition is idle later,
+        # never sooner)
+        self.idle_timeout_ms = idle_timeout_ms
+        self._moved: dict[int, tuple[int, float]] = {}
         # back to back, one input's reader holds a trigger that found nothing new until a
         # record comes to any of `wait_for`, the query's topics (`serdes.kafka.arrivals`)
         self.arrivals = (
@@ -214,7 +227,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.marks_group is None or planned == begun:
             return self._as_offsets(planned, _marks(start))  # nothing to read: start unchanged
         marks = planned_marks(self.client_config, self.marks_group, self.topic, ends, _marks(start))
-        return self._as_offsets(planned, marks)
+        return self._as_offsets(planned, marks, self._idle(ends, planned))
+
+    def _idle(self, ends: dict[int, int], planned: dict[int, int]) -> list[int]:
+        """The partitions read to their end whose end has not moved for the idle timeout."""
+        if self.idle_timeout_ms <= 0:
+            return []
+        now = time.monotonic()
+        for p, end in ends.items():
+            if self._moved.get(p, (None, 0.0))[0] != end:
+                self._moved[p] = (end, now)
+        quiet = now - self.idle_timeout_ms / 1000
+        return [
+            p
+            for p, (end, moved) in sorted(self._moved.items())
+            if moved <= quiet and planned.get(p) == end
+        ]
 
     def reportLatestOffset(self) -> Offsets:
         """The progress report's latest offsets: the ends this trigger's plan found (asked
@@ -227,7 +255,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.marks_group is not None:
             known = _marks(end)
             marks = PartitionMarks(
-                self.marks_group, {int(p): known.get(int(p)) for p in end.get(self.topic, {})}
+                self.marks_group,
+                {int(p): known.get(int(p)) for p in end.get(self.topic, {})},
+                frozenset(end.get(IDLE_PARTITIONS, [])),
             )
             # one task reads every partition: it sees each one's records of the micro-batch,
             # so the watermark it gives is its partitions' least now, not a micro-batch behind
@@ -262,12 +292,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.arrivals is not None:
             self.arrivals.close()
 
-    def _as_offsets(self, offsets: dict[int, int], marks: Marks | None = None) -> Offsets:
+    def _as_offsets(
+        self, offsets: dict[int, int], marks: Marks | None = None, idle: list[int] | None = None
+    ) -> Offsets:
         planned: Offsets = {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
         if self.started is not None:
             planned[STARTED] = {"ns": self.started}  # no topic has this name: it holds a space
         if marks:
             planned[EVENT_TIMES] = {str(p): m for p, m in sorted(marks.items()) if m is not None}
+        if idle:
+            planned[IDLE_PARTITIONS] = idle
         return planned
 
 

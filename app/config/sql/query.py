@@ -730,6 +730,8 @@ def _set(line: int, statement: str, out: Compiled) -> None:
     key, value = (sql_string(v) if v.startswith("'") else v for v in (match[1], match[2]))
     if key == "table.exec.state.ttl":
         out.set("STATE_TTL", duration(value), line)
+    elif key == IDLE_TIMEOUT_OPTION:
+        out.set("SOURCE_IDLE_TIMEOUT", duration(value), line)
     elif key in _PARALLELISM:  # a key group is a bucket, a subtask a state partition
         out.set(_PARALLELISM[key], value, line)
     elif key == MULTI_JOIN_OPTION:
@@ -745,12 +747,13 @@ def _set(line: int, statement: str, out: Compiled) -> None:
     else:
         raise SqlError(
             line,
-            f"SET '{key}' is not supported (table.exec.state.ttl, "
+            f"SET '{key}' is not supported (table.exec.state.ttl, {IDLE_TIMEOUT_OPTION}, "
             f"table.local-time-zone, {', '.join(_PARALLELISM)}, "
             f"{MULTI_JOIN_OPTION}, {MINI_BATCH_OPTION}, {', '.join(MINI_BATCH_BOUNDS)})",
         )
 
 
+IDLE_TIMEOUT_OPTION = "table.exec.source.idle-timeout"
 MULTI_JOIN_OPTION = "table.optimizer.multi-join.enabled"
 MINI_BATCH_OPTION = "table.exec.mini-batch.enabled"
 # Flink closes a mini-batch after this long or this many records; here each micro-batch is one
