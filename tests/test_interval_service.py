@@ -232,6 +232,15 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
     assert joined() == expected
 
 
+def send(kafka: str, topics: tuple[str, str], order_rows: list, shipment_rows: list) -> None:
+    """Orders `(order_id, ot)` and shipments `(ship_id, order_id, st)` to partition 0 of the
+    orders' and the shipments' topics."""
+    orders, shipments = topics
+    produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in order_rows])
+    shipped = [{"ship_id": s, "order_id": o, "st": t} for s, o, t in shipment_rows]
+    produce(kafka, shipments, [json.dumps(row).encode() for row in shipped])
+
+
 def test_early_fire_pads_an_order_before_its_window_closes_and_corrects_it_on_its_shipment(
     kafka: str, tmp_path: Path
 ) -> None:
@@ -240,24 +249,17 @@ def test_early_fire_pads_an_order_before_its_window_closes_and_corrects_it_on_it
     shipment at 3:00 turns the padded row into the joined one."""
     orders, shipments, out = join_topics(kafka)
 
-    def send(order_rows: list, shipment_rows: list) -> None:
-        produce(
-            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in order_rows]
-        )
-        shipped = [{"ship_id": s, "order_id": o, "st": t} for s, o, t in shipment_rows]
-        produce(kafka, shipments, [json.dumps(row).encode() for row in shipped])
-
     def output() -> list[tuple]:
         values = map(json.loads, (r.value for r in read_topic(kafka, out)))
         return [(v["op"], v["order_id"], v["ship_id"]) for v in values]
 
-    send([("o1", at(1)), ("o2", at(2))], [("s0", "o0", at(2))])
+    send(kafka, (orders, shipments), [("o1", at(1)), ("o2", at(2))], [("s0", "o0", at(2))])
     env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
     early = {"OUTPUT_ENCODING": "retract", "JOIN_EARLY_FIRE_DELAY": "10m"}
     service = Service(env | early, tmp_path / "log")
     try:
         wait_for(lambda: output() == [("+I", "o1", None)], 240, "o1 was not fired", service)
-        send([], [("s1", "o1", at(3))])
+        send(kafka, (orders, shipments), [], [("s1", "o1", at(3))])
         corrected = [("+I", "o1", None), ("-U", "o1", None), ("+U", "o1", "s1")]
         wait_for(lambda: output() == corrected, 120, "o1 was not corrected", service)
     finally:
@@ -274,24 +276,17 @@ def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_t
     comes out padded."""
     orders, shipments, out = join_topics(kafka, partitions=2)
 
-    def send(order_rows: list, shipment_rows: list) -> None:  # to partition 0
-        produce(
-            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in order_rows]
-        )
-        shipped = [{"ship_id": s, "order_id": o, "st": t} for s, o, t in shipment_rows]
-        produce(kafka, shipments, [json.dumps(row).encode() for row in shipped])
-
     def output() -> list[tuple]:
         values = map(json.loads, (r.value for r in read_topic(kafka, out)))
         return [(v["order_id"], v["ship_id"]) for v in values]
 
-    send([("o1", at(1))], [("s0", "o0", at(2))])
+    send(kafka, (orders, shipments), [("o1", at(1))], [("s0", "o0", at(2))])
     env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
     service = Service(env | {"SOURCE_IDLE_TIMEOUT": "2s"}, tmp_path / "log")
     try:
         wait_for(lambda: state_rows(service) > 0, 240, "o1 was never read", service)
         time.sleep(3)  # the idle timeout is wall-clock time: what its passing does is under test
-        send([("o9", at(9))], [("s9", "o9", at(9, 30))])
+        send(kafka, (orders, shipments), [("o9", at(9))], [("s9", "o9", at(9, 30))])
         wait_for(lambda: ("o1", None) in output(), 120, "o1 was never padded", service)
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
