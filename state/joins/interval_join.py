@@ -145,7 +145,7 @@ class IntervalJoin:
         size_other = self.right_size if left else self.left_size
         lower = row_time - size_other
         upper = row_time + (self.left_size if left else self.right_size)
-        pad_other = self.right_outer if left else self.left_outer
+        pad_other = self._outer(not left)
         out: list[Change] = []
         emitted = False
         expiration = bucket.right_expiration if left else bucket.left_expiration
@@ -187,7 +187,7 @@ class IntervalJoin:
                 state.early_timer = (
                     fire if state.early_timer is None else min(fire, state.early_timer)
                 )
-        elif not emitted and (self.left_outer if left else self.right_outer):
+        elif not emitted and self._outer(left):
             out.append(self._padded(left, row))
         self._forget_if_empty(bucket, key)
         return out
@@ -248,7 +248,7 @@ class IntervalJoin:
 
     def _remove_expired(self, state: KeyState, expiration: int, left: bool) -> list[Change]:
         cache = state.left if left else state.right
-        pad = self.left_outer if left else self.right_outer
+        pad = self._outer(left)
         out: list[Change] = []
         earliest = -1
         for time in list(cache):
