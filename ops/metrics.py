@@ -238,7 +238,8 @@ class ServiceMetrics:
         dead_letters = Counter(
             "streamjoin_dead_letters",
             "Records sent to the dead-letter topic: input records that could not be decoded "
-            "(input left/right), joined rows a CAST failed on (input output, reason cast)",
+            "(input left/right), joined rows a CAST failed on (input output, reason cast), "
+            "rows behind the watermark with LATE_ROWS=dead-letter (reason late)",
             ["input", "reason"],
             registry=self.registry,
         )
@@ -251,7 +252,8 @@ class ServiceMetrics:
             Counter(
                 "streamjoin_late_rows",
                 "Event-time rows that arrived behind the combined watermark (interval and "
-                "temporal joins): joined or padded as Flink does, never dropped",
+                "temporal joins): joined or padded as Flink does, or dead-lettered with "
+                "LATE_ROWS=dead-letter",
                 ["side"],
                 registry=self.registry,
             ),

@@ -7,7 +7,7 @@ import random
 from app.run.joins import join_operator
 from state.columns import ColumnLayout
 from state.joins.specs import JoinSpec
-from state.spark.frame import HeldRows, LateRows, StatefulFrame
+from state.spark.frame import HeldRows, LateLetters, LateRows, StatefulFrame
 from state.spark.normalizer import NormalizeOperator
 from state.spark.upsert import UpsertMaterializeOperator
 
@@ -18,6 +18,7 @@ def join_frame(
     late_rows: LateRows | None = None,
     held_rows: HeldRows | None = None,
     number: int = 1,
+    late_letters: LateLetters | None = None,
 ) -> StatefulFrame:
     """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`; as the
     job's `number`-th join (after the first, its left is the result of the one before)."""
@@ -27,7 +28,10 @@ def join_frame(
         kinds,
         outputs=(0, 1) if spec.projects_right else (0,),
     )
-    return StatefulFrame(join_operator(spec, number), layout, late_rows, held_rows, number > 1)
+    operator = join_operator(spec, number)
+    return StatefulFrame(
+        operator, layout, late_rows, held_rows, number > 1, late_letters=late_letters
+    )
 
 
 def normalizer_frame(

@@ -266,6 +266,56 @@ def test_early_fire_pads_an_order_before_its_window_closes_and_corrects_it_on_it
         assert service.terminate() == 0, service.log()[-3000:]
 
 
+def test_late_rows_go_to_the_dead_letter_topic_with_the_watermark_they_missed(
+    kafka: str, tmp_path: Path
+) -> None:
+    """`LATE_ROWS=dead-letter`: once the watermark is at 9:00, an order of 4:00 and a shipment
+    of 4:00 are late. Flink's join would pad the order at once and cache nothing; here both
+    go to the dead-letter topic instead, with the watermark they missed, counted per input."""
+    orders, shipments, out = join_topics(kafka)
+
+    def output() -> list[tuple]:
+        values = map(json.loads, (r.value for r in read_topic(kafka, out)))
+        return [(v["order_id"], v["ship_id"]) for v in values]
+
+    send(
+        kafka,
+        (orders, shipments),
+        [("o1", at(1)), ("o9", at(9))],
+        [("s1", "o1", at(3)), ("s9", "o9", at(9, 30))],
+    )
+    env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
+    service = Service(env | {"LATE_ROWS": "dead-letter"}, tmp_path / "log")
+    nine = int(datetime(2026, 11, 22, 9, tzinfo=timezone.utc).timestamp())
+    try:
+        wait_for(
+            lambda: (metric(service, "streamjoin_watermark_seconds") or 0) >= nine,
+            240,
+            "the watermark never reached 9:00",
+            service,
+        )
+        send(kafka, (orders, shipments), [("o5", at(4))], [("s0", "o0", at(4))])
+        dead = read_topic(kafka, f"{out}.dlq", at_least=2)
+        for side in ("left", "right"):
+            counted = f'streamjoin_dead_letters_total{{input="{side}",reason="late"}}'
+            wait_for(lambda c=counted: metric(service, c) == 1, 60, f"{counted} != 1", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    assert sorted((json.loads(r.value) for r in dead), key=str) == sorted(
+        [{"order_id": "o5", "ot": at(4)}, {"ship_id": "s0", "order_id": "o0", "st": at(4)}],
+        key=str,
+    )
+    for letter in dead:
+        assert letter.header("streamjoin.error.reason") == b"late"
+        assert int(letter.header("streamjoin.watermark")) >= nine * 1000
+        assert int(letter.header("streamjoin.event.time")) < nine * 1000
+    assert {r.header("streamjoin.source.topic") for r in dead} == {
+        orders.encode(),
+        shipments.encode(),
+    }
+    assert ("o5", None) not in output() and ("o1", "s1") in output()
+
+
 def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_timeout(
     kafka: str, tmp_path: Path
 ) -> None:

@@ -132,6 +132,48 @@ def test_after_another_join_rows_released_at_a_watermark_join_as_of_their_time()
     assert outputs == [([228, 348], {("right",): 2}), ([], {("left",): 2, ("right",): 2})]
 
 
+def test_late_orders_go_to_the_letters_and_late_versions_still_update_the_table() -> None:
+    """`LATE_ROWS=dead-letter`: an order behind the watermark is sent on, with the watermark
+    it missed, instead of joining the version of its time; a version behind it still enters
+    the table, so the orders after it join it."""
+    spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    kinds = {"L_amount": "integral", "R_rate": "integral"}
+    outputs, letters = [], []
+    for late_letters in (None, LateLetterBox((0,))):
+        tester = TwsTester(
+            frame := join_frame(spec, kinds, late_rows=LateCounts(), late_letters=late_letters),
+            timeMode="EventTime",
+            eventTimeExtractor=lambda _row: float("inf"),
+        )
+        tester.testInPandas(0, changes((1, "+I", 1, ("Euro", 114))).assign(ts=0))
+        tester.setWatermark(1000)
+        late = pd.concat(
+            [
+                changes((1, "+U", 2, ("Euro", 116))).assign(ts=600),
+                changes((0, "+I", 3, (2, "Euro"))).assign(ts=300),
+                changes((0, "+I", 4, (3, "Euro"))).assign(ts=1500),
+            ],
+            ignore_index=True,
+        )
+        tester.testInPandas(0, late)
+        outputs.append(yen(tester.setWatermark(2000)))
+        frame.close()
+        letters.append(late_letters and late_letters.sent)
+    assert outputs == [[228, 348], [348]]
+    assert letters == [None, [(0, "+I", (2, "Euro"), 300, 1000)]]
+
+
+class LateLetterBox:
+    """A `LateLetters` that keeps what it is sent."""
+
+    def __init__(self, sides: tuple[int, ...]) -> None:
+        self.sides = sides
+        self.sent: list = []
+
+    def send(self, late: list) -> None:
+        self.sent += late
+
+
 class LateCounts(Counter):
     """A `LateRows` that counts, as the driver's accumulator."""
 

@@ -160,6 +160,8 @@ class Config:
     hot_key_rows: int = 100_000
     # an input partition with no new record for this long leaves its input's watermark; 0: never
     source_idle_timeout_ms: int = 0
+    # an event-time join's rows behind the watermark: "join" as Flink, or "dead-letter" instead
+    late_rows: str = "join"
     schema_registry_url: str | None = None
     schema_registry_properties: dict[str, str] = field(default_factory=dict)
     lookup: LookupConfig | None = None  # JOIN_TYPE=lookup: the table the right side is
@@ -639,6 +641,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         mini_batch=read.get("JOIN_MINI_BATCH") == "true",
         hot_key_rows=read.get("HOT_KEY_ROWS"),
         source_idle_timeout_ms=read.get("SOURCE_IDLE_TIMEOUT") or 0,
+        late_rows=read.get("LATE_ROWS"),
         lookup=lookup,
         group_id=read.get("KAFKA_GROUP_ID"),
         offset_reset=read.get("KAFKA_AUTO_OFFSET_RESET"),

@@ -327,6 +327,14 @@ _ALL = [
         "0",
         flink="SET 'table.exec.source.idle-timeout'",
     ),
+    _choice(
+        "LATE_ROWS",
+        ("join", "dead-letter"),
+        "join",
+        None,
+        "join (Flink's: a late row meets what its join still holds) or dead-letter (the row, "
+        "instead of joined)",
+    ),
     Variable(
         "HOT_KEY_ROWS",
         "a whole number of rows (0: never)",

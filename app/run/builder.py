@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from app.config.env import Config, InputConfig
 from app.config.registry import LOOKUP
@@ -30,17 +32,19 @@ from app.run.joins import (
 from app.run.operators import idle_wait_ms, on_wall_clock
 from ops.metrics import ServiceMetrics
 from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
-from serdes.kafka.dead_letters import DeadLetterTopic
+from serdes.kafka.dead_letters import DeadLetterTopic, LateRowLetters
 from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro_out import as_avro
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
 from state.changes import RowKind
 from state.columns import OP, SEQ, TS, side_column
-from state.joins.specs import JoinSpec
+from state.joins.specs import JoinSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
 
 # An input's changes (`op`, `seq`, `ts`, `row`) under its watermark, by the input
 ChangesOf = Callable[[InputConfig], DataFrame]
+# Where the `number`-th join (its spec, its left and right row types) sends its late rows
+LateLettersOf = Callable[[int, JoinSpec, StructType, StructType], LateRowLetters | None]
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,9 @@ class Writers:
     """The tasks that may write a micro-batch, each under a transactional id of its own index:
     one per state partition (the joined changes, `0 ..`), then one per partition of each input
     (its dead letters, or its forwarded records), from `first[side]` on, then for a lookup join
-    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on. `read`
+    one per lookup task (its failed lookups' dead letters), from `first["lookup"]` on, then
+    with `LATE_ROWS=dead-letter` one per state partition of each join (its late rows), from
+    `first[late_writers(number)]` on. `read`
     tasks read each input's partitions (`app.run.checkpoint.read_tasks`); `partitions` is how
     many each input topic has."""
 
@@ -56,6 +62,57 @@ class Writers:
     first: dict[str, int]
     read: int | None
     partitions: dict[str, int]
+
+
+def late_writers(number: int) -> str:
+    """The name in `Writers.first` of the `number`-th join's late-row writers."""
+    return f"late{number}"
+
+
+def late_letters_of(
+    config: Config, tasks: Writers, exactly_once: ExactlyOnce | None, tally: Accumulator[dict]
+) -> LateLettersOf:
+    """Where each event-time join sends its late rows with `LATE_ROWS=dead-letter`: both inputs
+    of an interval join, the probe side of a temporal join (a versioned table's late change
+    still updates its table: without it, later rows would join a version that is not the
+    one valid at their time); never a join's result, which is not late there."""
+
+    def late_letters(
+        number: int, spec: JoinSpec, left: StructType, right: StructType
+    ) -> LateRowLetters | None:
+        if config.late_rows != "dead-letter" or spec.clock != "event":
+            return None
+        sides = (1,) if number > 1 else (0, 1)
+        if isinstance(spec, TemporalJoinSpec):
+            sides = tuple(s for s in sides if s == 0)
+        if not sides:
+            return None
+        inputs = (
+            (config.left, config.right) if number == 1 else (None, config.chain[number - 2].input)
+        )
+        letters = DeadLetterTopic(
+            config.output.dlq_topic,
+            config.kafka_client_config(),
+            exactly_once,
+            tasks.first[late_writers(number)],
+        )
+        rows = (left, right)
+        return LateRowLetters(
+            letters,
+            sides,
+            tuple(s.side if s else "" for s in inputs),  # type: ignore[arg-type]
+            tuple(s.topic if s else "" for s in inputs),  # type: ignore[arg-type]
+            tuple(tuple(row.names) for row in rows),  # type: ignore[arg-type]
+            frozenset(
+                f"{side}.{f.name}"
+                for side, row in enumerate(rows)
+                for f in row
+                if isinstance(f.dataType, TimestampType | TimestampNTZType)
+            ),
+            tally,
+        )
+
+    return late_letters
 
 
 def warm_state(config: Config, metrics: ServiceMetrics | None) -> WarmState:
@@ -70,12 +127,14 @@ def joined_changes(
     changes_of: ChangesOf,
     metrics: ServiceMetrics | None,
     lookup_letters: DeadLetterTopic | None = None,
+    late_letters: LateLettersOf | None = None,
 ) -> DataFrame:
     """The changes of the plan's last join (`op`, its `L_`/`R_` columns, `seq` where the
     upsert materializer or a next join takes them): each input's changes (`changes_of`)
     normalized where its join needs it, joined in the order Flink SQL plans the joins, or all
     at once by the multi-way join. `metrics`: what the tasks count (none in a replay);
-    `lookup_letters`: where a lookup join's failed lookups go, when they are dead-lettered."""
+    `lookup_letters`: where a lookup join's failed lookups go, when they are dead-lettered;
+    `late_letters`: where an event-time join's late rows go, when they are dead-lettered."""
     config, last, layout = plan.config, plan.last, plan.layout
     held = None if metrics is None else metrics.held_rows.accumulator
     late = None if metrics is None else metrics.late_rows.accumulator
@@ -146,6 +205,7 @@ def joined_changes(
             spread=layout.spread_buckets,
             warm=warm,
             fanout=fanout,
+            late_letters=late_letters and late_letters(1, plan.specs[0], left_type, right_type),
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -178,6 +238,7 @@ def joined_changes(
             spread=layout.spread_buckets,
             warm=warm,
             fanout=fanout,
+            late_letters=late_letters and late_letters(number, spec, left_type, right_type),
         )
     return joined
 
@@ -257,7 +318,8 @@ def joined_output(
             decoded, source, tasks.partitions[source.topic], records=lookup_letters is not None
         )
 
-    joined = joined_changes(plan, changes_of, metrics, lookup_letters)
+    late_letters = late_letters_of(config, tasks, exactly_once, metrics.dead_letters.accumulator)
+    joined = joined_changes(plan, changes_of, metrics, lookup_letters, late_letters)
     joined = joined.observe(
         CHANGES_OBSERVATION,
         *[F.sum((F.col(OP) == kind).cast("long")).alias(kind) for kind in RowKind.ALL],

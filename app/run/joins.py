@@ -39,7 +39,7 @@ from state.columns import (
     side_column,
 )
 from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
-from state.spark.frame import StatefulOperator, WarmState
+from state.spark.frame import LateLetters, StatefulOperator, WarmState
 from state.spark.interval import IntervalJoinOperator
 from state.spark.regular import MultiJoinOperator, RegularJoinOperator
 from state.spark.temporal import EventTimeTemporalJoinOperator, ProcessingTimeTemporalJoinOperator
@@ -106,11 +106,12 @@ def bucketed_join(
     spread: bool = True,
     warm: WarmState | None = None,
     fanout: Accumulator[dict] | None = None,
+    late_letters: LateLetters | None = None,
 ) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
     in its task's order, for `materialized_upserts` or a next join (`as_left_input`); `spread`
-    as `run_stateful` takes it."""
+    as `run_stateful` takes it; `late_letters`: where its late rows go instead of joined."""
     return run_stateful(
         changes,
         join_operator(spec, number),
@@ -125,6 +126,7 @@ def bucketed_join(
         spread=spread,
         warm=warm,
         fanout=fanout,
+        late_letters=late_letters,
     )
 
 

@@ -16,7 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 from app.config.env import Config
 from app.config.registry import FORWARD, LOOKUP
 from app.plan.planner import QueryPlan, query_plan
-from app.run.builder import Writers, joined_output
+from app.run.builder import Writers, joined_output, late_writers
 from app.run.checkpoint import (
     SPREAD_BUCKETS,
     VERSIONS_AS_IS,
@@ -44,11 +44,15 @@ def writers(spark: SparkSession, config: Config) -> Writers:
     client_config = config.kafka_client_config()
     topics = AdminClient(logged(client_config)).list_topics(timeout=TOPICS_TIMEOUT_S).topics
     partitions = {s.topic: len(topics[s.topic].partitions) for s in config.inputs()}
-    count = shuffle_partitions(spark, config.checkpoint_location)
+    count = state_partitions = shuffle_partitions(spark, config.checkpoint_location)
     first = {}
     for source in config.inputs():
         first[source.side] = count
         count += partitions[source.topic]
+    if config.late_rows == "dead-letter":  # each join's state partitions: its late rows
+        for number in range(1, 2 + len(config.chain)):
+            first[late_writers(number)] = count
+            count += state_partitions
     if config.lookup is not None:  # lookup tasks: the shuffle's partitions, or the input's
         first[LOOKUP] = count
         count += max(

@@ -35,7 +35,7 @@ from state.columns import (
     key_column,
     side_column,
 )
-from state.spark.frame import StatefulFrame, StatefulOperator, WarmState
+from state.spark.frame import LateLetters, StatefulFrame, StatefulOperator, WarmState
 
 
 def value_kind(data_type: DataType) -> str:
@@ -63,6 +63,7 @@ def run_stateful(
     spread: bool = True,
     warm: WarmState | None = None,
     fanout: Accumulator[dict] | None = None,
+    late_letters: LateLetters | None = None,
 ) -> DataFrame:
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
     by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
@@ -71,7 +72,8 @@ def run_stateful(
     same query (`state.spark.frame.StatefulFrame`); `spread`: each bucket grouped by its id of
     `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it);
     `warm`: the state the workers keep between micro-batches; `fanout`: where a join counts
-    its fan-out and hot keys (`state.joins.fanout`)."""
+    its fan-out and hot keys (`state.joins.fanout`); `late_letters`: where an event-time
+    operator's late rows go instead of to the operator."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
@@ -105,7 +107,9 @@ def run_stateful(
     fields += [
         StructField(side_column(s, f.name), f.dataType) for s in outputs for f in sides[s][1]
     ]
-    frame = StatefulFrame(operator, layout, late_rows, held_rows, chained, warm, fanout)
+    frame = StatefulFrame(
+        operator, layout, late_rows, held_rows, chained, warm, fanout, late_letters
+    )
     bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets))
     if spread:
         ids = F.array(*[F.lit(i) for i in spread_ids(buckets)]).cast("array<bigint>")

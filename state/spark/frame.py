@@ -79,6 +79,22 @@ class LateRows(Protocol):
     def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
+# A row an event-time join did not take because it came behind the watermark: its input (0:
+# left, 1: right), change kind, row, event time (ms) and the watermark it missed (ms).
+LateRow = tuple[int, str, Row, int, int]
+
+
+class LateLetters(Protocol):
+    """Where an event-time join sends the rows of inputs `sides` that arrive behind the
+    watermark, instead of joining them (`LATE_ROWS=dead-letter`): `send` takes a task's, once
+    its bucket visits are done; a re-run of the task sends the same rows again, which the
+    receiver writes once."""
+
+    sides: tuple[int, ...]
+
+    def send(self, late: list[LateRow]) -> None: ...
+
+
 class WarmReads(Protocol):
     """Where the entries a task read are counted, `{("hit",): n, ("miss",): m}`: answered from
     a warm copy or read from the store (`state.store.warm`)."""
@@ -152,6 +168,24 @@ class InputRows:
     def row(self, i: int) -> Row:
         return self.lefts[i] if self.sides[i] == 0 else self.rights[i]
 
+    def without(self, dropped: set[int]) -> InputRows:
+        """These rows but those at the positions `dropped`."""
+        kept = [i for i in range(len(self.sides)) if i not in dropped]
+        return InputRows(
+            *(
+                [column[i] for i in kept]
+                for column in (
+                    self.sides,
+                    self.ops,
+                    self.seqs,
+                    self.times,
+                    self.keys,
+                    self.lefts,
+                    self.rights,
+                )
+            )
+        )
+
     def by_key(self) -> dict[Any, list[int]]:
         """Row positions per key, each key's in arrival order."""
         grouped: dict[Any, list[int]] = {}
@@ -211,8 +245,10 @@ class StatefulFrame(StatefulProcessor):
         chained: bool = False,
         warm: WarmState | None = None,
         fanout: FanoutCounts | None = None,
+        late_letters: LateLetters | None = None,
     ) -> None:
         """`late_rows` counts event-time rows that arrive behind the watermark, by side;
+        `late_letters` takes those of its `sides` instead of the operator;
         `held_rows` takes what each bucket holds (`held`); `chained`: the left input is the
         result of a join before this one in the same query (see `handleInputRows`); `warm`:
         the state kept in the workers between micro-batches; `fanout`: where a join that
@@ -220,6 +256,7 @@ class StatefulFrame(StatefulProcessor):
         self.operator = operator
         self.layout = layout
         self.late_rows = late_rows if operator.clock == "event" else None
+        self.late_letters = late_letters if operator.clock == "event" else None
         self.held_rows = held_rows
         self.chained = chained and operator.clock == "event"  # only time orders its work
         self.warm = warm
@@ -236,6 +273,7 @@ class StatefulFrame(StatefulProcessor):
         self.handle = handle
         self.store = self.operator.store(handle)
         self.emitted = 0  # changes this task has emitted: the next one's `seq`
+        self.late: list[LateRow] = []  # the task's rows for `late_letters`
         self.reads = ReadCounts()
         if self.warm is not None and self.warm.budget_bytes > 0:
             self.store.keep_warm(worker_copies(), self.reads, self.owner, self.warm.budget_bytes)
@@ -268,15 +306,27 @@ class StatefulFrame(StatefulProcessor):
             rights=self._rows(frame, 1),
         )
 
-    def _count_late(self, rows: InputRows, watermark: int) -> None:
-        counted = (1,) if self.chained else (0, 1)  # a join's result is never late here
-        late = Counter(
-            SIDES[s]
-            for s, t in zip(rows.sides, rows.times, strict=True)
+    def _late(self, rows: InputRows, watermark: int) -> list[int]:
+        """The positions of the rows behind the watermark (a join's result is never late here)."""
+        counted = (1,) if self.chained else (0, 1)
+        return [
+            i
+            for i, (s, t) in enumerate(zip(rows.sides, rows.times, strict=True))
             if t is not None and t < watermark and s in counted
+        ]
+
+    def _diverted(self, rows: InputRows, late: list[int], watermark: int) -> InputRows:
+        """`rows` without the late ones `late_letters` takes, which the task keeps to send."""
+        assert self.late_letters is not None
+        sides = self.late_letters.sides
+        taken = {i for i in late if rows.sides[i] in sides}
+        if not taken:
+            return rows
+        self.late.extend(
+            (rows.sides[i], rows.ops[i], rows.row(i), rows.times[i], watermark)  # type: ignore[misc]
+            for i in sorted(taken, key=rows.seqs.__getitem__)
         )
-        if late and self.late_rows is not None:
-            self.late_rows.add({(side,): count for side, count in late.items()})
+        return rows.without(taken)
 
     def _save(self, bucket: Any, before: bytes | None, now: int) -> None:
         """Write the bucket back if it changed, and keep one engine timer at its next timer."""
@@ -342,8 +392,13 @@ class StatefulFrame(StatefulProcessor):
         now = self._operator_time(timerValues)
         bucket, before = self.store.read(now, key)
         rows = self._input(frame)
-        if self.late_rows is not None:
-            self._count_late(rows, now)
+        counting = self.late_rows is not None or self.late_letters is not None
+        late = self._late(rows, now) if counting else []
+        if late and self.late_rows is not None:
+            counts = Counter(SIDES[rows.sides[i]] for i in late)
+            self.late_rows.add({(side,): count for side, count in counts.items()})
+        if late and self.late_letters is not None:
+            rows = self._diverted(rows, late, now)
         if self.chained:
             # What the join before emitted at this batch's watermark reaches this one before
             # the watermark does, as Flink's channels deliver a watermark after the rows it
@@ -370,7 +425,10 @@ class StatefulFrame(StatefulProcessor):
             yield self._frame(changes)
 
     def close(self) -> None:
-        """Count the task's reads and fan-out (the state handles are Spark's to close)."""
+        """Send the task's late rows, count its reads and fan-out (the state handles are
+        Spark's to close)."""
+        if self.late_letters is not None and self.late:
+            self.late_letters.send(self.late)
         counted = getattr(self.operator, "fanout", None)
         if self.fanout is not None and counted is not None:
             self.fanout.add(counted.take())
