@@ -33,6 +33,8 @@ from sqlglot.errors import ParseError
 from app.config.env import ChainedJoin, Config, InputConfig, JoinConfig, OutputConfig
 from app.config.sql.ddl import SqlError, Table
 from app.config.sql.query import MINI_BATCH_OPTION, MULTI_JOIN_OPTION, compile_query
+from app.config.sql.windows import readable
+from app.config.windows import windowing
 from app.plan.planner import StateLayout, query_plan
 from app.plan.projection import project
 from app.run.builder import joined_changes
@@ -193,12 +195,19 @@ def render(value: Any) -> Any:
 
 
 # The joins a case may run (a lookup join's table is a database's)
-SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function")
+SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function", "window")
 
 
 def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
+    """A case's join (a window join's windows as `JOIN_WINDOW` takes them)."""
+    window = windowing(join["window"]) if "window" in join else None
     return JoinConfig(
-        join.get("type", "regular"), join.get("kind", "INNER").lower(), join.get("on"), select, 0
+        join.get("type", "regular"),
+        join.get("kind", "INNER").lower(),
+        join.get("on"),
+        select,
+        0,
+        window=window,
     )
 
 
@@ -347,7 +356,7 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
         tables[name] = table
     try:
         queries, members, _names = compile_query(
-            1, sqlglot.parse_one(case["sql"], read=FLINK_LEXICON), tables, None
+            1, sqlglot.parse_one(readable(1, case["sql"]), read=FLINK_LEXICON), tables, None
         )
     except (SqlError, ParseError) as err:
         raise CaseError(f"sql: {err}") from None
@@ -370,7 +379,7 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
         "on": first.on,
         "select": queries[-1].select,
         "chain": chain,
-    }
+    } | ({"window": first.window} if first.window else {})
 
 
 def run_case(

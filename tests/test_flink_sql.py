@@ -60,6 +60,29 @@ def refusal(script: str) -> str:
     return str(refused.value)
 
 
+def test_a_window_join_of_two_windowed_tables_compiles_to_its_windows() -> None:
+    """Flink's window join: both tables through the same HOP, their windows and keys equated;
+    the window's columns are the tables' own in the condition and the select list."""
+    shipments = ORDERS.replace("orders (", "shipments (").replace("'orders'", "'shipments'")
+    out = "CREATE TABLE out (order_id STRING, n STRING, window_start TIMESTAMP(3)) WITH (" + (
+        "'connector' = 'kafka', 'topic' = 'out', 'format' = 'json');\n"
+    )
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, s.order_id, o.window_start FROM TABLE(HOP(TABLE "
+        "orders, DESCRIPTOR(order_time), INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)) o FULL JOIN "
+        "(SELECT * FROM TABLE(HOP(TABLE shipments, DESCRIPTOR(order_time), INTERVAL '1' MINUTE, "
+        "INTERVAL '5' MINUTE))) s ON o.window_start = s.window_start AND o.window_end = "
+        "s.window_end AND o.product_id = s.product_id;",
+        ORDERS + shipments + out,
+    )
+    assert variables["JOIN_TYPE"] == "window" and variables["JOIN_KIND"] == "full"
+    assert variables["JOIN_WINDOW"] == "HOP(60000ms, 300000ms)"
+    assert variables["LEFT_TIME"] == variables["RIGHT_TIME"] == "ms"  # order_time, as stored
+    assert variables["JOIN_ON"].startswith("L.window_start = R.window_start AND L.window_end")
+    assert "window_start" not in variables["LEFT_SCHEMA"]  # the records' columns only
+    assert variables["JOIN_SELECT"].endswith("L.window_start AS window_start")
+
+
 def test_the_seeds_temporal_join_compiles_to_the_demos_variables() -> None:
     variables = compile_script(SCRIPT.format(suffix="")).variables
     assert variables["JOIN_TYPE"] == "temporal" and variables["JOIN_KIND"] == "left"
@@ -237,10 +260,10 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
             "GROUP BY is not supported",
         ),
         (
-            "SELECT window_start, 1, 2\nFROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
-            "INTERVAL '1' MINUTES))",
+            "SELECT window_start, 1, 2\nFROM TABLE(SESSION(TABLE orders, DESCRIPTOR(order_time), "
+            "INTERVAL '1' MINUTE))",
             25,
-            "the window function TUMBLE is not supported",
+            "the window function SESSION is not supported (TUMBLE, HOP, CUMULATE)",
         ),
         (
             "SELECT o.order_id, p.name, p.price FROM orders o RIGHT JOIN products p ON "

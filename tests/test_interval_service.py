@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -316,15 +318,15 @@ def test_late_rows_go_to_the_dead_letter_topic_with_the_watermark_they_missed(
     assert ("o5", None) not in output() and ("o1", "s1") in output()
 
 
-def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_timeout(
-    kafka: str, tmp_path: Path
-) -> None:
-    """Orders and shipments on partition 0 of two; partition 1 never writes. As in Flink, a
-    partition that has shown no row holds its input's watermark, so o1's window would never
-    close; with `SOURCE_IDLE_TIMEOUT` (Flink's `table.exec.source.idle-timeout`) it stops
-    holding it once quiet that long, and the next records move the watermark: o1, unshipped,
-    comes out padded."""
-    orders, shipments, out = join_topics(kafka, partitions=2)
+@contextlib.contextmanager
+def quiet_after_o1(
+    kafka: str, tmp_path: Path, partitions: int
+) -> Iterator[tuple[Service, tuple[str, str], Callable[[], list[tuple]]]]:
+    """A LEFT interval join under `SOURCE_IDLE_TIMEOUT=2s` (Flink's
+    `table.exec.source.idle-timeout`) on topics of `partitions`, o1 (1:00) and a shipment of
+    2:00 read, then nothing for longer than the timeout: the service, the orders' and the
+    shipments' topics, and what it wrote as `(order_id, ship_id)`."""
+    orders, shipments, out = join_topics(kafka, partitions)
 
     def output() -> list[tuple]:
         values = map(json.loads, (r.value for r in read_topic(kafka, out)))
@@ -336,11 +338,41 @@ def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_t
     try:
         wait_for(lambda: state_rows(service) > 0, 240, "o1 was never read", service)
         time.sleep(3)  # the idle timeout is wall-clock time: what its passing does is under test
-        send(kafka, (orders, shipments), [("o9", at(9))], [("s9", "o9", at(9, 30))])
-        wait_for(lambda: ("o1", None) in output(), 120, "o1 was never padded", service)
+        yield service, (orders, shipments), output
     finally:
         assert service.terminate() == 0, service.log()[-3000:]
+
+
+def test_a_partition_that_never_writes_holds_the_watermark_only_until_the_idle_timeout(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Orders and shipments on partition 0 of two; partition 1 never writes. As in Flink, a
+    partition that has shown no row holds its input's watermark, so o1's window would never
+    close; quiet for the idle timeout it stops holding it, and the next records move the
+    watermark: o1, unshipped, comes out padded."""
+    with quiet_after_o1(kafka, tmp_path, 2) as (service, topics, output):
+        send(kafka, topics, [("o9", at(9))], [("s9", "o9", at(9, 30))])
+        wait_for(lambda: ("o1", None) in output(), 120, "o1 was never padded", service)
     assert ("o9", "s9") in output()
+
+
+def test_an_input_gone_quiet_stops_holding_the_watermark_and_takes_part_when_it_writes(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Shipments stop at 2:00 while orders go on to 9:00. Spark's watermark is the least of its
+    inputs', so o1 (its window open until the shipments pass 5:00) would wait for the next
+    shipment for ever; quiet for the idle timeout, the shipments leave the watermark, as an
+    idle source in Flink, and o1 comes out padded. A shipment of 3:00 then is late."""
+    with quiet_after_o1(kafka, tmp_path, 1) as (service, topics, output):
+        send(kafka, topics, [("o9", at(9))], [])
+        wait_for(lambda: ("o1", None) in output(), 120, "o1 was never padded", service)
+        send(kafka, topics, [], [("s3", "o3", at(3))])
+        wait_for(
+            lambda: metric(service, 'streamjoin_late_rows_total{side="right"}') == 1,
+            60,
+            "the shipment of 3:00 was not late",
+            service,
+        )
 
 
 def state_rows(service: Service) -> float:

@@ -92,6 +92,44 @@ def test_an_outer_interval_join_is_append_only_and_accepted() -> None:
     check_plan(load_config({k: v for k, v in INTERVAL.items() if v is not None}))
 
 
+WINDOW = {
+    **INTERVAL,
+    "JOIN_TYPE": "window",
+    "JOIN_KIND": "full",
+    "JOIN_WINDOW": "HOP(5m, 1h)",
+    "JOIN_ON": "L.window_start = R.window_start AND L.window_end = R.window_end "
+    "AND L.order_id = R.order_id",
+    "JOIN_SELECT": "L.order_id, R.ship_id, L.window_start, COALESCE(L.window_end, R.window_end)",
+}
+
+
+def test_a_window_join_is_append_only_and_names_its_windows_columns() -> None:
+    env = {k: v for k, v in WINDOW.items() if v is not None}
+    check_plan(load_config(env))
+    assert "  windows: HOP(300000ms, 3600000ms)" in describe(load_config(env), env)
+
+
+@pytest.mark.parametrize(
+    ("changes", "start"),
+    [
+        ({"JOIN_WINDOW": None}, "JOIN_WINDOW: expected the windows of a window join"),
+        ({"JOIN_WINDOW": "HOP(7m, 1h)"}, "JOIN_WINDOW: expected a window join's windows"),
+        ({"JOIN_WINDOW": "SESSION(5m)"}, "JOIN_WINDOW: expected a window join's windows"),
+        (
+            {"JOIN_ON": "L.window_end = R.window_end AND L.order_id = R.order_id"},
+            "JOIN_ON: expected a condition over the inputs' columns (a window join equates "
+            "both sides' window bounds: L.window_start = R.window_start missing)",
+        ),
+        ({"RIGHT_TIME": "proctime"}, "RIGHT_TIME: expected an event-time column"),
+        ({"JOIN_TYPE": "interval"}, "JOIN_WINDOW: expected unset"),
+    ],
+)
+def test_a_window_join_is_refused_without_its_windows_or_event_time(
+    changes: dict, start: str
+) -> None:
+    assert refused(WINDOW, **changes).startswith(start)
+
+
 @pytest.mark.parametrize(
     ("changes", "start"),
     [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.config.windows import windowing
 from app.plan.planner import query_plan
 from app.replay import case_config, load_cases, replay, run_case, sql_join
 from state.store.encoding import load
@@ -302,6 +303,23 @@ def test_late_rows_are_joined_with_what_is_cached_or_padded_at_once_as_in_flink(
     assert our_changes(lines) == flink_changes("interval_late.jsonl")
     finals = {d["case"]: d["final"] for d in lines if "final" in d}
     assert finals == flink_finals("interval_late.jsonl")
+
+
+def test_window_joins_emit_flinks_rows(spark, tmp_path: Path) -> None:
+    """TUMBLE, HOP and CUMULATE windows, every join kind, each window's result once the
+    watermark passes its end; with the watermark following the rows, the rows of a window
+    that has fired are dropped, as Flink drops them."""
+    cases = load_cases(FIXTURES / "window_joins.json")
+    assert {c["join"]["kind"] for c in cases} == {"INNER", "LEFT", "RIGHT", "FULL", "SEMI", "ANTI"}
+    assert {c["join"]["window"].split("(")[0] for c in cases} == {"TUMBLE", "HOP", "CUMULATE"}
+    for case in cases:  # Flink's SQL, compiled as STREAMJOIN_SQL's, is what runs
+        written = case.pop("join")
+        compiled = sql_join(case)
+        assert (compiled["kind"], windowing(compiled["window"])) == (
+            written["kind"],
+            windowing(written["window"]),
+        )
+    run_as_flink_did(spark, cases, flink_changes("window_joins.jsonl"), tmp_path)
 
 
 def test_interval_join_state_levels_off_over_a_stream_twenty_intervals_long(

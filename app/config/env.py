@@ -24,6 +24,7 @@ from app.config.redaction import shown_value
 from app.config.registry import LOG_LEVELS, LOOKUP, OWN_PREFIXES, VARIABLES
 from app.config.sql.ddl import Compiled, SqlError
 from app.config.sql.query import SQL_VARIABLES, compile_script
+from app.config.windows import Windowing
 from serdes.kafka.decode import METADATA_TYPES
 from serdes.records.schema import Column, SchemaError
 from state.expr.condition import ConditionError
@@ -104,6 +105,7 @@ class JoinConfig:
     input_ttls_ms: tuple[int | None, int | None] = (None, None)
     # an outer interval join's unmatched rows padded this long after their time (EARLY_FIRE)
     early_fire_ms: int | None = None
+    window: Windowing | None = None  # a window join's windows (`JOIN_WINDOW`)
 
 
 @dataclass(frozen=True)
@@ -616,6 +618,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         state_buckets=read.get("JOIN_STATE_BUCKETS"),
         input_ttls_ms=(read.get("LEFT_STATE_TTL"), read.get("RIGHT_STATE_TTL")),
         early_fire_ms=read.get("JOIN_EARLY_FIRE_DELAY"),
+        window=read.get("JOIN_WINDOW"),
     )
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",

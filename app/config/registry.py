@@ -16,6 +16,7 @@ from typing import Any
 
 from app.config import parsers
 from app.config.parsers import AVAILABLE_NOW, DURATION
+from app.config.windows import windowing
 from serdes.records.schema import parse_schema
 from state.expr.condition import parse_condition
 from state.joins.lookup_join import CACHES
@@ -55,6 +56,7 @@ JOIN_TYPES = (
     "temporal",
     "temporal-proctime",
     "temporal-function",
+    "window",
     LOOKUP,
     FORWARD,
 )
@@ -318,6 +320,14 @@ _ALL = [
         parsers.duration_ms,
         flink="/*+ EARLY_FIRE('delay' = …) */",
         shown_default="none: padded when its interval closes",
+    ),
+    Variable(
+        "JOIN_WINDOW",
+        "a window join's windows: TUMBLE(size), HOP(slide, size) or CUMULATE(step, size), "
+        "durations, an offset last if any, like TUMBLE(10s)",
+        windowing,
+        flink="FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(…), …))",
+        shown_default="none",
     ),
     _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(

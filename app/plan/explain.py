@@ -85,6 +85,12 @@ def _state(config: Config) -> list[str]:
             "  state: both sides' rows, per bucket of join keys, until the watermark passes "
             "their bounds",
         ]
+    if config.join.window is not None:
+        return [
+            f"  windows: {config.join.window}",
+            "  state: both sides' rows of each window, per bucket of join keys, until the "
+            "watermark passes the window's end",
+        ]
     return [
         f"  right state: versions per primary key ({','.join(config.right.primary_key)}), until "
         "no probe row can ask for them",

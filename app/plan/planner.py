@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from pyspark.sql.types import TimestampType
+
 from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
     AVRO_FORMATS,
@@ -26,15 +28,20 @@ from state.expr.condition import ConditionError, parse_condition
 from state.joins.lookup_join import LookupJoinSpec
 from state.joins.specs import (
     PROCTIME,
+    WINDOW_COLUMNS,
     IntervalJoinSpec,
     JoinSpec,
     MultiJoinSpec,
     RegularJoinSpec,
     SideSpec,
     TemporalJoinSpec,
+    WindowJoinSpec,
 )
 
 TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
+WINDOW = "window"
+# The types of the columns a window join's windowing function adds (`WINDOW_COLUMNS`)
+WINDOW_TYPES = {name: Column(name, "TIMESTAMP(3)", TimestampType()) for name in WINDOW_COLUMNS}
 
 OUTER_KINDS = ("inner", "left", "right", "full")
 
@@ -63,6 +70,9 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
     right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
     if config.join.type == LOOKUP:
         return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
+    if config.join.type == WINDOW:
+        left, right = (replace(s, fields=s.fields + WINDOW_COLUMNS) for s in (left, right))
+        return WindowJoinSpec(config.join.kind, config.join.on or "", left, right, buckets)
     if config.join.type == "interval":
         return IntervalJoinSpec(
             config.join.kind,
@@ -239,6 +249,8 @@ def produces_updates(config: Config) -> bool:
     """Whether the job's result changelog can hold more than inserts."""
     if config.chain:
         return produces_updates(join_stages(config)[-1])
+    if config.join.type == WINDOW:
+        return False  # each window's result is emitted once, when it fires
     if config.join.type == "interval":
         # outer rows are emitted once, padded, when nothing can match them any more; fired
         # early, the padded row is corrected by a later match
@@ -324,12 +336,7 @@ def _interval_errors(config: Config) -> Iterator[ConfigError]:
                 "a changelog",
             )
         elif source.format not in INSERT_ONLY_FORMATS:
-            yield ConfigError(
-                f"{source.side.upper()}_FORMAT",
-                "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + "): an interval "
-                "join cannot take the updates and deletes of a changelog input",
-                source.format,
-            )
+            yield _changelog_refused(source, "an interval join")
     if (config.left.time == PROCTIME) != (config.right.time == PROCTIME):
         same = "proctime" if config.left.time == PROCTIME else "an event time"
         yield ConfigError(
@@ -338,6 +345,31 @@ def _interval_errors(config: Config) -> Iterator[ConfigError]:
             "event time or in processing time, on both sides",
             config.right.time,
         )
+
+
+def _changelog_refused(source: InputConfig, join: str) -> ConfigError:
+    """A changelog input of a join that takes inserts only."""
+    return ConfigError(
+        f"{source.side.upper()}_FORMAT",
+        "an insert-only format (" + "|".join(INSERT_ONLY_FORMATS) + f"): {join} cannot take "
+        "the updates and deletes of a changelog input",
+        source.format,
+    )
+
+
+def _window_errors(config: Config) -> Iterator[ConfigError]:
+    """A window join takes insert-only inputs in event time, and its windows."""
+    if config.join.window is None:
+        yield ConfigError("JOIN_WINDOW", "the windows of a window join, like TUMBLE(10s)")
+    for source in (config.left, config.right):
+        if source.time == PROCTIME:
+            yield ConfigError(
+                f"{source.side.upper()}_TIME",
+                "an event-time column: a window join runs in event time (as Flink's)",
+                source.time,
+            )
+        if source.format not in INSERT_ONLY_FORMATS:
+            yield _changelog_refused(source, "a window join")
 
 
 def _temporal_errors(config: Config) -> Iterator[ConfigError]:
@@ -430,9 +462,11 @@ def _lookup_errors(config: Config) -> Iterator[ConfigError]:
 
 
 def _typed_columns(config: Config) -> Columns:
-    """Each input's columns with their types, by the alias conditions and select lists use."""
+    """Each input's columns with their types, by the alias conditions and select lists use (a
+    window join's rows with their windows' columns)."""
+    windowed = WINDOW_TYPES if config.join.type == WINDOW else {}
     return {
-        alias: {c.name: c for c in source.schema or ()}
+        alias: {c.name: c for c in source.schema or ()} | windowed
         for alias, source in (("L", config.left), ("R", config.right))
     }
 
@@ -520,6 +554,12 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
         errors += _interval_errors(config)
     if join.type in TEMPORAL_TYPES:
         errors += _temporal_errors(config)
+    if join.type == WINDOW:
+        errors += _window_errors(config)
+    elif join.window is not None:
+        errors.append(
+            ConfigError("JOIN_WINDOW", "unset: windows are a window join's", str(join.window))
+        )
     if join.state_ttl_ms and join.type != "regular":
         errors.append(
             ConfigError(

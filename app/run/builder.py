@@ -21,7 +21,14 @@ from app.config.env import Config, InputConfig
 from app.config.registry import LOOKUP
 from app.plan.planner import QueryPlan, normalized
 from app.plan.projection import project
-from app.run.inputs import join_input, normalize_changes, read_decoded, row_type, timed_changes
+from app.run.inputs import (
+    join_input,
+    normalize_changes,
+    partition_marks,
+    read_decoded,
+    row_type,
+    timed_changes,
+)
 from app.run.joins import (
     as_left_input,
     bucketed_join,
@@ -30,6 +37,7 @@ from app.run.joins import (
     multi_way_join,
 )
 from app.run.operators import idle_wait_ms, on_wall_clock
+from app.run.windows import windowed, windowed_type
 from ops.metrics import ServiceMetrics
 from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
 from serdes.kafka.dead_letters import DeadLetterTopic, LateRowLetters
@@ -181,9 +189,16 @@ def joined_changes(
         joined = _looked_up(changes_of(config.left), first, plan.specs[0], metrics, lookup_letters)
     else:
         left_type, right_type = row_type(first.left), row_type(first.right)
+        inputs = {source.side: changes_of(source) for source in (first.left, first.right)}
+        if first.join.window is not None:  # each row once per window, with its columns
+            window = first.join.window
+            inputs = {
+                s.side: windowed(inputs[s.side], window, row_type(s)) for s in config.inputs()
+            }
+            left_type, right_type = windowed_type(left_type), windowed_type(right_type)
         sides = [
             join_input(
-                changes_of(source),
+                inputs[source.side],
                 source,
                 left_type,
                 right_type,
@@ -314,9 +329,8 @@ def joined_output(
             job,
             idle_wait,
         )
-        return timed_changes(
-            decoded, source, tasks.partitions[source.topic], records=lookup_letters is not None
-        )
+        marked = partition_marks(config, source, tasks.partitions[source.topic])
+        return timed_changes(decoded, source, marked, records=lookup_letters is not None)
 
     late_letters = late_letters_of(config, tasks, exactly_once, metrics.dead_letters.accumulator)
     joined = joined_changes(plan, changes_of, metrics, lookup_letters, late_letters)

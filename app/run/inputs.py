@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from serdes.kafka.arrivals import IDLE_WAIT_MS
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
-from serdes.kafka.event_times import WATERMARK_COLUMN, marks_group
+from serdes.kafka.event_times import WATERMARK_COLUMN, Peer, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from state.columns import OP, SEQ, SIDE, TS
@@ -55,12 +56,14 @@ def read_input(
     name: str = NAME,
     marks_group: str | None = None,
     idle_wait_ms: int = IDLE_WAIT_MS,
+    peers: list[Peer] | None = None,
 ) -> DataFrame:
     """The input's Kafka records, from the data source registered as `name`, read by `tasks`
     tasks a micro-batch (one per partition if None); `wall_clock`: an operator of the job runs
     on it (`app.run.operators.on_wall_clock`); with `marks_group`, their watermark column
-    filled as `serdes.kafka.event_times` says; back to back, the first input's reader waits up
-    to `idle_wait_ms` for a record when a trigger found nothing new (`serdes.kafka.arrivals`)."""
+    filled as `serdes.kafka.event_times` says, with heartbeats carrying the watermark of its
+    `peers` while it is wholly idle; back to back, the first input's reader waits up to
+    `idle_wait_ms` for a record when a trigger found nothing new (`serdes.kafka.arrivals`)."""
     reader = (
         spark.readStream.format(name)
         .option("topic", source.topic)
@@ -75,6 +78,8 @@ def read_input(
         reader = reader.option("marksGroup", marks_group)
         if config.source_idle_timeout_ms:
             reader = reader.option("idleTimeoutMs", str(config.source_idle_timeout_ms))
+            reader = reader.option("peers", json.dumps([asdict(p) for p in peers or ()]))
+            reader = reader.option("watermarkDelayMs", str(source.watermark_delay_ms))
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     inputs = config.inputs()
@@ -114,11 +119,23 @@ def read_decoded(
     decode = input_decoder(config, source, tally, letters, keep_records)
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
-    per_partition = source.time != "proctime" and partitions > 1
-    group = marks_group(job, source.side) if per_partition else None
+    group = marks_group(job, source.side) if partition_marks(config, source, partitions) else None
+    peers = [
+        Peer(marks_group(job, other.side), other.topic, other.watermark_delay_ms)
+        for other in config.inputs()
+        if other != source and other.time != "proctime"
+    ]
     return read_input(
-        spark, config, source, drain_marker, tasks, wall_clock, name, group, idle_wait_ms
+        spark, config, source, drain_marker, tasks, wall_clock, name, group, idle_wait_ms, peers
     )
+
+
+def partition_marks(config: Config, source: InputConfig, partitions: int) -> bool:
+    """Whether the input's watermark is its partitions' least, the reading tasks filling the
+    column it is taken from (`serdes.kafka.event_times`): an event-time input of several
+    `partitions`, or of any number when idleness is timed (its heartbeats fill it too)."""
+    timed_idle = config.source_idle_timeout_ms > 0
+    return source.time != "proctime" and (partitions > 1 or timed_idle)
 
 
 _SOURCE_NAMES = itertools.count()
@@ -222,27 +239,32 @@ def normalize_changes(
     return normalized_rows.select(OP, SEQ, TS, side_struct(0, row_schema).alias("row"))
 
 
-def watermarked(changes: DataFrame, delay_ms: int, partitions: int) -> DataFrame:
+def watermarked(changes: DataFrame, delay_ms: int, marked: bool) -> DataFrame:
     """`changes` under their input's watermark, as Flink's Kafka source makes it: each
     partition's own (the largest event time it has shown, less `delay_ms`), the input's the
-    least of its topic's `partitions`' (a partition behind the others in event time holds the
+    least of its topic's partitions' (a partition behind the others in event time holds the
     input back, and none of its rows falls behind a watermark the others moved). With one
-    partition that is Spark's own, of the event time; with several, of the column the reading
-    tasks fill with the least of the partitions' largest event times (`serdes.kafka.
-    event_times`). The query's watermark is the least of its inputs' (Spark's `min` policy)."""
-    column = "event_time" if partitions <= 1 else WATERMARK_COLUMN
-    return changes.withWatermark(column, f"{delay_ms} milliseconds")
+    partition that is Spark's own, of the event time; where `marked` (`partition_marks`), of
+    the column the reading tasks fill with the least of the partitions' largest event times
+    (`serdes.kafka.event_times`), whose heartbeat rows are dropped right after. The query's
+    watermark is the least of its inputs' (Spark's `min` policy)."""
+    if not marked:
+        return changes.withWatermark("event_time", f"{delay_ms} milliseconds")
+    # A heartbeat has no change. The filter names the watermark's column, so that Spark's
+    # optimizer keeps it above the watermark, which would never see the row otherwise.
+    watermarked = changes.withWatermark(WATERMARK_COLUMN, f"{delay_ms} milliseconds")
+    return watermarked.where(F.col(OP).isNotNull() | F.col(WATERMARK_COLUMN).isNull())
 
 
 def timed_changes(
-    decoded: DataFrame, source: InputConfig, partitions: int = 1, records: bool = False
+    decoded: DataFrame, source: InputConfig, marked: bool = False, records: bool = False
 ) -> DataFrame:
-    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`,
-    over its topic's `partitions`); with `records`, each with its Kafka record's columns (kept
+    """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`:
+    `marked` by the reading tasks); with `records`, each with its Kafka record's columns (kept
     by `decode_input`)."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
-        good = watermarked(good, source.watermark_delay_ms, partitions).observe(
+        good = watermarked(good, source.watermark_delay_ms, marked).observe(
             EVENT_TIME_OBSERVATION.format(side=source.side),
             F.max(F.unix_millis("event_time")).alias("max_ms"),
         )

@@ -38,12 +38,13 @@ from state.columns import (
     key_column,
     side_column,
 )
-from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec
+from state.joins.specs import IntervalJoinSpec, MultiJoinSpec, RegularJoinSpec, WindowJoinSpec
 from state.spark.frame import LateLetters, StatefulOperator, WarmState
 from state.spark.interval import IntervalJoinOperator
 from state.spark.regular import MultiJoinOperator, RegularJoinOperator
 from state.spark.temporal import EventTimeTemporalJoinOperator, ProcessingTimeTemporalJoinOperator
 from state.spark.upsert import UpsertMaterializeOperator
+from state.spark.window import WindowJoinOperator
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
         operator = RegularJoinOperator(spec)
     elif isinstance(spec, IntervalJoinSpec):
         operator = IntervalJoinOperator(spec, chained=number > 1)
+    elif isinstance(spec, WindowJoinSpec):
+        operator = WindowJoinOperator(spec)
     elif spec.clock == "processing":
         operator = ProcessingTimeTemporalJoinOperator(spec)
     else:

@@ -20,6 +20,7 @@ from app.plan.planner import (
 )
 from app.run.inputs import row_type
 from app.run.joins import join_operator
+from app.run.windows import windowed_type
 from serdes.kafka.arrivals import IDLE_WAIT_MS
 from state.spark.frame import StatefulOperator
 from state.spark.interval import IntervalJoinOperator
@@ -103,6 +104,8 @@ def _join_operators(plan: QueryPlan, number: int) -> list[PlannedOperator]:
     if stage.lookup is not None:  # it keeps no state
         return _join_operators(plan, number - 1) if number > 1 else []
     types = {"left": row_type(stage.left), "right": row_type(stage.right)}
+    if stage.join.window is not None:  # its rows hold their windows' columns
+        types = {side: windowed_type(row) for side, row in types.items()}
     operator = join_operator(plan.specs[number - 1], number)
     planned = [PlannedOperator(join_label(number), operator, types)]
     if number > 1:

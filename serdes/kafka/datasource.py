@@ -15,7 +15,9 @@ is a micro-batch, new records or none: see `KafkaStreamReader`);
 `marksgroup` (the consumer group where the reading tasks keep each partition's largest event
 time, for an input whose watermark is its partitions' least: see `serdes.kafka.event_times`);
 `idletimeoutms` (a partition with no new record for this long leaves the input's watermark:
-Flink's `table.exec.source.idle-timeout`);
+Flink's `table.exec.source.idle-timeout`), with `peers` (a JSON list of the query's other
+event-time inputs, `{"group", "topic", "delay_ms"}`, for the heartbeats of a whole idle input:
+`serdes.kafka.event_times`) and `watermarkdelayms` (this input's delay);
 `waitfor` (a JSON list of topics: a trigger that found nothing new waits for a record on any of
 them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
@@ -34,6 +36,8 @@ from pyspark.sql.types import StructType
 
 from serdes.kafka.arrivals import IDLE_WAIT_MS
 from serdes.kafka.broker_code import runs_kafka_code
+from serdes.kafka.decode import arrow_schema
+from serdes.kafka.event_times import Peer
 from serdes.kafka.sink import KafkaStreamWriter
 from serdes.kafka.source import SPARK_SCHEMA, KafkaStreamReader
 from serdes.kafka.transactions import ExactlyOnce
@@ -83,6 +87,9 @@ class KafkaDataSource(DataSource):
             wait_for=json.loads(self.options.get("waitfor", "[]")),
             wait_ms=int(self.options.get("waitms", IDLE_WAIT_MS)),
             idle_timeout_ms=int(self.options.get("idletimeoutms", 0)),
+            peers=[Peer(**peer) for peer in json.loads(self.options.get("peers", "[]"))],
+            delay_ms=int(self.options.get("watermarkdelayms", 0)),
+            schema=arrow_schema(schema) if self.transform is not None else None,
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

@@ -61,6 +61,11 @@ def decoded_schema(row_type: StructType) -> StructType:
     )
 
 
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow batches Spark takes for rows of `schema` (timestamps in UTC)."""
+    return pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC")) for f in schema])
+
+
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "headers")
 
 
@@ -215,12 +220,7 @@ def decoder(
     `keep_records` keeps each change's Kafka record beside it (a later step may dead-letter it:
     the lookup join's failed lookups). `metadata`: the
     columns (column, key) filled from the record (`metadata_filler`)."""
-    schema = pa.schema(
-        [
-            pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
-            for f in decoded_schema(row_type)
-        ]
-    )
+    schema = arrow_schema(decoded_schema(row_type))
     assert schema.field("headers").type == HEADER_TYPE
 
     event_time = event_time_of(time, row_type)

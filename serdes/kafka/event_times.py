@@ -21,6 +21,16 @@ driver's reader fetches them when it plans a micro-batch with records and writes
 micro-batch's offsets (`EVENT_TIMES`), which Spark checkpoints: a micro-batch run again after a
 restart sees what it saw the first time. A commit that failed leaves an older, smaller mark:
 the watermark waits longer, it never passes a row it should not.
+
+A whole input idle (`table.exec.source.idle-timeout`, every partition quiet that long) must
+stop holding the query's watermark back, the least of its inputs'. Spark moves an input's
+watermark only with rows that pass its `withWatermark`, so the idle input's reader plans a
+heartbeat: one row with no change, its watermark column at the least watermark of the inputs
+that are not idle, which the query drops right after its `withWatermark`. The inputs learn one
+another's watermarks as they learn their partitions' marks, through Kafka: each reading task
+publishes its input's (`published_group`), with whether it is a heartbeat's. An idle input
+left behind a heartbeat takes part again with its next row: its watermark never goes back, so
+a row behind it is late, as in Flink.
 """
 
 from __future__ import annotations
@@ -54,6 +64,46 @@ def marks_group(job: str, side: str) -> str:
     """The consumer group an input's partition marks are committed to: the job's own (`job`
     is made with its checkpoint), so that a new checkpoint never starts from an old job's."""
     return f"streamjoin-event-times-{job}-{side}"
+
+
+def published_group(group: str) -> str:
+    """The consumer group where an input's reading tasks publish its own watermark (before its
+    delay) for the other inputs' heartbeats, as the offset of its topic's partition 0: the
+    mark times 2, plus 1 for a heartbeat's (the input is idle)."""
+    return f"{group}-input"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another event-time input of the query, for a heartbeat: its marks' group, its topic and
+    its watermark delay."""
+
+    group: str
+    topic: str
+    delay_ms: int
+
+
+def peers_watermark(client_config: dict[str, str], peers: Iterable[Peer]) -> int | None:
+    """The least watermark (epoch ms) of the `peers` that are not idle, as they last published
+    it; None while one of them has published none, or when every one is idle (nothing moves
+    the watermark then, as in Flink)."""
+    watermarks = []
+    for peer in peers:
+        group = published_group(peer.group)
+        try:
+            [found] = _client(group, client_config).committed(
+                [TopicPartition(peer.topic, 0)], TIMEOUT_S
+            )
+        except KafkaException as err:
+            _forget(group, client_config)
+            log.warning("could not read the watermark of %s: %s", peer.topic, err)
+            return None
+        if found.offset < 0:
+            return None
+        mark, idle = divmod(found.offset, 2)
+        if not idle:
+            watermarks.append(mark - peer.delay_ms)
+    return min(watermarks, default=None)
 
 
 def _highest(*marks: int | None) -> int | None:
@@ -115,6 +165,8 @@ class PartitionMarks:
     group: str
     known: Marks
     idle: frozenset[int] = frozenset()  # partitions that hold the watermark back no more
+    publish: bool = False  # the input's watermark published for the others' heartbeats
+    heartbeat: int | None = None  # the watermark column of a heartbeat row (epoch ms), if due
 
     def stamped(
         self,
@@ -122,11 +174,15 @@ class PartitionMarks:
         own: Iterable[int],
         topic: str,
         client_config: dict[str, str],
+        schema: pa.Schema,
     ) -> Iterator[pa.RecordBatch]:
         """The decoded `batches` of partitions `own`, each with the watermark column set to the
         least mark so far over all partitions but the idle ones (as Flink's source leaves an
-        idle split out of its watermark); the own partitions' marks committed at the end."""
+        idle split out of its watermark), then the heartbeat row if one is due (`schema`: the
+        decoded rows'); the own partitions' marks committed at the end, and the input's
+        published."""
         highest = {p: self.known.get(p) for p in own}
+        least = None
         for batch in batches:
             times = pc.cast(batch.column("event_time"), pa.int64())
             partition = batch.column("partition")
@@ -136,21 +192,30 @@ class PartitionMarks:
             marks = [highest.get(p, m) for p, m in self.known.items() if p not in self.idle]
             least = None if None in marks else min(marks, default=None)
             yield _with_watermark(batch, least)
-        self._commit(highest, topic, client_config)
+        if self.heartbeat is not None:
+            yield _with_watermark(pa.RecordBatch.from_pylist([{}], schema=schema), self.heartbeat)
+        self._commit(self.group, topic, highest, client_config)
+        published = least if self.heartbeat is None else self.heartbeat
+        if self.publish and published is not None:
+            mark = {0: 2 * published + (self.heartbeat is not None)}
+            self._commit(published_group(self.group), topic, mark, client_config)
 
-    def _commit(self, highest: Marks, topic: str, client_config: dict[str, str]) -> None:
-        offsets = [TopicPartition(topic, p, max(m, 0)) for p, m in highest.items() if m is not None]
-        if not offsets:
+    @staticmethod
+    def _commit(group: str, topic: str, offsets: Marks, client_config: dict[str, str]) -> None:
+        committed = [
+            TopicPartition(topic, p, max(m, 0)) for p, m in offsets.items() if m is not None
+        ]
+        if not committed:
             return
         try:
-            _client(self.group, client_config).commit(offsets=offsets, asynchronous=False)
+            _client(group, client_config).commit(offsets=committed, asynchronous=False)
         except KafkaException as err:
-            _forget(self.group, client_config)
+            _forget(group, client_config)
             log.warning(
                 "could not record the event times read from %s (group %s): %s; the "
                 "watermark waits for the next micro-batch's",
                 topic,
-                self.group,
+                group,
                 err.args[0].str() if err.args else err,
             )
 

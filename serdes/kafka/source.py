@@ -34,6 +34,8 @@ from serdes.kafka.event_times import (
     IDLE_PARTITIONS,
     Marks,
     PartitionMarks,
+    Peer,
+    peers_watermark,
     planned_marks,
 )
 from serdes.kafka.offsets import PartitionBounds
@@ -118,6 +120,8 @@ def split_limit(available: dict[int, int], limit: int) -> dict[int, int]:
 
 
 STARTED = "started at"
+# ... and the watermark column of the input's last heartbeat, epoch ms (`serdes.kafka.event_times`)
+HEARTBEAT = "heartbeat at"
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -138,6 +142,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wait_for: list[str] | None = None,
         wait_ms: int = IDLE_WAIT_MS,
         idle_timeout_ms: int = 0,
+        peers: list[Peer] | None = None,
+        delay_ms: int = 0,
+        schema: pa.Schema | None = None,
     ) -> None:
         self.topic = topic
         # a partition with no new record for this long leaves the input's watermark (Flink's
@@ -146,6 +153,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # never sooner)
         self.idle_timeout_ms = idle_timeout_ms
         self._moved: dict[int, tuple[int, float]] = {}
+        # the query's other event-time inputs, whose watermark a heartbeat of this one carries
+        # once every partition of it is idle, plus its own delay (`serdes.kafka.event_times`);
+        # `schema`: the rows it reads, a heartbeat's too
+        self.peers = peers or []
+        self.delay_ms = delay_ms
+        self.schema = schema
         # back to back, one input's reader holds a trigger that found nothing new until a
         # record comes to any of `wait_for`, the query's topics (`serdes.kafka.arrivals`)
         self.arrivals = (
@@ -224,10 +237,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             available = split_limit(available, limit.max_rows)
         planned = {p: starts[p] + available.get(p, 0) for p in ends}
-        if self.marks_group is None or planned == begun:
-            return self._as_offsets(planned, _marks(start))  # nothing to read: start unchanged
+        beat = start.get(HEARTBEAT, {}).get("ms")
+        if self.marks_group is None:
+            return self._as_offsets(planned)
+        idle = self._idle(ends, planned)
+        if planned == begun:  # nothing to read: start unchanged, unless a heartbeat is due
+            if self.peers and ends and len(idle) == len(ends):
+                beat = self._heartbeat(beat)
+            return self._as_offsets(planned, _marks(start), heartbeat=beat)
         marks = planned_marks(self.client_config, self.marks_group, self.topic, ends, _marks(start))
-        return self._as_offsets(planned, marks, self._idle(ends, planned))
+        return self._as_offsets(planned, marks, idle, beat)
+
+    def _heartbeat(self, last: int | None) -> int | None:
+        """The watermark column of a heartbeat of this idle input: the least watermark of the
+        others that are not, plus its own delay, if that moved past its last heartbeat's."""
+        watermark = peers_watermark(self.client_config, self.peers)
+        if watermark is None or (last is not None and watermark + self.delay_ms <= last):
+            return last
+        return watermark + self.delay_ms
 
     def _idle(self, ends: dict[int, int], planned: dict[int, int]) -> list[int]:
         """The partitions read to their end whose end has not moved for the idle timeout."""
@@ -254,17 +281,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         marks, tasks = None, self.tasks
         if self.marks_group is not None:
             known = _marks(end)
+            beat = end.get(HEARTBEAT, {}).get("ms")
             marks = PartitionMarks(
                 self.marks_group,
                 {int(p): known.get(int(p)) for p in end.get(self.topic, {})},
                 frozenset(end.get(IDLE_PARTITIONS, [])),
+                publish=bool(self.peers),
+                heartbeat=beat if beat != start.get(HEARTBEAT, {}).get("ms") else None,
             )
             # one task reads every partition: it sees each one's records of the micro-batch,
             # so the watermark it gives is its partitions' least now, not a micro-batch behind
             # for those another task read (no later micro-batch may come to catch it up). Its
             # dead letters are written per input partition, whatever task reads it.
             tasks = 1
-        return task_ranges(
+        ranges = task_ranges(
             self.topic,
             start.get(self.topic, {}),
             end.get(self.topic, {}),
@@ -272,6 +302,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.client_config,
             marks,
         )
+        if not ranges and marks is not None and marks.heartbeat is not None:
+            return [OffsetRanges(self.topic, {}, self.client_config, marks)]  # its one row
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRanges)
@@ -283,7 +316,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.marks is None:
             return decoded
         return partition.marks.stamped(
-            decoded, partition.ranges, partition.topic, partition.client_config
+            decoded, partition.ranges, partition.topic, partition.client_config, self.schema
         )
 
     def stop(self) -> None:
@@ -293,7 +326,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.arrivals.close()
 
     def _as_offsets(
-        self, offsets: dict[int, int], marks: Marks | None = None, idle: list[int] | None = None
+        self,
+        offsets: dict[int, int],
+        marks: Marks | None = None,
+        idle: list[int] | None = None,
+        heartbeat: int | None = None,
     ) -> Offsets:
         planned: Offsets = {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
         if self.started is not None:
@@ -302,6 +339,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             planned[EVENT_TIMES] = {str(p): m for p, m in sorted(marks.items()) if m is not None}
         if idle:
             planned[IDLE_PARTITIONS] = idle
+        if heartbeat is not None:
+            planned[HEARTBEAT] = {"ms": heartbeat}
         return planned
 
 

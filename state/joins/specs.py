@@ -27,9 +27,12 @@ from state.joins.multi_join import MultiJoin
 from state.joins.regular_join import RegularJoin, SemiAntiJoin
 from state.joins.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin
 from state.joins.views import View, new_view
+from state.joins.window_join import WindowJoin
 from state.store.retention import FOREVER, Retention
 
 PROCTIME = "proctime"  # the time attribute of processing time
+# The columns a windowing table function adds to each row, in order (Flink's)
+WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 # Key buckets of a join whose plan gives none (`streamjoin replay`, the tests): the service's
 # own default depends on its state partitions (`app.run.checkpoint.state_buckets`).
 STATE_BUCKETS = 128
@@ -281,3 +284,41 @@ class TemporalJoinSpec(JoinSpec):
         if self.clock == "processing":
             return ProcessingTimeTemporalJoin(self.kind, self.matcher())
         return EventTimeTemporalJoin(self.kind, self.matcher(), self.versions_normalized)
+
+
+@dataclass(frozen=True)
+class WindowJoinSpec(JoinSpec):
+    """`TABLE(TUMBLE|HOP|CUMULATE(TABLE l, ...)) L [kind] JOIN TABLE(...) R ON L.window_start =
+    R.window_start AND L.window_end = R.window_end AND ...` over insert-only inputs: each side's
+    `fields` end with the window's columns (`WINDOW_COLUMNS`)."""
+
+    kind: str
+    on: str
+    left: SideSpec
+    right: SideSpec
+    buckets: int = STATE_BUCKETS
+
+    @property
+    def clock(self) -> Clock:
+        return "event"
+
+    @property
+    def projects_right(self) -> bool:
+        """SEMI and ANTI joins output left rows only."""
+        return self.kind not in ("semi", "anti")
+
+    @cached_property
+    def join_condition(self) -> JoinCondition:
+        found = split_condition(parse_condition(self.on))
+        missing = [c for c in WINDOW_COLUMNS[:2] if (c, c) not in found.equi]
+        if missing:
+            raise ConditionError(
+                "a window join equates both sides' window bounds: "
+                + " AND ".join(f"L.{c} = R.{c}" for c in missing)
+                + " missing"
+            )
+        return found
+
+    def operator(self) -> WindowJoin:
+        ends = tuple(side.fields.index("window_end") for side in (self.left, self.right))
+        return WindowJoin(self.kind, self.matcher(), ends)  # type: ignore[arg-type]

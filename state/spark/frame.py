@@ -307,7 +307,11 @@ class StatefulFrame(StatefulProcessor):
         )
 
     def _late(self, rows: InputRows, watermark: int) -> list[int]:
-        """The positions of the rows behind the watermark (a join's result is never late here)."""
+        """The positions of the rows behind the watermark (a join's result is never late here),
+        or of those the operator itself calls late (a window join: those of a fired window)."""
+        judged = getattr(self.operator, "late", None)
+        if judged is not None:
+            return judged(rows, watermark)
         counted = (1,) if self.chained else (0, 1)
         return [
             i

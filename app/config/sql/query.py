@@ -55,6 +55,7 @@ from app.config.sql.ddl import (
     starting_offsets,
     statements,
 )
+from app.config.sql.windows import readable, unwrapped
 from state.columns import chained_column
 from state.expr.condition import FLINK_LEXICON
 from state.expr.functions import describe, unsupported
@@ -77,6 +78,7 @@ class JoinQuery:
     on: str
     select: str
     left_time: str | None = None  # the left's time attribute, where the join names it
+    window: str | None = None  # a window join's windows, as `JOIN_WINDOW` takes them
 
 
 class _Sides:
@@ -224,7 +226,28 @@ def compile_query(
     two, each next one's of the result so far (`L`) and the next table (`R`), as Flink plans a
     FROM clause (left-deep, in the written order). The last join carries the select list;
     `outputs`: the output table's columns (the select list's names); and each table's name
-    and alias (lower case) -> its place in that order."""
+    and alias (lower case) -> its place in that order. Two tables through the same windowing
+    function are a window join (`app.config.sql.windows`)."""
+    query, windowed, windows = unwrapped(line, query, tables)
+    queries, members, names = _compiled_joins(line, query, windowed, outputs)
+    if windows:
+        first = queries[0]
+        same = windows.get(first.left) == windows.get(first.right) is not None
+        if len(queries) > 1 or not same or set(windows) != {first.left, first.right}:
+            raise SqlError(
+                line,
+                "a windowing function (TUMBLE, HOP, CUMULATE) is supported in a window join "
+                "of two tables through the same one, alone in its query",
+            )
+        window = str(windows[first.left])
+        queries = [replace(first, type="window", window=window)]
+    return queries, [tables[m.name] for m in members], names
+
+
+def _compiled_joins(
+    line: int, query: exp.Expression, tables: dict[str, Table], outputs: list[str] | None
+) -> tuple[list[JoinQuery], list[Table], dict[str, int]]:
+    """`compile_query`'s joins, windows aside."""
     if not isinstance(query, exp.Select):
         raise SqlError(line, f"{query.key.upper()} is not supported: one SELECT … JOIN")
     _refuse_clauses(line, query)
@@ -879,9 +902,6 @@ def _lookup_hints(
     return found
 
 
-_WINDOW_TVF = re.compile(r"\bTABLE\s*\(\s*(TUMBLE|HOP|CUMULATE|SESSION)\s*\(", re.I)
-
-
 def _time_of(table: Table, join_type: str, side: str) -> str:
     """The time attribute a side is read with for `join_type`."""
     if side == "LEFT" and join_type in ("temporal-proctime", "lookup"):
@@ -917,14 +937,8 @@ def compile_script(text: str) -> Compiled:
     if insert is None:
         raise SqlError(last, "no INSERT INTO <output table> SELECT … JOIN …")
     line, statement = insert
-    window = _WINDOW_TVF.search(statement)
-    if window is not None:
-        raise SqlError(
-            line + statement[: window.start()].count("\n"),
-            f"the window function {window[1].upper()} is not supported",
-        )
     try:
-        tree = sqlglot.parse_one(statement, read=FLINK_LEXICON)
+        tree = sqlglot.parse_one(readable(line, statement), read=FLINK_LEXICON)
     except ParseError as err:
         first = err.errors[0] if err.errors else {"line": 1, "description": str(err)}
         raise SqlError(line + (first.get("line") or 1) - 1, first["description"]) from None
@@ -974,6 +988,8 @@ def compile_script(text: str) -> Compiled:
         ("JOIN_SELECT", queries[-1].select),
     ):
         out.set(name, value, line)
+    if first.window is not None:
+        out.set("JOIN_WINDOW", first.window, line)
     return out
 
 
