@@ -4,13 +4,15 @@ would run, `replay` oracle cases, the `demo`, or a Kubernetes `executor` pod's J
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from app.config.env import Config, ConfigError, load_config
@@ -18,6 +20,9 @@ from app.config.registry import VARIABLES
 from app.plan.planner import check_plan, multi_way_refused, multi_way_spec
 from app.run.preflight import StartupError, check_environment, check_kafka
 from ops.logging import QUERY, setup_logging
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +65,15 @@ def checked(env: Mapping[str, str]) -> Config:
     return config
 
 
-def check(env: Mapping[str, str]) -> int:
-    """`streamjoin check`: every start-up check, then the plan; nothing is read or written."""
+def check(env: Mapping[str, str], checkpoint: str | None = None) -> int:
+    """`streamjoin check`: every start-up check, then the plan; nothing is read or written.
+    With `checkpoint` (for CHECKPOINT_LOCATION): whether the job resumes on it, its state
+    meaning what this configuration says, or why not (`app.run.checkpoint.check_state_record`,
+    exit 2), its data and record untouched."""
     from app.plan.explain import describe
 
+    if checkpoint is not None:
+        env = {**env, "CHECKPOINT_LOCATION": checkpoint}
     try:
         config = checked(env)
     except (ConfigError, StartupError) as err:
@@ -74,7 +84,48 @@ def check(env: Mapping[str, str]) -> int:
     )
     for line in describe(config, env):
         print(line)
+    if checkpoint is None:
+        return 0
+    from app.run.checkpoint import last_batch
+    from app.run.pipeline import resumed_plan
+
+    try:
+        with _checkpoint_session(checkpoint) as spark:
+            resumed_plan(spark, config, write=False)
+            new = last_batch(spark, checkpoint) is None
+    except StartupError as err:
+        return _refused(err)
+    print(
+        "streamjoin check: a new checkpoint, which this configuration starts"
+        if new
+        else "streamjoin check: resumes on the checkpoint: its state means what this "
+        "configuration says"
+    )
     return 0
+
+
+@contextlib.contextmanager
+def _checkpoint_session(location: str) -> Iterator[SparkSession]:
+    """A Spark session to read the checkpoint at `location` in: this process's own, if it has
+    one already (a test's, left running), else one that reads its state and is stopped after."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from app.run.lifecycle import stop_session
+    from app.run.session import SparkStartError, build_session
+    from app.state_report import READ_ONLY_STATE
+
+    if SparkContext._active_spark_context is not None:
+        yield SparkSession.builder.getOrCreate()  # the owner's, with no setting of ours
+        return
+    try:
+        spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
+    except SparkStartError as err:
+        raise StartupError(f"Spark did not start: {err}") from None
+    try:
+        yield spark
+    finally:
+        stop_session(spark, 0)
 
 
 def explain(env: Mapping[str, str]) -> int:
@@ -202,34 +253,19 @@ def state(
         return _refused(err)
     import json
 
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
     from app.config.redaction import without_user_info
-    from app.run.lifecycle import stop_session
     from app.run.operators import stateful_operators
-    from app.run.session import SparkStartError, build_session
-    from app.state_report import READ_ONLY_STATE, NoStateError, report, table
+    from app.state_report import NoStateError, report, table
 
     location = checkpoint or config.checkpoint_location
-    # A session this process has already (a test's) is its owner's: read in it, settings and
-    # all, and leave it running
-    ours = SparkContext._active_spark_context is None
-    if not ours:
-        spark = SparkSession.builder.getOrCreate()  # the owner's, with no setting of ours
-    else:
-        try:
-            spark = build_session("local[2]", READ_ONLY_STATE, checkpoint=location)
-        except SparkStartError as err:
-            return _refused(StartupError(f"Spark did not start: {err}"))
     shown = without_user_info(location)  # an object store's URL may carry credentials
     try:
-        result = report(spark, location, stateful_operators(config), key, top)
+        with _checkpoint_session(location) as spark:
+            result = report(spark, location, stateful_operators(config), key, top)
     except NoStateError as err:
         return _refused(NoStateError(str(err).replace(location, shown)))
-    finally:
-        if ours:
-            stop_session(spark, 0)
+    except StartupError as err:
+        return _refused(err)
     result["checkpoint"] = shown
     print(json.dumps(result, indent=2) if as_json else "\n".join(table(result)))
     return 0
@@ -261,7 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"streamjoin {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the service, configured by environment variables")
-    commands.add_parser("check", help="run every start-up check and print the plan; exit 0 or 2")
+    check_command = commands.add_parser(
+        "check", help="run every start-up check and print the plan; exit 0 or 2"
+    )
+    check_command.add_argument(
+        "--checkpoint",
+        help="a stopped job's checkpoint: say whether this configuration resumes on it, or why not",
+    )
     commands.add_parser("explain", help="print the plan the variables or the SQL compile to")
     commands.add_parser(
         "demo",
@@ -294,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         return run_replay(args.cases, args.output, args.materialize)
     if args.command == "check":
-        return check(os.environ)
+        return check(os.environ, args.checkpoint)
     if args.command == "explain":
         return explain(os.environ)
     if args.command == "executor":

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sys
 import time
 import urllib.request
@@ -21,7 +22,7 @@ from pyspark.sql import SparkSession
 from app.cli import main
 from app.run.checkpoint import SPREAD_BUCKETS, STATE_RECORD
 from tests.kafka_io import join_topics, produce, read_topic
-from tests.service import Service, run_to_exit, service_env
+from tests.service import Service, run_to_exit, service_env, streamjoin_command
 from tests.test_service import wait_for
 
 pytestmark = pytest.mark.spark
@@ -580,6 +581,37 @@ def test_a_restart_that_changes_what_the_state_means_is_refused_naming_the_chang
     assert [line for line in result.stderr.splitlines() if " INFO " not in line] == [
         f"streamjoin: {refusal}: set it back, or give a new CHECKPOINT_LOCATION"
     ]
+    assert (checkpoint / STATE_RECORD).read_text() == before
+
+
+def test_check_says_whether_a_changed_configuration_resumes_on_a_stopped_jobs_checkpoint(
+    kafka: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`streamjoin check --checkpoint`: another select list reads the state as it is, so the
+    job resumes; another join kind does not, and the check says why in the line the restart
+    would print, exit 2; neither touches the checkpoint."""
+    checkpoint = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)
+    env = json.loads((checkpoint.parent / "env.json").read_text())
+    env.pop("CHECKPOINT_LOCATION")
+    before = (checkpoint / STATE_RECORD).read_text()
+
+    def check(changed: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        command = [*streamjoin_command(), "check", "--checkpoint", str(checkpoint)]
+        return subprocess.run(
+            command, env=env | changed, capture_output=True, text=True, timeout=300
+        )
+
+    resumes = check({"JOIN_SELECT": "L.order_id, R.name"})
+    assert resumes.returncode == 0, resumes.stderr[-3000:]
+    assert resumes.stdout.splitlines()[-1] == (
+        "streamjoin check: resumes on the checkpoint: its state means what this configuration says"
+    )
+    refused = check({"JOIN_KIND": "inner"})
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.splitlines()[-1] == (
+        "streamjoin: JOIN_KIND: inner, but the checkpoint at CHECKPOINT_LOCATION holds state made "
+        "with JOIN_KIND=left: set it back, or give a new CHECKPOINT_LOCATION"
+    )
     assert (checkpoint / STATE_RECORD).read_text() == before
 
 

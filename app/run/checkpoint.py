@@ -235,9 +235,10 @@ def check_state_record(
     settings: dict[str, Any],
     inputs: int = 1,
     meaning: dict[str, str] | None = None,
+    write: bool = True,
 ) -> None:
     """Resume only state this code can read, partitioned and meaning what the configuration
-    says.
+    says; `write`: record what is not recorded yet (False: only check, as `streamjoin check`).
 
     The checkpoint records the state format (`state.store.encoding.FORMAT`), the variables that
     decide how the state is laid out (`settings`, by variable name) and what its rows mean
@@ -252,7 +253,8 @@ def check_state_record(
     meaning = meaning or {}
     wanted = {"state_format": FORMAT, READ_TASKS: tasks, **settings, **meaning}
     if last_batch(spark, location) is None:
-        _write_record(spark, location, {**(_record(spark, location) or {}), **wanted})
+        if write:
+            _write_record(spark, location, {**(_record(spark, location) or {}), **wanted})
         return
     recorded = _record(spark, location)
     if recorded is None:
@@ -265,7 +267,7 @@ def check_state_record(
     for what, value in meaning.items():
         if what in recorded and recorded[what] != value:
             _refuse_change(what, value, recorded[what])
-    if any(what not in recorded for what in meaning):
+    if write and any(what not in recorded for what in meaning):
         _write_record(spark, location, {**meaning, **recorded})
 
 

@@ -108,6 +108,23 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     return meaning
 
 
+def resumed_plan(spark: SparkSession, config: Config, write: bool = True) -> QueryPlan | None:
+    """The query's plan over its checkpoint's state (None: no join), once the checkpoint's
+    record says that state is laid out and means as this plan's would (`check_state_record`,
+    StartupError otherwise); `write`: record it for a new checkpoint (False: only check)."""
+    layout = state_layout(spark, config.checkpoint_location, config.join.state_buckets)
+    plan = None if config.join.type == FORWARD else query_plan(config, layout)
+    check_state_record(
+        spark,
+        config.checkpoint_location,
+        state_settings(plan),
+        len(config.inputs()),
+        state_meaning(plan),
+        write,
+    )
+    return plan
+
+
 def _exactly_once(config: Config) -> ExactlyOnce | None:
     if config.output.delivery != "exactly-once":
         return None
@@ -145,16 +162,8 @@ def start(
     """Start the query; once `drain_marker` exists, the sources offer no more records; `held`
     gives what the state held when the last run stopped (`streamjoin_state_rows`);
     `pending_only`: run only the batch the last run left unfinished, then end."""
-    layout = state_layout(spark, config.checkpoint_location, config.join.state_buckets)
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
-    plan = None if config.join.type == FORWARD else query_plan(config, layout)
-    check_state_record(
-        spark,
-        config.checkpoint_location,
-        state_settings(plan),
-        len(config.inputs()),
-        state_meaning(plan),
-    )
+    plan = resumed_plan(spark, config)
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
