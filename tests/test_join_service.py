@@ -552,6 +552,11 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
             "JOIN_KIND=left",
         ),
         (
+            {"JOIN_ON": "L.product_id = R.product_id AND L.qty > 1"},
+            "JOIN_ON's residual: L.qty > 1, but the checkpoint at CHECKPOINT_LOCATION holds state "
+            "made with JOIN_ON's residual=none",
+        ),
+        (
             {"RIGHT_PRIMARY_KEY": "name"},
             "RIGHT_PRIMARY_KEY: name, but the checkpoint at CHECKPOINT_LOCATION holds state made "
             "with RIGHT_PRIMARY_KEY=product_id",
@@ -563,13 +568,14 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
             "string, qty int",
         ),
     ],
-    ids=["join-keys", "join-kind", "input-key", "column-type"],
+    ids=["join-keys", "join-kind", "outer-residual", "input-key", "column-type"],
 )
 def test_a_restart_that_changes_what_the_state_means_is_refused_naming_the_change(
     kafka: str, tmp_path_factory: pytest.TempPathFactory, changed: dict, refusal: str
 ) -> None:
-    """State laid out by one join key read as another's (or as another kind of join, other
-    keys of an input, other column types) would join the wrong rows without a word: the
+    """State laid out by one join key read as another's (or as another kind of join, another
+    condition of an outer join, whose rows keep how many rows matched them, other keys of an
+    input, other column types) would join the wrong rows without a word: the
     restart is refused before anything is read, exit 2, one line naming the change; the same
     configuration resumes."""
     checkpoint = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)

@@ -36,6 +36,7 @@ from ops.metrics import ServiceMetrics
 from serdes.kafka.client_log import logged
 from serdes.kafka.datasource import NAME, kafka_options
 from serdes.kafka.transactions import ExactlyOnce
+from state.expr.condition import FLINK_LEXICON
 
 TOPICS_TIMEOUT_S = 30.0
 
@@ -87,9 +88,10 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
 
 def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     """What the rows a checkpoint's state holds mean, by what decides it: each stateful join's
-    kind and keys (the columns its `ON` equates), each input's unique key and the columns its
-    rows hold, with their types. A restart that changes any of it is refused before anything
-    is read (`check_state_record`): the state would be read as what it is not."""
+    kind and keys (the columns its `ON` equates) and, but for an inner join, the rest of its
+    condition, each input's unique key and the columns its rows hold, with their types. A
+    restart that changes any of it is refused before anything is read (`check_state_record`):
+    the state would be read as what it is not."""
     if plan is None or not stateful_operators(plan.config, plan.layout):
         return {}
     meaning = {}
@@ -99,6 +101,14 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
         of = "" if number == 1 else f" of join {number}"
         meaning[f"JOIN_KIND{of}"] = stage.join.kind
         meaning[f"JOIN_ON's keys{of}"] = " AND ".join(f"L.{a} = R.{b}" for a, b in spec.equi_keys)
+        if stage.join.kind != "inner" and stage.join.type in ("regular", "interval"):
+            # what an outer, semi or anti join's rows keep besides themselves (how many rows
+            # of the other side each matched, whether it was ever joined) the residual decides;
+            # a temporal or window join applies its condition only when it emits
+            residual = spec.join_condition.residual
+            meaning[f"JOIN_ON's residual{of}"] = (
+                "none" if residual is None else residual.sql(FLINK_LEXICON)
+            )
     for source in plan.config.inputs():
         side = source.side.upper()
         meaning[f"{side}_PRIMARY_KEY"] = ",".join(source.primary_key)
