@@ -266,6 +266,12 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
             "the window function SESSION is not supported (TUMBLE, HOP, CUMULATE)",
         ),
         (
+            "SELECT o.window_start, 1, 2 FROM TABLE(TUMBLE(TABLE orders)) o JOIN TABLE(TUMBLE(\n"
+            "TABLE orders, DESCRIPTOR(order_time), INTERVAL '1' MINUTE)) p ON o.ms = p.ms",
+            23,
+            "TUMBLE(orders): expected TABLE t, DESCRIPTOR(its rowtime), then size",
+        ),
+        (
             "SELECT o.order_id, p.name, p.price FROM orders o RIGHT JOIN products p ON "
             "o.product_id = p.product_id JOIN products FOR SYSTEM_TIME AS OF o.order_time AS q ON "
             "q.product_id = p.product_id",
@@ -320,7 +326,8 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
     ],
     ids=[
         "group-by",
-        "window-tvf",
+        "session-window",
+        "window-arguments",
         "temporal-after-a-right-join",
         "function",
         "columns",

@@ -193,7 +193,8 @@ def joined_changes(
         if first.join.window is not None:  # each row once per window, with its columns
             window = first.join.window
             inputs = {
-                s.side: windowed(inputs[s.side], window, row_type(s)) for s in config.inputs()
+                s.side: windowed(inputs[s.side], window, row_type(s))
+                for s in (first.left, first.right)
             }
             left_type, right_type = windowed_type(left_type), windowed_type(right_type)
         sides = [

@@ -53,6 +53,12 @@ def _windows(line: int, call: exp.Anonymous, tables: dict[str, Table]) -> tuple[
         raise SqlError(
             line, f"the window function {function} is not supported (TUMBLE, HOP, CUMULATE)"
         )
+    if len(call.expressions) < 2 + len(WINDOW_ARGUMENTS[function]):
+        raise SqlError(
+            line,
+            f"{call.sql()}: expected TABLE t, DESCRIPTOR(its rowtime), then "
+            + ", ".join(WINDOW_ARGUMENTS[function]),
+        )
     table, descriptor, *intervals = call.expressions
     name = table.name
     if not isinstance(table, exp.Column) or name not in tables:
