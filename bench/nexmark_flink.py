@@ -5,9 +5,10 @@ queries are measured against (events per core-second).
     python3 -m venv .venv-flink && .venv-flink/bin/pip install apache-flink==2.3.0
     python bench/nexmark_generator.py --events 2000000 --base-ms 0 --out /tmp/nexmark.jsonl
     .venv-flink/bin/python bench/nexmark_flink.py /tmp/nexmark.jsonl q3 q20 q23 q8
+    .venv-flink/bin/python bench/nexmark_flink.py --check /tmp/nexmark.jsonl q3 q20 q23 q8
 
 Each query runs its own job (streaming mode, parallelism 1, the default heap state backend, a
-local mini-cluster) with Nexmark's own SQL (`../shared/nexmark/queries/`): the Kafka table's
+local mini-cluster) with Nexmark's own SQL (`bench/nexmark/`): the Kafka table's
 columns read by the filesystem connector instead, its views and the query's blackhole sink as
 written (but q23's `A.dateTime`, quoted: Flink 2.3 refuses it bare). Printed per query: the
 events, the job's wall time from submission to its end (the JVM and the planner already warm
@@ -18,13 +19,15 @@ Python 3.11 with only PyFlink: nothing of the project's is imported.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
 
-QUERIES = Path(__file__).resolve().parent.parent.parent / "shared" / "nexmark" / "queries"
+BENCH = Path(__file__).resolve().parent
+QUERIES = BENCH / "nexmark"  # Nexmark's own SQL, from its repository (its LICENSE beside)
 WARM_EVENTS = 10_000
 
 
@@ -75,7 +78,30 @@ def run(path: str, query: str) -> tuple[float, float]:
     return time.monotonic() - start, jvm_cpu_seconds() - cpu
 
 
+def check(path: str, query: str) -> dict:
+    """The query's rows over the events at `path`, collected (its INSERT's SELECT): their
+    count and checksum (`bench/nexmark_check.py`)."""
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    sys.path.insert(0, str(BENCH))
+    from nexmark_check import checksum
+
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    env.get_config().set("parallelism.default", "1")
+    env.get_config().set("table.local-time-zone", "UTC")
+    *ddl, insert = statements(path, query)
+    for statement in ddl:
+        env.execute_sql(statement)
+    select = re.sub(r"^INSERT\s+INTO\s+\S+\s+", "", insert, flags=re.I)
+    with env.sql_query(select).execute().collect() as rows:
+        return {"query": query, **checksum(tuple(row) for row in rows)}
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--check"]:  # the results, not the speed
+        for query in argv[2:]:
+            print(json.dumps(check(argv[1], query)))
+        return 0
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2

@@ -114,6 +114,23 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"OUTPUT_FORMAT": "protobuf"}, "OUTPUT_FORMAT", "json|avro-confluent"),
         ({"OUTPUT_ENCODING": "upsert"}, "OUTPUT_KEY", "OUTPUT_ENCODING=upsert"),
         ({"SPARK_CONF_EXECUTOR_MEMORY": "2g"}, "SPARK_CONF_EXECUTOR_MEMORY", "Spark property"),
+        ({"OUTPUT_SINK": "s3"}, "OUTPUT_SINK", "kafka|blackhole"),
+        (
+            {"LEFT_SCHEMA": "id BIGINT", "LEFT_FIELDS": "name=person.name"},
+            "LEFT_FIELDS",
+            "the columns of LEFT_SCHEMA",
+        ),
+        (
+            {"LEFT_SCHEMA": "id BIGINT", "LEFT_FIELDS": "id=person..id"},
+            "LEFT_FIELDS",
+            "each path fields joined by '.'",
+        ),
+        ({"LEFT_WHERE": "event_type=zero"}, "LEFT_WHERE", "each value JSON"),
+        (
+            {"LEFT_FORMAT": "debezium-json", "LEFT_WHERE": "event_type=0"},
+            "LEFT_WHERE",
+            "unset unless LEFT_FORMAT=json",
+        ),
     ],
 )
 def test_a_bad_variable_is_named_with_what_was_expected(

@@ -115,3 +115,30 @@ def test_json_in_utf_16_or_32_decodes_as_in_utf_8() -> None:
     rows = decode(JsonFormat, "order_time", [text.encode(e) for e in encodings])
     assert [(r["op"], r["row"]["order_id"]) for r in rows] == [("+I", "o€1")] * 4
     assert len({r["event_time"] for r in rows}) == 1
+
+
+def test_a_view_reads_its_kind_of_record_and_its_fields_from_nested_objects() -> None:
+    """Nexmark's `bid` view of its one topic: `event_type` 2 only, each column from the
+    record's `bid` object; the other kinds are skipped, neither rows nor dead letters."""
+    columns = parse_schema("auction BIGINT, price BIGINT, dateTime TIMESTAMP(3)")
+    paths = [(c.name, ("bid", c.name)) for c in columns]
+    make_format = partial(JsonFormat, columns, [], paths, [("event_type", 2)])
+    row_type = StructType([StructField(c.name, c.spark_type) for c in columns])
+    bid = {"auction": 7, "price": 100, "dateTime": "1970-01-01 00:00:01.500"}
+    values = [
+        json.dumps({"event_type": 2, "person": None, "bid": bid}).encode(),
+        json.dumps({"event_type": 0, "person": {"id": 1}, "bid": None}).encode(),
+        json.dumps({"event_type": 2, "bid": {"auction": 8}}).encode(),
+    ]
+    run = decoder(make_format, row_type, "left", "dateTime")
+    rows = [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
+    assert [(r["row"]["auction"], r["row"]["price"]) for r in rows] == [(7, 100), (8, None)]
+    assert rows[0]["event_time"] == datetime(1970, 1, 1, 0, 0, 1, 500000, tzinfo=timezone.utc)
+    assert all(r["error"] is None for r in rows)
+
+
+def test_a_filter_pushed_below_the_join_drops_the_rows_before_they_leave_the_decoder() -> None:
+    run = decoder(partial(JsonFormat, ORDERS, []), ROW_TYPE, "left", keep="L.order_id <> 'o2'")
+    values = [json.dumps({"order_id": o}).encode() for o in ("o1", "o2", "o3")]
+    rows = [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
+    assert [r["row"]["order_id"] for r in rows] == ["o1", "o3"]

@@ -6,7 +6,9 @@ import pytest
 
 from app.config.env import ConfigError, load_config
 from app.plan.explain import describe
-from app.plan.planner import StateLayout, check_plan, normalized, upsert_materialized
+from app.plan.planner import StateLayout, check_plan, normalized, query_plan, upsert_materialized
+from app.plan.pushdown import pushed_filter
+from app.run.pipeline import state_meaning
 
 JOIN = {
     "KAFKA_BOOTSTRAP_SERVERS": "broker:9092",
@@ -344,3 +346,39 @@ def test_the_plan_says_a_join_without_an_equality_runs_in_one_task() -> None:
         "  join key: none: every row shares one key, so the join runs in one task whatever "
         "STATE_PARTITIONS says (an equality between an L and an R column spreads it)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "left", "right"),
+    [
+        ({}, "L.order_id <> 'o0'", None),
+        ({"JOIN_KIND": "left"}, None, None),
+        ({"RIGHT_FORMAT": "json"}, "L.order_id <> 'o0'", "R.price > 1"),
+        ({"LEFT_FORMAT": "upsert", "RIGHT_FORMAT": "json"}, None, "R.price > 1"),
+    ],
+    ids=["inner", "outer", "both-insert-only", "changelog"],
+)
+def test_an_inner_joins_filter_of_one_input_is_tested_as_its_rows_are_read(
+    changes: dict[str, str], left: str | None, right: str | None
+) -> None:
+    """As Flink pushes a WHERE below a join: an inner join's conjuncts over one input's
+    columns, but not an outer join's (its padded rows), nor a changelog's (normalized first)."""
+    config = load_config(
+        {**JOIN, "JOIN_ON": "L.product_id = R.product_id AND L.order_id <> 'o0' AND R.price > 1"}
+        | changes
+    )
+    assert (pushed_filter(config, config.left), pushed_filter(config, config.right)) == (
+        left,
+        right,
+    )
+
+
+def test_a_filter_pushed_below_the_join_is_part_of_what_the_state_means() -> None:
+    """The rows a filter kept out of the state cannot join a looser filter after a restart: the
+    filter is recorded with the state, so a change to it is refused as a changed key is."""
+    config = load_config(
+        {**JOIN, "RIGHT_FORMAT": "json", "JOIN_ON": "L.product_id = R.product_id AND R.price > 1"}
+    )
+    meaning = state_meaning(query_plan(config))
+    assert meaning["JOIN_ON's filter of RIGHT"] == "R.price > 1"
+    assert meaning["JOIN_ON's filter of LEFT"] == "none"

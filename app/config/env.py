@@ -88,6 +88,9 @@ class InputConfig:
     time: str
     watermark_delay_ms: int
     metadata: tuple[tuple[str, str], ...] = ()  # (column, key): filled from the record
+    # (column, path): a column read from a nested JSON field, `("id", ("person", "id"))`
+    fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    where: tuple[tuple[str, object], ...] = ()  # (field, value): the records read, the rest skipped
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class OutputConfig:
     delivery: str
     marker_topic: str
     transactional_id: str
+    sink: str = "kafka"  # or "blackhole": the joined rows dropped (Flink's, for benchmarks)
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,7 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
             )
         )
     metadata = _metadata(read, prefix, schema)
+    view = _view(read, prefix, schema)
     return InputConfig(
         side=side,
         topic=(read.get(f"{prefix}_TOPIC") or "") if topic else "",
@@ -312,7 +317,48 @@ def _input(read: _Reader, side: str, topic: bool = True) -> InputConfig:
         time=_time(read, prefix, schema),
         watermark_delay_ms=read.get(f"{prefix}_WATERMARK_DELAY") or 0,
         metadata=metadata,
+        fields=view[0],
+        where=view[1],
     )
+
+
+def _view(
+    read: _Reader, prefix: str, schema: tuple[Column, ...] | None
+) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, object], ...]]:
+    """`<SIDE>_FIELDS` (`column=a.b,…`) and `<SIDE>_WHERE` (`field=<JSON value>,…`): a view's
+    columns of nested fields and the records it keeps, read from JSON records."""
+    fields, where = read.raw(f"{prefix}_FIELDS"), read.raw(f"{prefix}_WHERE")
+    if fields is None and where is None:
+        return (), ()
+    if read.raw(f"{prefix}_FORMAT", "json") != "json":
+        name = f"{prefix}_FIELDS" if fields is not None else f"{prefix}_WHERE"
+        read.fail(ConfigError(name, f"unset unless {prefix}_FORMAT=json", fields or where))
+        return (), ()
+    names = {c.name for c in schema or ()}
+    paths = []
+    for pair in (fields or "").split(",") if fields else []:
+        column, _, path = (part.strip() for part in pair.partition("="))
+        steps = tuple(step.strip() for step in path.split("."))
+        if column not in names or not all(steps):
+            read.fail(
+                ConfigError(
+                    f"{prefix}_FIELDS",
+                    f"column=path pairs, the columns of {prefix}_SCHEMA, each path "
+                    "fields joined by '.'",
+                    fields,
+                )
+            )
+            return (), ()
+        paths.append((column, steps))
+    kept = []
+    for pair in (where or "").split(",") if where else []:
+        field, _, value = (part.strip() for part in pair.partition("="))
+        try:
+            kept.append((field, json.loads(value)))
+        except json.JSONDecodeError:
+            read.fail(ConfigError(f"{prefix}_WHERE", "field=value pairs, each value JSON", where))
+            return (), ()
+    return tuple(paths), tuple(kept)
 
 
 def _metadata(
@@ -594,6 +640,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         format=read.get("OUTPUT_FORMAT"),
         key=output_key or (),
         delivery=read.get("OUTPUT_DELIVERY"),
+        sink=read.get("OUTPUT_SINK"),
         marker_topic=read.get("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers") or "",
         transactional_id=read.get(
             "OUTPUT_TRANSACTIONAL_ID", f"streamjoin-{output_topic}-{query_id}"

@@ -63,6 +63,8 @@ JOIN_TYPES = (
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 OUTPUT_ENCODINGS = ("append", "retract", "upsert", "debezium-json")
 OUTPUT_FORMATS = ("json", "avro-confluent")
+# where the joined rows go: OUTPUT_TOPIC, or nowhere (Flink's blackhole, for benchmarks)
+OUTPUT_SINKS = ("kafka", "blackhole")
 OUTPUT_DELIVERIES = ("exactly-once", "at-least-once")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
@@ -153,6 +155,18 @@ def _side(side: str) -> list[Variable]:
             f"{side}_METADATA",
             "column=key pairs: timestamp, value.source.timestamp, partition, offset, topic",
             flink="col TYPE METADATA FROM 'key'",
+        ),
+        Variable(
+            f"{side}_FIELDS",
+            f"column=path pairs: a column of {side}_SCHEMA read from a nested JSON field "
+            "(id=person.id)",
+            flink="a view's SELECT of a ROW column's fields",
+        ),
+        Variable(
+            f"{side}_WHERE",
+            "field=value pairs: only the records whose top-level field equals the JSON value "
+            "(event_type=0)",
+            flink="a view's WHERE",
         ),
     ]
 
@@ -388,6 +402,7 @@ _ALL = [
         "OUTPUT_ENCODING", OUTPUT_ENCODINGS, "retract", "'format' / 'connector' = 'upsert-kafka'"
     ),
     _choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json", "'format' / 'value.format'"),
+    _choice("OUTPUT_SINK", OUTPUT_SINKS, "kafka", "'connector' = 'blackhole'"),
     Variable(
         "OUTPUT_KEY",
         "a comma-separated list of output column names",

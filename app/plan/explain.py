@@ -7,6 +7,7 @@ configuration with every secret-looking value masked (`app.config.redaction`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from app.config.env import Config, InputConfig, JoinConfig, with_sql
@@ -24,6 +25,7 @@ from app.plan.planner import (
     produces_updates,
     upsert_materialized,
 )
+from app.plan.pushdown import pushed_filter
 from app.plan.table_lookup import shuffled, table_lookup
 from state.changes import RowKind
 from state.joins.lookup_join import LookupJoinSpec
@@ -44,6 +46,22 @@ def _input(source: InputConfig, join: JoinConfig) -> str:
         how += f", normalized by {','.join(source.primary_key)}"
     time = "processing time" if source.time == "proctime" else f"event time {source.time}"
     return how + f"), {time}, watermark delay {source.watermark_delay_ms} ms"
+
+
+def _read(config: Config, source: InputConfig) -> list[str]:
+    """What of an input's records is read: a view's kind of record and nested fields, and the
+    rows a filter pushed below the join keeps."""
+    lines = []
+    if source.where:
+        kept = " AND ".join(f"{field} = {json.dumps(value)}" for field, value in source.where)
+        lines.append(f"  {source.side} reads only the records where {kept}")
+    if source.fields:
+        paths = ", ".join(f"{column} from {'.'.join(path)}" for column, path in source.fields)
+        lines.append(f"  {source.side} columns from nested fields: {paths}")
+    pushed = pushed_filter(config, source)
+    if pushed is not None:
+        lines.append(f"  {source.side} rows kept before the join: {pushed}")
+    return lines
 
 
 def _regular_state(spec: RegularJoinSpec) -> list[str]:
@@ -217,6 +235,8 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
         f"right: {table(config.right, join, config.lookup)}",
     ]
     lines += [f"{c.input.side}: {table(c.input, c.join, c.lookup)}" for c in config.chain]
+    for source in config.inputs():
+        lines += _read(config, source)
     if join.type == FORWARD:
         lines.append("join: none: both inputs forwarded, each record tagged with its side")
     elif multi_way_spec(config) is not None:
@@ -233,6 +253,9 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             f"output: {output.topic}: every input record unchanged, with a "
             f"streamjoin.side header; delivery {output.delivery}"
         )
+    elif output.sink == "blackhole":
+        lines.append("output: blackhole: the joined rows are made and dropped")
+        lines.append(f"  dead letters: {output.dlq_topic}")
     else:
         changes = " ".join(RowKind.ALL) if produces_updates(config) else RowKind.INSERT
         key = ",".join(output.key) or "the join key"

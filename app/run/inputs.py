@@ -23,6 +23,7 @@ from pyspark.sql.types import StructField, StructType
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS
 from app.plan.planner import StateLayout, normalized
+from app.plan.pushdown import pushed_filter
 from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
 from serdes.kafka.arrivals import IDLE_WAIT_MS
@@ -179,6 +180,7 @@ def input_decoder(
         letters,
         keep_records,
         source.metadata,
+        pushed_filter(config, source) if config is not None else None,
     )
 
 
@@ -191,6 +193,8 @@ def format_factory(config: Config | None, source: InputConfig) -> Callable[[], F
             config.schema_registry_url or "", config.schema_registry_properties
         )
         return partial(DECODERS[source.format], source.schema, source.primary_key, registry)
+    if source.fields or source.where:  # a view of a JSON topic's records
+        return partial(JsonFormat, source.schema, source.primary_key, source.fields, source.where)
     return partial(DECODERS[source.format], source.schema, source.primary_key)
 
 

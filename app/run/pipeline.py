@@ -16,6 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 from app.config.env import Config
 from app.config.registry import FORWARD, LOOKUP
 from app.plan.planner import QueryPlan, query_plan
+from app.plan.pushdown import pushed_filter
 from app.run.builder import Writers, joined_output, late_writers
 from app.run.checkpoint import (
     SPREAD_BUCKETS,
@@ -115,6 +116,8 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
         meaning[f"{side}_SCHEMA"] = ", ".join(
             f"{c.name} {c.spark_type.simpleString()}" for c in source.schema or ()
         )
+        # the rows a filter pushed below an inner join never kept cannot join a looser one
+        meaning[f"JOIN_ON's filter of {side}"] = pushed_filter(plan.config, source) or "none"
     return meaning
 
 
@@ -136,7 +139,7 @@ def resumed_plan(spark: SparkSession, config: Config, write: bool = True) -> Que
 
 
 def _exactly_once(config: Config) -> ExactlyOnce | None:
-    if config.output.delivery != "exactly-once":
+    if config.output.delivery != "exactly-once" or config.output.sink == "blackhole":
         return None
     return ExactlyOnce(config.output.transactional_id, config.output.marker_topic)
 
@@ -200,13 +203,17 @@ def start(
             for s in (config.left, config.right)
         )
         output = forward_both(left, right)
-    writer = (
-        output.writeStream.format(NAME)
-        .queryName("streamjoin")
-        .option("topic", config.output.topic)
-        .options(**kafka_options(config.kafka_client_config()))
-        .option("checkpointLocation", config.checkpoint_location)
+    writer = output.writeStream.queryName("streamjoin").option(
+        "checkpointLocation", config.checkpoint_location
     )
+    if config.output.sink == "blackhole":  # Spark's sink that computes the rows and drops them
+        writer = writer.format("noop")
+    else:
+        writer = (
+            writer.format(NAME)
+            .option("topic", config.output.topic)
+            .options(**kafka_options(config.kafka_client_config()))
+        )
     if exactly_once is not None:
         # Abort what an earlier run left open, for every task that may write a micro-batch.
         exactly_once.fence(config.kafka_client_config(), max(tasks.count, fenced))

@@ -98,7 +98,7 @@ def check_kafka(config: Config) -> None:
     topics = [
         ("LEFT_TOPIC", config.left.topic, ""),
         *([("RIGHT_TOPIC", config.right.topic, "")] if config.right.topic else []),
-        ("OUTPUT_TOPIC", config.output.topic, ""),
+        *([("OUTPUT_TOPIC", config.output.topic, "")] if config.output.sink == "kafka" else []),
     ]
     origins = [config.sql_origin] * len(topics)
     for chained in (c for c in config.chain if c.input.topic):  # its own SQL line
@@ -112,7 +112,7 @@ def check_kafka(config: Config) -> None:
                 " (records that cannot be decoded are written there)",
             )
         )
-    if config.output.delivery == "exactly-once":
+    if config.output.delivery == "exactly-once" and config.output.sink == "kafka":
         topics.append(
             (
                 "OUTPUT_MARKER_TOPIC",

@@ -31,6 +31,7 @@ from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
 from serdes.records.formats import DecodedChange
 from serdes.records.values import DecodeError
 from state.changes import EPOCH
+from state.expr.condition import compile_predicate, parse_condition
 
 # Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
 SEQ_PER_RECORD = 2
@@ -213,13 +214,16 @@ def decoder(
     letters: DeadLetterTopic | None = None,
     keep_records: bool = False,
     metadata: tuple[tuple[str, str], ...] = (),
+    keep: str | None = None,
 ):
     """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
     `letters`, the records that cannot be decoded are written there once the input is exhausted
     (and counted if written); without, they come out as dead-letter rows (and are counted).
     `keep_records` keeps each change's Kafka record beside it (a later step may dead-letter it:
     the lookup join's failed lookups). `metadata`: the
-    columns (column, key) filled from the record (`metadata_filler`)."""
+    columns (column, key) filled from the record (`metadata_filler`). `keep`: a condition over
+    the row's columns (`L.x` or `R.x` alike) a change must meet to be kept (a filter pushed
+    below the join, `app.plan.pushdown`)."""
     schema = arrow_schema(decoded_schema(row_type))
     assert schema.field("headers").type == HEADER_TYPE
 
@@ -231,6 +235,10 @@ def decoder(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
         fmt = make_format()
+        kept = None
+        if keep is not None:  # compiled where it runs: an evaluator is closures of closures
+            names = row_type.names
+            kept = compile_predicate(parse_condition(keep), names, names)
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         for batch in batches:
@@ -257,6 +265,8 @@ def decoder(
                 for i, (op, decoded) in enumerate(changes):
                     record = out.record(src) if needs_record else None
                     row = with_metadata(fmt, record, decoded) if metadata else decoded
+                    if kept is not None and kept(row, row) is not True:
+                        continue
                     out.change(op, base + i, row, event_time(fmt, record, row), src, keep_records)
             yield out.output(schema)
         if letters is not None:

@@ -63,15 +63,32 @@ def _json_key(key: bytes) -> Any:
         return None
 
 
-class RowBuilder:
-    """Builds a typed row tuple from a JSON object, in the declared column order."""
+def _nested(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path` in nested JSON objects; None where a step is missing or no object."""
+    value: Any = data
+    for step in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+
+class RowBuilder:
+    """Builds a typed row tuple from a JSON object, in the declared column order; `paths`: the
+    columns read from nested objects (`id` at `person.id`)."""
+
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        required: Sequence[str],
+        paths: Sequence[tuple[str, tuple[str, ...]]] = (),
+    ) -> None:
         self.columns = tuple(columns)
         self.names = tuple(c.name for c in self.columns)
         self.required = set(required)
         self.plain = [converter(c.spark_type) for c in self.columns]
         self._by_connect_schema: dict[str, list[Converter]] = {}
+        self.paths = dict(paths)
 
     def converters(self, connect_fields: list[dict[str, Any]] | None) -> list[Converter]:
         """Per-column converters, refined by the Connect schema of the fields when present."""
@@ -87,8 +104,9 @@ class RowBuilder:
 
     def build(self, data: dict[str, Any], converters: list[Converter]) -> tuple[Any, ...]:
         values = []
+        paths = self.paths
         for name, convert in zip(self.names, converters, strict=True):
-            raw = data.get(name)
+            raw = _nested(data, paths[name]) if paths and name in paths else data.get(name)
             if raw is None:
                 if name in self.required:
                     raise DecodeError("missing-field", f"required field {name!r} is missing")
@@ -99,15 +117,27 @@ class RowBuilder:
 
 
 class JsonFormat:
-    """One JSON object per record; every record is an insert."""
+    """One JSON object per record; every record is an insert. A view of the records (a Flink
+    `CREATE VIEW` over the topic): `paths`, its columns of nested fields, and `where`, the
+    top-level fields and values of the records it keeps; the others are skipped."""
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
-        self.rows = RowBuilder(columns, required)
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        required: Sequence[str],
+        paths: Sequence[tuple[str, tuple[str, ...]]] = (),
+        where: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.rows = RowBuilder(columns, required, paths)
+        self.where = tuple(where)
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         data = _json_object(value)
         if data is None:
             raise DecodeError("null-value", "an insert-only JSON input has no deletes")
+        for field, kept in self.where:
+            if data.get(field) != kept:
+                return []
         return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
 
 

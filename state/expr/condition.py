@@ -146,6 +146,20 @@ def split_condition(tree: exp.Expression) -> JoinCondition:
     return JoinCondition(tuple(equi), residual, frozenset(null_safe))
 
 
+def one_side_filter(residual: exp.Expression | None, alias: str) -> exp.Expression | None:
+    """The conjuncts of `residual` over the columns of side `alias` alone: what an inner join
+    may test on that side's rows before it keeps them, as Flink's planner pushes a filter
+    below a join."""
+    if residual is None:
+        return None
+    kept = [
+        node
+        for node in (residual.flatten() if isinstance(residual, exp.And) else [residual])
+        if {column.table.upper() for column in node.find_all(exp.Column)} == {alias}
+    ]
+    return exp.and_(*kept) if kept else None
+
+
 def _literal(node: exp.Literal) -> Any:
     if node.is_string:
         return node.this

@@ -59,6 +59,13 @@ class Table:
     primary_key: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
     declared: list[str] = field(default_factory=list)  # every column's name, in order
+    # a `ROW<…>` column's fields: column -> [(field, Flink type)]; read only through a view
+    rows: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    cases: dict[str, str] = field(default_factory=dict)  # a `c AS CASE … END` column's CASE
+    # a view's (`app.config.sql.views`): its columns read from nested fields of the records
+    # (column -> dotted path), and the records it keeps (top-level field -> JSON value)
+    paths: dict[str, str] = field(default_factory=dict)
+    where: dict[str, object] = field(default_factory=dict)
 
     def columns(self) -> list[str]:
         """Every column a query can name, in declared order: not the proctime one (it has no
@@ -199,6 +206,24 @@ def _split_top_level(text: str) -> list[str]:
     return [item for item in items if item]
 
 
+_NESTED_TYPE = re.compile(r"\b(?:ROW|ARRAY|MAP|MULTISET)\s*$", re.I)
+
+
+def _split_columns(text: str) -> list[str]:
+    """A column list's items: `_split_top_level`, but a nested type's `<…>` (`ROW<a T, b T>`)
+    is one item too; a `<` that opens no type (`a < b` in a computed column) is a comparison."""
+    cuts, angles = [], []
+    for i, char, depth in _outside_quotes(text):
+        if char == "<" and _NESTED_TYPE.search(text[:i]):
+            angles.append(depth)
+        elif char == ">" and angles and angles[-1] == depth:
+            angles.pop()
+        elif char == "," and depth == 0 and not angles:
+            cuts.append(i)
+    items = (text[a + 1 : b].strip() for a, b in zip([-1, *cuts], [*cuts, len(text)], strict=True))
+    return [item for item in items if item]
+
+
 def _closing(text: str, opening: int) -> int:
     """The index of the parenthesis closing the one at `opening`, or -1."""
     found = (i for i, char, depth in _outside_quotes(text, opening) if char == ")" and not depth)
@@ -258,7 +283,7 @@ def create_table(line: int, text: str) -> Table:
     if closing < 0:
         raise SqlError(line, f"CREATE TABLE {table.name}: its column list never closes")
     cursor = opening + 1
-    for item in _split_top_level(text[opening + 1 : closing]):
+    for item in _split_columns(text[opening + 1 : closing]):
         at = text.index(item, cursor)  # each column's own line, for what is told about it
         cursor = at + len(item)
         _column(table, " ".join(item.split()), line + text.count("\n", 0, at))
@@ -291,6 +316,19 @@ def _column_type(line: int, where: str, name: str, kind: str) -> None:
     first, *rest = kind.split(maxsplit=1)
     hint = f" (a comma missing after {name} {first}?)" if rest and _is_type(first) else ""
     raise SqlError(line, f"{where}: column {name}: {kind} is not a type streamjoin reads{hint}")
+
+
+def _row_fields(line: int, where: str, name: str, kind: str) -> list[tuple[str, str]]:
+    """The fields of a `ROW<a T, b T>` column, each of a type streamjoin reads."""
+    inner = kind[kind.index("<") + 1 :].rstrip()
+    if not inner.endswith(">"):
+        raise SqlError(line, f"{where}: column {name}: {kind} is not a ROW<field TYPE, …>")
+    fields = []
+    for written in _split_columns(inner[:-1]):
+        field_name, _, field_kind = written.partition(" ")
+        _column_type(line, where, f"{name}.{unquote(field_name)}", field_kind.strip())
+        fields.append((unquote(field_name), field_kind.strip()))
+    return fields
 
 
 def _is_type(kind: str) -> bool:
@@ -335,6 +373,8 @@ def _column(table: Table, item: str, line: int) -> None:
         table.declared.append(name)
         if re.fullmatch(r"PROCTIME\s*\(\s*\)", expression, re.I):
             table.proctime = name
+        elif re.match(r"CASE\b", expression, re.I):  # resolved by a view's WHERE
+            table.cases[name] = expression
         else:
             found = [
                 (m, kind) for pattern, kind in _CONVERSIONS if (m := pattern.match(expression))
@@ -350,7 +390,10 @@ def _column(table: Table, item: str, line: int) -> None:
             table.converted[name] = (unquote(conversion[1]), kind or conversion[2].upper())
     elif match := _PHYSICAL.match(item):
         name = unquote(match[1])
-        _column_type(line, where, name, match[2])
+        if re.match(r"ROW\s*<", match[2], re.I):
+            table.rows[name] = _row_fields(line, where, name, match[2])
+        else:
+            _column_type(line, where, name, match[2])
         table.physical.append((name, match[2]))
         table.declared.append(name)
         if match[3]:
@@ -479,6 +522,13 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
             f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
             "input streamjoin reads (kafka, upsert-kafka)",
         )
+    nested = [*table.rows, *table.cases]
+    if nested:
+        raise SqlError(
+            line,
+            f"CREATE TABLE {table.name}: the column {nested[0]} is read through a view "
+            f"(CREATE VIEW v AS SELECT <its fields> FROM {table.name} WHERE …)",
+        )
     topic = _topic(options)
     out.set(f"{side}_TOPIC", topic, line)
     out.set(f"{side}_FORMAT", _format(options, connector == "upsert-kafka"), line)
@@ -487,6 +537,11 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
         out.set(f"{side}_PRIMARY_KEY", ",".join(table.primary_key), line)
     if table.metadata:
         out.set(f"{side}_METADATA", ",".join(f"{c}={k}" for c, k in table.metadata.items()), line)
+    if table.paths:
+        out.set(f"{side}_FIELDS", ",".join(f"{c}={p}" for c, p in table.paths.items()), line)
+    if table.where:
+        where = ",".join(f"{f}={json.dumps(v)}" for f, v in table.where.items())
+        out.set(f"{side}_WHERE", where, line)
     out.set(f"{side}_TIME", table.stored(time), line)
     if table.watermark and table.watermark[0] == time:
         out.set(f"{side}_WATERMARK_DELAY", f"{table.watermark[1]}ms", line)
@@ -514,6 +569,7 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
     else:
         start = "earliest"  # no group to start from: the topic's beginning
     out.starts[topic] = (start, line)
+    options.take("sink.partitioner")  # a table read, not written: how it is written is moot
     _kafka_properties(options, out, source=True)
     _registry(options, out)
     options.refuse_rest()
@@ -546,11 +602,16 @@ def starting_offsets(out: Compiled) -> None:
 def output_table(table: Table, out: Compiled) -> None:
     options, line = _Options(table), table.line
     connector = options.take("connector")
+    if connector == "blackhole":  # Flink's sink that drops every row: a benchmark's
+        out.set("OUTPUT_SINK", "blackhole", line)
+        out.set("OUTPUT_TOPIC", table.name, line)  # names its dead-letter topic
+        options.refuse_rest()
+        return
     if connector not in ("kafka", "upsert-kafka"):
         raise SqlError(
             line,
             f"CREATE TABLE {table.name}: 'connector' {connector!r} is not an "
-            "output streamjoin writes (kafka, upsert-kafka)",
+            "output streamjoin writes (kafka, upsert-kafka, blackhole)",
         )
     out.set("OUTPUT_TOPIC", _topic(options), line)
     value = options.take("value.format") or options.take("format")

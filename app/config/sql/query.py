@@ -55,6 +55,7 @@ from app.config.sql.ddl import (
     starting_offsets,
     statements,
 )
+from app.config.sql.views import CREATE_VIEW, create_view
 from app.config.sql.windows import readable, unwrapped
 from state.columns import chained_column
 from state.expr.condition import FLINK_LEXICON
@@ -922,6 +923,9 @@ def compile_script(text: str) -> Compiled:
         elif CREATE_TABLE.match(statement):
             table = create_table(line, statement)
             tables[table.name] = table
+        elif CREATE_VIEW.match(statement):
+            view = create_view(line, statement, tables)
+            tables[view.name] = view
         elif head == "INSERT":
             if insert is not None:
                 raise SqlError(line, "a second INSERT: streamjoin runs one INSERT per deployment")
@@ -932,7 +936,9 @@ def compile_script(text: str) -> Compiled:
             )
         else:
             raise SqlError(
-                line, f"{' '.join(words[:3])} … is not supported (SET, CREATE TABLE, INSERT INTO)"
+                line,
+                f"{' '.join(words[:3])} … is not supported "
+                "(SET, CREATE TABLE, CREATE VIEW, INSERT INTO)",
             )
     if insert is None:
         raise SqlError(last, "no INSERT INTO <output table> SELECT … JOIN …")
