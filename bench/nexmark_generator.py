@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import string
@@ -33,6 +34,7 @@ FIRST_PERSON_ID = 1000
 FIRST_AUCTION_ID = 1000
 FIRST_CATEGORY_ID = 10
 CATEGORIES = 5
+CLOSING_MS = 3_600_000  # how far after the events the closing ones are (`closing`)
 HOT_RATIO = 100  # hot sellers, auctions and bidders: ids rounded down to this
 PERSON_ID_LEAD = 10
 AUCTION_ID_LEAD = 10
@@ -174,6 +176,18 @@ class NexmarkGenerator:
     def events(self, count: int, first: int = 0) -> Iterator[dict]:
         return (self.event(n) for n in range(first, first + count))
 
+    def closing(self, count: int) -> list[dict]:
+        """What follows `count` events in a run over a topic that ends: a person and an auction
+        an hour of event time later, that join nothing (person 0, seller -1), so that every
+        window of the events fires there, as Flink's end of input fires them."""
+        at = _timestamp(self.time_ms(count) + CLOSING_MS)
+        person = {"id": 0, "name": "", "state": "", "city": "", "dateTime": at}
+        auction = {"id": 0, "seller": -1, "category": 0, "dateTime": at, "expires": at}
+        return [
+            {"event_type": 0, "person": person, "auction": None, "bid": None},
+            {"event_type": 1, "person": None, "auction": auction, "bid": None},
+        ]
+
     def _person(self, n: int, at: str) -> dict:
         name = f"{self.random.choice(FIRST_NAMES)} {self.random.choice(LAST_NAMES)}"
         email = f"{self._string(7)}@{self._string(5)}.com"
@@ -265,10 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="a JSON-lines file")
     parser.add_argument("--bootstrap", help="a Kafka broker to produce to")
     parser.add_argument("--topic", default="nexmark")
+    parser.add_argument("--close", action="store_true", help="the closing events last")
     args = parser.parse_args(argv)
     base = args.base_ms if args.base_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
     generator = NexmarkGenerator(NexmarkConfig(rate=args.rate), base, args.seed)
-    rows = (json.dumps(row, separators=(",", ":")) for row in generator.events(args.events))
+    events = generator.events(args.events)
+    if args.close:
+        events = itertools.chain(events, generator.closing(args.events))
+    rows = (json.dumps(row, separators=(",", ":")) for row in events)
     if args.bootstrap:
         from confluent_kafka import Producer
 

@@ -7,7 +7,7 @@ run` from a Kafka topic of `bench/nexmark_generator.py`'s events: the speed besi
 
 Each query runs as a job of its own over a topic filled first (available-now, exactly-once
 defaults, a fresh checkpoint). Its cost is the CPU the service's processes used (the driver's
-Python, Spark's JVM and its Python workers, from `getrusage` once it exits), less that of the
+Python, Spark's JVM and its Python workers, sampled from /proc as it runs), less that of the
 same query over the first 10,000 events, so that what the JVM's start and Spark's planning cost
 is not counted: the events per CPU-second of the rest, as Flink's JVM is measured warm. With
 `--check`, the query's blackhole sink is a Kafka topic instead, and its rows' count and checksum
@@ -17,9 +17,9 @@ is not counted: the events per CPU-second of the rest, as Flink's JVM is measure
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BENCH = Path(__file__).resolve().parent
@@ -63,12 +63,13 @@ def sink_columns(query: str) -> list[str]:
 
 
 def fill(bootstrap: str, topic: str, events: int, base_ms: int = 0, seed: int = 1) -> None:
-    """The topic (made here, one partition) with the generator's first `events` events."""
+    """The topic (made here, one partition) with the generator's first `events` events and its
+    closing ones (q8's windows fire on them)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     generator = NexmarkGenerator(NexmarkConfig(), base_ms, seed)
-    for row in generator.events(events):
+    for row in itertools.chain(generator.events(events), generator.closing(events)):
         line = json.dumps(row, separators=(",", ":")).encode()
         while True:
             try:
@@ -83,17 +84,48 @@ def make_topics(bootstrap: str, *topics: str, compact: bool = False) -> None:
     config = {"cleanup.policy": "compact"} if compact else {}
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, 1, 1, config=config) for t in topics]).values():
-        future.result()
+        try:
+            future.result()
+        except KafkaException as err:  # made by an earlier run on this broker
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def _own_cpu() -> dict[tuple[int, int], tuple[int, float]]:
+    """Every process's own CPU seconds, by (pid, start time), with its parent."""
+    ticks, found = os.sysconf("SC_CLK_TCK"), {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent, cpu = int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks
+        found[(int(entry.name), int(fields[19]))] = (parent, cpu)
+    return found
 
 
 def run(command: list[str], env: dict[str, str]) -> float:
-    """Run the service to its end; the CPU seconds its processes used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    """Run the service to its end; the CPU seconds its processes used (the driver's Python,
+    Spark's JVM, its Python workers: the tree under it, sampled from /proc, as a JVM the
+    driver does not wait for is in no `getrusage`)."""
+    used: dict[tuple[int, int], float] = {}
+    with tempfile.TemporaryFile("w+") as log:  # a pipe nobody reads would stop it once full
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        while process.poll() is None:
+            table = _own_cpu()
+            tree = {process.pid}
+            for _ in range(8):  # a few levels: sh, python, java, the workers' daemon, workers
+                tree |= {pid for (pid, _start), (parent, _cpu) in table.items() if parent in tree}
+            for key, (_parent, cpu) in table.items():
+                if key[0] in tree:
+                    used[key] = max(used.get(key, 0.0), cpu)
+            time.sleep(0.25)
+        if process.returncode != 0:
+            log.seek(0)
+            raise RuntimeError(log.read()[-3000:])
+    return sum(used.values())
 
 
 def service_env(sql: str, checkpoint: str) -> dict[str, str]:
@@ -167,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 found = rows_of(args.bootstrap, out, sink_columns(query))
                 print(json.dumps({"query": query, **checksum(found)}), flush=True)
                 continue
-            make_topics(args.bootstrap, f"{query}.dlq")
+            make_topics(args.bootstrap, f"nexmark_{query}.dlq")  # the blackhole sink's
             for system in args.systems.split(","):
                 if system == "spark" and query not in ("q3", "q20"):
                     continue

@@ -1099,3 +1099,20 @@ def test_a_table_of_rows_is_read_through_a_view_not_joined_itself() -> None:
     )
     script = script.replace("A.id", "A.event_type")
     assert "the column person is read through a view" in refusal(script)
+
+
+def test_nexmarks_q8_is_a_window_join_of_two_window_aggregates() -> None:
+    """q8 as written: each side a `GROUP BY` of its columns and window bounds without aggregate
+    functions, renamed (`window_start AS starttime`), joined on those windows."""
+    variables = compile_script(nexmark("q8")).variables
+    assert variables["JOIN_TYPE"] == "window" and variables["JOIN_WINDOW"] == "TUMBLE(10000ms)"
+    assert variables["LEFT_WINDOW_GROUP_BY"] == "id,name"
+    assert variables["RIGHT_WINDOW_GROUP_BY"] == "seller"
+    assert variables["JOIN_ON"] == (
+        "L.id = R.seller AND L.window_start = R.window_start AND L.window_end = R.window_end"
+    )
+    assert variables["JOIN_SELECT"] == "L.id AS id, L.name AS name, L.window_start AS stime"
+    summed = nexmark("q8").replace("SELECT seller,", "SELECT seller, COUNT(*) AS n,")
+    assert "COUNT(*) AS n: a window aggregate before a window join selects its grouping" in (
+        refusal(summed)
+    )

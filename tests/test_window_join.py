@@ -49,6 +49,19 @@ def test_a_window_joins_once_when_the_watermark_reaches_its_end(
     assert fired_window(kind) == emitted
 
 
+def test_a_window_aggregate_side_joins_its_distinct_groups_once_each() -> None:
+    """Nexmark's q8: the sellers of a window grouped by seller (a window aggregate) joined with
+    its people grouped by id and name: a seller of three auctions joins once."""
+    grouped = WindowJoin("inner", lambda left, right: left[0] == right[0], (2, 2), ((0, 2), (0, 2)))
+    bucket = Bucket()
+    for side, row in [(0, ("p1", "ann", MINUTE_US)), (0, ("p1", "ann", MINUTE_US))] + [
+        (1, ("p1", f"auction{n}", MINUTE_US)) for n in range(3)
+    ]:
+        grouped.add(bucket, "window", side, row)
+    [change] = grouped.fire_due(bucket, 59_999)
+    assert (change.left, change.right) == (("p1", "ann", MINUTE_US), ("p1", "auction0", MINUTE_US))
+
+
 def test_the_next_timer_is_the_earliest_windows_end_less_a_millisecond() -> None:
     bucket, window_join = Bucket(), join("inner")
     window_join.add(bucket, "k", 0, ("a", "o1", 2 * MINUTE_US))

@@ -109,6 +109,8 @@ class JoinConfig:
     # an outer interval join's unmatched rows padded this long after their time (EARLY_FIRE)
     early_fire_ms: int | None = None
     window: Windowing | None = None  # a window join's windows (`JOIN_WINDOW`)
+    # a window join's inputs' grouping columns, each a window aggregate first (None: its rows)
+    window_groups: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -666,6 +668,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         input_ttls_ms=(read.get("LEFT_STATE_TTL"), read.get("RIGHT_STATE_TTL")),
         early_fire_ms=read.get("JOIN_EARLY_FIRE_DELAY"),
         window=read.get("JOIN_WINDOW"),
+        window_groups=(read.get("LEFT_WINDOW_GROUP_BY"), read.get("RIGHT_WINDOW_GROUP_BY")),
     )
     config = Config(
         bootstrap_servers=read.get("KAFKA_BOOTSTRAP_SERVERS") or "",

@@ -343,6 +343,18 @@ _ALL = [
         flink="FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(…), …))",
         shown_default="none",
     ),
+    *(
+        Variable(
+            f"{side}_WINDOW_GROUP_BY",
+            "a comma-separated list of column names: the window join's "
+            f"{side.lower()} input is their distinct values per window (a window aggregate "
+            "without aggregate functions)",
+            parsers.column_list,
+            flink="(SELECT cols, window_start, window_end FROM TABLE(TUMBLE(…)) GROUP BY cols, "
+            "window_start, window_end)",
+        )
+        for side in ("LEFT", "RIGHT")
+    ),
     _choice("JOIN_MINI_BATCH", ("true", "false"), "false", "SET 'table.exec.mini-batch.enabled'"),
     Variable(
         "SOURCE_IDLE_TIMEOUT",

@@ -104,8 +104,14 @@ def _state(config: Config) -> list[str]:
             "their bounds",
         ]
     if config.join.window is not None:
+        grouped = [
+            f"  {side} input: a window aggregate, the distinct {','.join(columns)} of each window"
+            for side, columns in zip(("left", "right"), config.join.window_groups, strict=True)
+            if columns is not None
+        ]
         return [
             f"  windows: {config.join.window}",
+            *grouped,
             "  state: both sides' rows of each window, per bucket of join keys, until the "
             "watermark passes the window's end",
         ]

@@ -72,7 +72,9 @@ def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
         return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
     if config.join.type == WINDOW:
         left, right = (replace(s, fields=s.fields + WINDOW_COLUMNS) for s in (left, right))
-        return WindowJoinSpec(config.join.kind, config.join.on or "", left, right, buckets)
+        return WindowJoinSpec(
+            config.join.kind, config.join.on or "", left, right, buckets, config.join.window_groups
+        )
     if config.join.type == "interval":
         return IntervalJoinSpec(
             config.join.kind,
@@ -370,6 +372,14 @@ def _window_errors(config: Config) -> Iterator[ConfigError]:
             )
         if source.format not in INSERT_ONLY_FORMATS:
             yield _changelog_refused(source, "a window join")
+    for source, groups in zip((config.left, config.right), config.join.window_groups, strict=True):
+        columns = [c.name for c in source.schema or ()]
+        if groups is not None and not set(groups) <= set(columns):
+            yield ConfigError(
+                f"{source.side.upper()}_WINDOW_GROUP_BY",
+                f"columns of {source.side.upper()}_SCHEMA",
+                ",".join(groups),
+            )
 
 
 def _temporal_errors(config: Config) -> Iterator[ConfigError]:
@@ -560,6 +570,15 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
         errors.append(
             ConfigError("JOIN_WINDOW", "unset: windows are a window join's", str(join.window))
         )
+    for side, groups in zip(("LEFT", "RIGHT"), join.window_groups, strict=True):
+        if groups is not None and join.type != WINDOW:
+            errors.append(
+                ConfigError(
+                    f"{side}_WINDOW_GROUP_BY",
+                    "unset: a window aggregate is a window join's input",
+                    ",".join(groups),
+                )
+            )
     if join.state_ttl_ms and join.type != "regular":
         errors.append(
             ConfigError(

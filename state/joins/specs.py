@@ -297,6 +297,8 @@ class WindowJoinSpec(JoinSpec):
     left: SideSpec
     right: SideSpec
     buckets: int = STATE_BUCKETS
+    # each side's grouping columns where it is a window aggregate first (None: its rows)
+    distinct: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
 
     @property
     def clock(self) -> Clock:
@@ -320,5 +322,10 @@ class WindowJoinSpec(JoinSpec):
         return found
 
     def operator(self) -> WindowJoin:
-        ends = tuple(side.fields.index("window_end") for side in (self.left, self.right))
-        return WindowJoin(self.kind, self.matcher(), ends)  # type: ignore[arg-type]
+        sides = (self.left, self.right)
+        ends = tuple(side.fields.index("window_end") for side in sides)
+        distinct = tuple(
+            None if columns is None else tuple(map(side.fields.index, (*columns, "window_end")))
+            for side, columns in zip(sides, self.distinct, strict=True)
+        )
+        return WindowJoin(self.kind, self.matcher(), ends, distinct)  # type: ignore[arg-type]

@@ -10,6 +10,11 @@ only, and the result is append only.
 A row whose window has fired (the watermark at or past its end - 1) is late and dropped, as
 Flink drops it; the frame counts it (`late`).
 
+A side may be a window aggregate first (`GROUP BY cols, window_start, window_end` with no
+aggregate function, as Nexmark's q8 writes it): its rows are then the distinct values of those
+columns in the window, which is what Flink's window aggregate emits as the window fires and its
+window join then joins in the same firing.
+
 | kind  | emitted when the window fires                                                  |
 |-------|--------------------------------------------------------------------------------|
 | INNER | each matching (left, right)                                                    |
@@ -67,13 +72,19 @@ class WindowJoin:
     """INNER, LEFT, RIGHT, FULL, SEMI and ANTI joins of windows."""
 
     def __init__(
-        self, kind: str, matches: Callable[[Row, Row], bool], ends: tuple[int, int]
+        self,
+        kind: str,
+        matches: Callable[[Row, Row], bool],
+        ends: tuple[int, int],
+        distinct: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None),
     ) -> None:
         """`ends`: the position of `window_end` in a left and in a right row (its value in
-        epoch microseconds, as the frame gives timestamps)."""
+        epoch microseconds, as the frame gives timestamps); `distinct`: for a side that is a
+        window aggregate, the positions of its grouping columns (None: every row)."""
         self.kind = kind
         self.matches = matches
         self.ends = ends
+        self.distinct = distinct
 
     def window_end(self, side: int, row: Row) -> int:
         """The end of a row's window, epoch ms."""
@@ -103,10 +114,21 @@ class WindowJoin:
         for end, _, key in due:
             windows = bucket.keys[key]
             lefts, rights = windows.pop(end)
-            out += self.joined(lefts, rights)
+            out += self.joined(self.grouped(0, lefts), self.grouped(1, rights))
             if not windows:
                 del bucket.keys[key]
         return out
+
+    def grouped(self, side: int, rows: list[Row]) -> list[Row]:
+        """A window's rows of a side as its aggregate gives them: the first row of each group
+        (the query names only the grouping columns of it), in the order the groups came."""
+        positions = self.distinct[side]
+        if positions is None:
+            return rows
+        groups: dict[tuple, Row] = {}
+        for row in rows:
+            groups.setdefault(tuple(row[i] for i in positions), row)
+        return list(groups.values())
 
     def joined(self, lefts: list[Row], rights: list[Row]) -> list[Change]:
         """One window's result, in Flink's order: each left row with its matches (or padded),

@@ -80,6 +80,8 @@ class JoinQuery:
     select: str
     left_time: str | None = None  # the left's time attribute, where the join names it
     window: str | None = None  # a window join's windows, as `JOIN_WINDOW` takes them
+    # a window join's inputs' grouping columns, each a window aggregate first
+    groups: tuple[str | None, str | None] = (None, None)
 
 
 class _Sides:
@@ -229,7 +231,7 @@ def compile_query(
     `outputs`: the output table's columns (the select list's names); and each table's name
     and alias (lower case) -> its place in that order. Two tables through the same windowing
     function are a window join (`app.config.sql.windows`)."""
-    query, windowed, windows = unwrapped(line, query, tables)
+    query, windowed, windows, groups = unwrapped(line, query, tables)
     queries, members, names = _compiled_joins(line, query, windowed, outputs)
     if windows:
         first = queries[0]
@@ -241,7 +243,10 @@ def compile_query(
                 "of two tables through the same one, alone in its query",
             )
         window = str(windows[first.left])
-        queries = [replace(first, type="window", window=window)]
+        grouped = tuple(
+            ",".join(groups[t]) if t in groups else None for t in (first.left, first.right)
+        )
+        queries = [replace(first, type="window", window=window, groups=grouped)]
     return queries, [tables[m.name] for m in members], names
 
 
@@ -996,6 +1001,9 @@ def compile_script(text: str) -> Compiled:
         out.set(name, value, line)
     if first.window is not None:
         out.set("JOIN_WINDOW", first.window, line)
+    for side, grouped in zip(("LEFT", "RIGHT"), first.groups, strict=True):
+        if grouped is not None:
+            out.set(f"{side}_WINDOW_GROUP_BY", grouped, line)
     return out
 
 

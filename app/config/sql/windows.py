@@ -85,35 +85,77 @@ def _windows(line: int, call: exp.Anonymous, tables: dict[str, Table]) -> tuple[
         ) from None
 
 
+def _grouping(line: int, select: exp.Select) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A window aggregate without aggregate functions (`SELECT cols, window_start AS s, …
+    GROUP BY cols, window_start, window_end`): its grouping columns, the window's bounds aside,
+    and the names its select list gives columns (`s` -> `window_start`)."""
+    grouped = [g.name for g in select.args["group"].expressions if isinstance(g, exp.Column)]
+    if len(grouped) != len(select.args["group"].expressions) or not set(
+        WINDOW_COLUMNS[:2]
+    ) <= set(grouped):
+        raise SqlError(
+            line,
+            f"GROUP BY {select.args['group'].sql()}: a window aggregate groups by columns and "
+            "by window_start and window_end, to be joined on its windows",
+        )
+    renames = {}
+    for item in select.expressions:
+        column = item.this if isinstance(item, exp.Alias) else item
+        if not isinstance(column, exp.Column) or column.name not in grouped:
+            raise SqlError(
+                line,
+                f"{item.sql()}: a window aggregate before a window join selects its grouping "
+                "columns (aggregate functions are not supported)",
+            )
+        renames[item.alias_or_name] = column.name
+    return tuple(g for g in grouped if g not in WINDOW_COLUMNS), renames
+
+
 def unwrapped(
     line: int, query: exp.Expression, tables: dict[str, Table]
-) -> tuple[exp.Expression, dict[str, Table], dict[str, Windowing]]:
+) -> tuple[exp.Expression, dict[str, Table], dict[str, Windowing], dict[str, tuple[str, ...]]]:
     """The query with each windowing function as the table it reads, the tables with those
-    given their windows' columns, and each windowed table's windows."""
+    given their windows' columns, each windowed table's windows, and the grouping columns of
+    each that is a window aggregate first (its columns' other names in the query undone)."""
     windows: dict[str, Windowing] = {}
+    groups: dict[str, tuple[str, ...]] = {}
+    renames: dict[str, dict[str, str]] = {}  # by the alias of a window aggregate
 
     def table_of(node: exp.Expression) -> exp.Expression:
-        inner = node
+        inner, grouping = node, None
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
             select = node.this
             source = select.args.get("from_") or select.args.get("from")
             extra = [
-                k for k, v in select.args.items() if v and k not in ("expressions", "from_", "from")
+                k
+                for k, v in select.args.items()
+                if v and k not in ("expressions", "from_", "from", "group")
             ]
             star = [type(e) for e in select.expressions] == [exp.Star]
-            if source is None or extra or not star:
+            if source is None or extra or not (star or select.args.get("group")):
                 return node
             inner = source.this
+            if select.args.get("group") and _call(inner) is not None:
+                grouping = _grouping(line, select)
         call = _call(inner)
         if call is None:
             return node
         name, found = _windows(line, call, tables)
         if windows.setdefault(name, found) != found:
             raise SqlError(line, f"{name} through two windowing functions is not supported")
-        alias = exp.TableAlias(this=exp.to_identifier(node.alias or inner.alias or name))
+        alias_name = node.alias or inner.alias or name
+        if grouping is not None:
+            groups[name], renames[alias_name.lower()] = grouping
+        alias = exp.TableAlias(this=exp.to_identifier(alias_name))
         return exp.Table(this=exp.to_identifier(name), alias=alias)
 
-    unwrapped_query = query.transform(table_of)
+    def renamed(node: exp.Expression) -> exp.Expression:
+        names = renames.get(node.table.lower()) if isinstance(node, exp.Column) else None
+        if names and node.name in names:
+            return exp.column(names[node.name], table=node.table)
+        return node
+
+    unwrapped_query = query.transform(table_of).transform(renamed)
     windowed = dict(tables)
     for name in windows:
         table = tables[name]
@@ -123,4 +165,4 @@ def unwrapped(
             physical=[*table.physical, *((c, "TIMESTAMP(3)") for c in added)],
             declared=[*table.declared, *added],
         )
-    return unwrapped_query, windowed, windows
+    return unwrapped_query, windowed, windows, groups
