@@ -90,9 +90,9 @@ def _grouping(line: int, select: exp.Select) -> tuple[tuple[str, ...], dict[str,
     GROUP BY cols, window_start, window_end`): its grouping columns, the window's bounds aside,
     and the names its select list gives columns (`s` -> `window_start`)."""
     grouped = [g.name for g in select.args["group"].expressions if isinstance(g, exp.Column)]
-    if len(grouped) != len(select.args["group"].expressions) or not set(
-        WINDOW_COLUMNS[:2]
-    ) <= set(grouped):
+    if len(grouped) != len(select.args["group"].expressions) or not set(WINDOW_COLUMNS[:2]) <= set(
+        grouped
+    ):
         raise SqlError(
             line,
             f"GROUP BY {select.args['group'].sql()}: a window aggregate groups by columns and "
