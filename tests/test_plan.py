@@ -382,3 +382,28 @@ def test_a_filter_pushed_below_the_join_is_part_of_what_the_state_means() -> Non
     meaning = state_meaning(query_plan(config))
     assert meaning["JOIN_ON's filter of RIGHT"] == "R.price > 1"
     assert meaning["JOIN_ON's filter of LEFT"] == "none"
+
+
+def test_a_views_records_and_a_window_joins_windows_are_part_of_what_the_state_means() -> None:
+    """The state holds a view's records (its WHERE, its fields) and a window join's rows by
+    their windows: another WHERE, other fields or other windows would read them as what they
+    are not, so a restart that changes them is refused."""
+    window = {
+        **JOIN,
+        "RIGHT_FORMAT": "json",
+        "RIGHT_PRIMARY_KEY": None,
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING, t TIMESTAMP(3)",
+        "RIGHT_SCHEMA": "product_id STRING, price DECIMAL(10,2), t TIMESTAMP(3)",
+        "LEFT_TIME": "t",
+        "RIGHT_TIME": "t",
+        "LEFT_WHERE": "kind=1",
+        "LEFT_FIELDS": "order_id=order.id",
+        "JOIN_TYPE": "window",
+        "JOIN_WINDOW": "TUMBLE(10s)",
+        "JOIN_ON": "L.product_id = R.product_id AND L.window_start = R.window_start "
+        "AND L.window_end = R.window_end",
+    }
+    meaning = state_meaning(query_plan(load_config(window)))
+    assert meaning["LEFT_WHERE"] == "kind=1" and meaning["RIGHT_WHERE"] == "none"
+    assert meaning["LEFT_FIELDS"] == "order_id=order.id"
+    assert meaning["JOIN_WINDOW"] == str(load_config(window).join.window)
