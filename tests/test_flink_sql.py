@@ -1116,3 +1116,16 @@ def test_nexmarks_q8_is_a_window_join_of_two_window_aggregates() -> None:
     assert "COUNT(*) AS n: a window aggregate before a window join selects its grouping" in (
         refusal(summed)
     )
+
+
+def test_a_views_metadata_column_is_still_read_from_the_record_and_not_filtered_on() -> None:
+    """A view selecting the table's `METADATA FROM 'timestamp'` column keeps reading it from
+    the Kafka record (the value has no such field); its WHERE cannot test it."""
+    script = nexmark("q3").replace(
+        "    event_type int,",
+        "    event_type int,\n    at TIMESTAMP_LTZ(3) METADATA FROM 'timestamp',",
+    )
+    with_time = script.replace("    person.extra\nFROM", "    person.extra,\n    at\nFROM")
+    assert compile_script(with_time).variables["RIGHT_METADATA"] == "at=timestamp"
+    filtered = script.replace("WHERE event_type = 0", "WHERE event_type = 0 AND at = 1")
+    assert "WHERE at = 1 is not supported" in refusal(filtered)

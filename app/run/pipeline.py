@@ -5,6 +5,7 @@ topic, exactly once where asked, under the trigger the configuration gives.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -119,7 +120,9 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
         # the rows a filter pushed below an inner join never kept cannot join a looser one
         meaning[f"JOIN_ON's filter of {side}"] = pushed_filter(plan.config, source) or "none"
         # nor can the records a view skipped join another view; its columns' fields are theirs
-        meaning[f"{side}_WHERE"] = ",".join(f"{f}={v!r}" for f, v in source.where) or "none"
+        meaning[f"{side}_WHERE"] = (
+            ",".join(f"{f}={json.dumps(v)}" for f, v in source.where) or "none"
+        )
         meaning[f"{side}_FIELDS"] = (
             ",".join(f"{c}={'.'.join(path)}" for c, path in source.fields) or "none"
         )

@@ -74,21 +74,14 @@ def _nested(data: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 class RowBuilder:
-    """Builds a typed row tuple from a JSON object, in the declared column order; `paths`: the
-    columns read from nested objects (`id` at `person.id`)."""
+    """Builds a typed row tuple from a JSON object, in the declared column order."""
 
-    def __init__(
-        self,
-        columns: Sequence[Column],
-        required: Sequence[str],
-        paths: Sequence[tuple[str, tuple[str, ...]]] = (),
-    ) -> None:
+    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
         self.columns = tuple(columns)
         self.names = tuple(c.name for c in self.columns)
         self.required = set(required)
         self.plain = [converter(c.spark_type) for c in self.columns]
         self._by_connect_schema: dict[str, list[Converter]] = {}
-        self.paths = dict(paths)
 
     def converters(self, connect_fields: list[dict[str, Any]] | None) -> list[Converter]:
         """Per-column converters, refined by the Connect schema of the fields when present."""
@@ -104,9 +97,8 @@ class RowBuilder:
 
     def build(self, data: dict[str, Any], converters: list[Converter]) -> tuple[Any, ...]:
         values = []
-        paths = self.paths
         for name, convert in zip(self.names, converters, strict=True):
-            raw = _nested(data, paths[name]) if paths and name in paths else data.get(name)
+            raw = data.get(name)
             if raw is None:
                 if name in self.required:
                     raise DecodeError("missing-field", f"required field {name!r} is missing")
@@ -128,7 +120,8 @@ class JsonFormat:
         paths: Sequence[tuple[str, tuple[str, ...]]] = (),
         where: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        self.rows = RowBuilder(columns, required, paths)
+        self.rows = RowBuilder(columns, required)
+        self.paths = tuple(paths)
         self.where = tuple(where)
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
@@ -138,6 +131,8 @@ class JsonFormat:
         for field, kept in self.where:
             if data.get(field) != kept:
                 return []
+        if self.paths:  # the view's columns of nested fields, as the row's own
+            data = {**data, **{column: _nested(data, path) for column, path in self.paths}}
         return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
 
 

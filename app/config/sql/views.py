@@ -51,7 +51,9 @@ def create_view(line: int, text: str, tables: dict[str, Table]) -> Table:
         path, kind = _field(line, where_said, table, column, view.where)
         view.physical.append((item.alias_or_name, kind))
         view.declared.append(item.alias_or_name)
-        if path != item.alias_or_name:
+        if column.name in table.metadata and not column.table:  # from the record, not its value
+            view.metadata[item.alias_or_name] = table.metadata[column.name]
+        elif path != item.alias_or_name:
             view.paths[item.alias_or_name] = path
         if table.watermark and column.name == table.watermark[0] and not column.table:
             view.watermark = (item.alias_or_name, table.watermark[1])
@@ -64,11 +66,7 @@ def _kept(
     """The view's WHERE as `field -> value`: the records it keeps."""
     kept: dict[str, object] = {}
     node = condition.this if condition is not None else None
-    parts = []
-    while isinstance(node, exp.And):
-        parts.append(node.expression)
-        node = node.this
-    parts += [node] if node is not None else []
+    parts = list(node.flatten()) if isinstance(node, exp.And) else [node] if node else []
     types = dict(table.physical)
     for part in parts:
         part = part.unnest()
@@ -78,6 +76,7 @@ def _kept(
             and not part.this.table
             and part.this.name in types
             and part.this.name not in table.rows
+            and part.this.name not in table.metadata  # no field of the value
             and isinstance(part.expression, exp.Literal)
         ):
             raise SqlError(
@@ -85,13 +84,15 @@ def _kept(
                 f"{where_said}: WHERE {part.sql()} is not supported (only a column of "
                 f"{table.name} = a literal, ANDed)",
             )
-        literal = part.expression
-        kept[part.this.name] = literal.this if literal.is_string else _number(literal.this)
+        kept[part.this.name] = _json_value(part.expression)
     return kept
 
 
-def _number(text: str) -> int | float:
-    return int(text) if re.fullmatch(r"-?\d+", text) else float(text)
+def _json_value(literal: exp.Literal) -> object:
+    """A SQL literal as the JSON value a record holds for it."""
+    if literal.is_string:
+        return literal.this
+    return int(literal.this) if re.fullmatch(r"-?\d+", literal.this) else float(literal.this)
 
 
 def _field(
@@ -126,9 +127,7 @@ def _branch(line: int, where_said: str, case: str, kept: dict[str, object]) -> e
             and condition.this.name in kept
             and isinstance(condition.expression, exp.Literal)
         ):
-            literal = condition.expression
-            value = literal.this if literal.is_string else _number(literal.this)
-            if value == kept[condition.this.name]:
+            if _json_value(condition.expression) == kept[condition.this.name]:
                 return _chosen(line, where_said, branch.args["true"])
             continue
         raise SqlError(
