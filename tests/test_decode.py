@@ -137,6 +137,23 @@ def test_a_view_reads_its_kind_of_record_and_its_fields_from_nested_objects() ->
     assert all(r["error"] is None for r in rows)
 
 
+def test_a_record_no_view_can_read_is_the_first_views_dead_letter_alone() -> None:
+    """Two views of one topic: the record that is no JSON object is dead-lettered by the view
+    that owns such records, and skipped by the other, so that it is written once."""
+    columns = parse_schema("id BIGINT")
+    row_type = StructType([StructField("id", columns[0].spark_type)])
+    values = [b"not json", None, json.dumps({"event_type": 0, "id": 1}).encode()]
+
+    def rows(unreadable: bool) -> list[tuple]:
+        view = partial(JsonFormat, columns, [], (), [("event_type", 0)], unreadable)
+        run = decoder(view, row_type, "left")
+        out = [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
+        return [(r["reason"], r["row"] and r["row"]["id"]) for r in out]
+
+    assert rows(True) == [("bad-json", None), ("null-value", None), (None, 1)]
+    assert rows(False) == [(None, 1)]
+
+
 def test_a_filter_pushed_below_the_join_drops_the_rows_before_they_leave_the_decoder() -> None:
     run = decoder(partial(JsonFormat, ORDERS, []), ROW_TYPE, "left", keep="L.order_id <> 'o2'")
     values = [json.dumps({"order_id": o}).encode() for o in ("o1", "o2", "o3")]

@@ -13,7 +13,7 @@ import pytest
 
 from bench.nexmark_check import checksum
 from bench.nexmark_service import fill, make_topics, rows_of, script, sink_columns
-from tests.kafka_io import unique
+from tests.kafka_io import produce, read_topic, unique
 from tests.service import run_to_exit, service_env
 
 pytestmark = pytest.mark.spark
@@ -23,11 +23,16 @@ FLINK = json.loads((Path(__file__).parent / "fixtures" / "nexmark" / "flink.json
 
 @pytest.fixture(scope="module")
 def nexmark_topic(kafka: str) -> str:
-    """The topic of the events Flink's results were taken over."""
+    """The topic of the events Flink's results were taken over, and one record that is no
+    JSON, which joins nothing."""
     topic = unique("nexmark")
     events = FLINK["events"]
     fill(kafka, topic, events["events"], events["base_ms"], events["seed"])
+    produce(kafka, topic, [UNREADABLE])
     return topic
+
+
+UNREADABLE = b"not an event"
 
 
 @pytest.mark.parametrize("query", ["q3", "q20", "q23", "q8"])
@@ -51,7 +56,8 @@ def test_a_blackhole_sink_runs_the_query_to_its_end_without_an_output_topic(
     kafka: str, nexmark_topic: str, tmp_path: Path
 ) -> None:
     """Flink's `blackhole` connector, as Nexmark's sinks are: the rows are made and dropped;
-    neither the output topic (`nexmark_q3`) nor its markers' exist."""
+    neither the output topic (`nexmark_q3`) nor its markers' exist. The record no view of the
+    topic can read is dead-lettered once, not once per view (q3 has two)."""
     dead_letters = unique("q3-dlq")
     make_topics(kafka, dead_letters)
     env = service_env(
@@ -63,3 +69,5 @@ def test_a_blackhole_sink_runs_the_query_to_its_end_without_an_output_topic(
     result = run_to_exit(env, timeout_s=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    [letter] = read_topic(kafka, dead_letters)
+    assert letter.value == UNREADABLE

@@ -194,7 +194,12 @@ def format_factory(config: Config | None, source: InputConfig) -> Callable[[], F
         )
         return partial(DECODERS[source.format], source.schema, source.primary_key, registry)
     if source.fields or source.where:  # a view of a JSON topic's records
-        return partial(JsonFormat, source.schema, source.primary_key, source.fields, source.where)
+        # a record no view can read is dead-lettered by the first view of its topic alone
+        views = [s for s in config.inputs() if s.fields or s.where] if config else [source]
+        unreadable = next((s for s in views if s.topic == source.topic), source) == source
+        return partial(
+            JsonFormat, source.schema, source.primary_key, source.fields, source.where, unreadable
+        )
     return partial(DECODERS[source.format], source.schema, source.primary_key)
 
 

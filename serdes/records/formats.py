@@ -111,7 +111,9 @@ class RowBuilder:
 class JsonFormat:
     """One JSON object per record; every record is an insert. A view of the records (a Flink
     `CREATE VIEW` over the topic): `paths`, its columns of nested fields, and `where`, the
-    top-level fields and values of the records it keeps; the others are skipped."""
+    top-level fields and values of the records it keeps; the others are skipped. `unreadable`:
+    a record that is no JSON object is this view's to dead-letter (False: another view of the
+    topic's, so that it is dead-lettered once, not once per view)."""
 
     def __init__(
         self,
@@ -119,15 +121,22 @@ class JsonFormat:
         required: Sequence[str],
         paths: Sequence[tuple[str, tuple[str, ...]]] = (),
         where: Sequence[tuple[str, Any]] = (),
+        unreadable: bool = True,
     ) -> None:
         self.rows = RowBuilder(columns, required)
         self.paths = tuple(paths)
         self.where = tuple(where)
+        self.unreadable = unreadable
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
-        data = _json_object(value)
-        if data is None:
-            raise DecodeError("null-value", "an insert-only JSON input has no deletes")
+        try:
+            data = _json_object(value)
+            if data is None:
+                raise DecodeError("null-value", "an insert-only JSON input has no deletes")
+        except DecodeError:
+            if self.unreadable:
+                raise
+            return []
         for field, kept in self.where:
             if data.get(field) != kept:
                 return []
