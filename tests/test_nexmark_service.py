@@ -39,17 +39,77 @@ UNREADABLE = b"not an event"
 def test_a_nexmark_join_query_as_written_gives_flinks_rows(
     kafka: str, nexmark_topic: str, query: str, tmp_path: Path
 ) -> None:
-    out = unique(query)
-    make_topics(kafka, out, f"{out}.dlq")
-    make_topics(kafka, f"{out}.markers", compact=True)
+    out = _finished(kafka, nexmark_topic, query, tmp_path)
+    assert checksum(rows_of(kafka, out, sink_columns(query))) == FLINK["results"][query]
+
+
+_runs: dict[str, tuple[Path, str]] = {}
+
+
+def _finished(kafka: str, topic: str, query: str, work: Path) -> str:
+    """The output topic of `query` run to its end over `topic`, with its checkpoint in
+    `work` (the run of an earlier test, if one ran it: `_runs`)."""
+    if query not in _runs:
+        out = unique(query)
+        make_topics(kafka, out, f"{out}.dlq")
+        make_topics(kafka, f"{out}.markers", compact=True)
+        env = service_env(
+            STREAMJOIN_SQL=script(query, kafka, topic, out),
+            CHECKPOINT_LOCATION=str(work / "ck"),
+            TRIGGER_INTERVAL="available-now",
+        )
+        result = run_to_exit(env, timeout_s=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        _runs[query] = (work / "ck", out)
+    return _runs[query][1]
+
+
+@pytest.mark.parametrize(
+    ("query", "old", "new", "refusal"),
+    [
+        (
+            "q3",
+            "A.category = 10",
+            "A.category = 11",
+            "JOIN_ON's filter of LEFT: L.category = 11, but the checkpoint at "
+            "CHECKPOINT_LOCATION holds state made with JOIN_ON's filter of LEFT=L.category = 10",
+        ),
+        (
+            "q3",
+            "FROM kafka WHERE event_type = 0",
+            "FROM kafka WHERE event_type = 2",
+            "RIGHT_WHERE: event_type=2, but the checkpoint at CHECKPOINT_LOCATION holds state "
+            "made with RIGHT_WHERE=event_type=0",
+        ),
+        (
+            "q8",
+            "INTERVAL '10' SECOND",
+            "INTERVAL '20' SECOND",
+            "JOIN_WINDOW: TUMBLE(20000ms), but the checkpoint at CHECKPOINT_LOCATION holds state "
+            "made with JOIN_WINDOW=TUMBLE(10000ms)",
+        ),
+    ],
+    ids=["filter-pushed-below-the-join", "view-where", "window"],
+)
+def test_a_restart_that_changes_what_a_view_or_a_filter_kept_in_the_state_is_refused(
+    kafka: str, nexmark_topic: str, tmp_path: Path, query: str, old: str, new: str, refusal: str
+) -> None:
+    """The state holds only the rows a view's records, a filter pushed below the join and the
+    windows let in: a restart that changes them would join rows the new query never kept
+    against rows it would have. It is refused, exit 2, in one line naming the change."""
+    out = _finished(kafka, nexmark_topic, query, tmp_path)
+    changed = script(query, kafka, nexmark_topic, out)
+    assert old in changed
     env = service_env(
-        STREAMJOIN_SQL=script(query, kafka, nexmark_topic, out),
-        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        STREAMJOIN_SQL=changed.replace(old, new),
+        CHECKPOINT_LOCATION=str(_runs[query][0]),
         TRIGGER_INTERVAL="available-now",
     )
-    result = run_to_exit(env, timeout_s=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert checksum(rows_of(kafka, out, sink_columns(query))) == FLINK["results"][query]
+    result = run_to_exit(env, timeout_s=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if " INFO " not in line] == [
+        f"streamjoin: {refusal}: set it back, or give a new CHECKPOINT_LOCATION"
+    ]
 
 
 def test_a_blackhole_sink_runs_the_query_to_its_end_without_an_output_topic(
