@@ -136,6 +136,28 @@ def test_plain_json_rows_are_typed() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [
+        (b'{"id": 123456789012345678901234567890, "v": 1}', "1.0"),
+        (b'{"id": 18446744073709551616, "v": -1e400}', "-inf"),
+        (b'{"id": -9223372036854775809, "v": 2.5}', "2.5"),
+        (b'{"id": 7, "v": NaN, "s": "\\ud83d"}', "nan"),
+    ],
+    ids=["beyond-64-bits", "beyond-unsigned-64-bits-and-infinity", "below-64-bits", "nan"],
+)
+def test_json_reads_big_numbers_and_nan_as_the_standard_library_does(
+    value: bytes, number: str
+) -> None:
+    """Whole numbers beyond 64 bits stay whole (a DECIMAL(38,0) gets every digit), NaN and
+    Infinity are numbers, an escaped lone surrogate is a string, as Python's `json` reads
+    them."""
+    fmt = JsonFormat(parse_schema("id DECIMAL(38,0), v DOUBLE, s STRING"), ["id"])
+    [(_, (key, v, _))] = fmt.decode(None, value)
+    assert key == json.loads(value, parse_float=Decimal)["id"]
+    assert str(v) == number
+
+
 KEYS = sorted(FIXTURES.glob("*.key.json"))
 
 

@@ -82,3 +82,42 @@ def test_stateful_stages_fork_their_workers_from_the_daemon_the_sources_use(spar
         .collect()
     )
     assert stateful.daemon == arrow.daemon
+
+
+class RowsOfGroups(StatefulProcessor):
+    """Each group's key, the kind of object its rows come in, and its values."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Any:
+        chunks = list(rows)
+        values = [v for chunk in chunks for v in chunk.column("v").to_pylist()]
+        yield pd.DataFrame(
+            {"key": [key[0]], "kinds": [type(chunks[0]).__name__], "values": [sorted(values)]}
+        )
+
+
+def test_a_stateful_stage_takes_each_groups_rows_as_arrow_slices_a_group_once(spark) -> None:
+    """The service's workers hand a group's rows to the processor as slices of Spark's Arrow
+    batches (`state.spark.arrow_groups`), not as pandas DataFrames built a row at a time; a
+    group split over several batches (two rows a batch here) is still one call with all its
+    rows."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        found = (
+            spark.range(9)
+            .selectExpr("id % 3 AS k", "id AS v")
+            .groupBy("k")
+            .transformWithStateInPandas(
+                RowsOfGroups(), "key long, kinds string, values array<long>", "Append", "None"
+            )
+            .collect()
+        )
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted((r.key, r.kinds, r["values"]) for r in found) == [
+        (0, "RecordBatch", [0, 3, 6]),
+        (1, "RecordBatch", [1, 4, 7]),
+        (2, "RecordBatch", [2, 5, 8]),
+    ]

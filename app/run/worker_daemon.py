@@ -7,8 +7,10 @@ needs them, and a micro-batch's stages share them, so each worker pays this once
 and during the first batches and on the CPU the running ones need. Forked from a daemon that
 imported them, a worker shares the modules' pages and starts at once.
 
-It also starts the keeper of the executor's warm state (`state.store.keeper`) and tells the
-workers it forks where it listens.
+Its workers hand a stateful stage's rows to the frame as slices of Arrow batches, not pyspark's
+pandas DataFrames built row by row (`state.spark.arrow_groups`). It also starts the keeper of
+the executor's warm state (`state.store.keeper`) and tells the workers it forks where it
+listens.
 
 pyspark's daemon imports the worker module after the fork because "pandas and pyarrow start
 some threads when they are imported", and a fork copies no thread. After these imports two run:
@@ -24,6 +26,7 @@ import gc
 import importlib
 import os
 
+from state.spark.arrow_groups import install
 from state.store.keeper import KEEPER_SOCKET, start
 
 # What the service's workers import: the source and sink, the decoders, the join processors,
@@ -35,6 +38,7 @@ def main() -> None:
     os.environ[KEEPER_SOCKET] = start()
     for module in PRELOADED:
         importlib.import_module(module)
+    install()  # a stateful stage's rows reach its frame as Arrow slices
     gc.freeze()
     from pyspark import daemon
 

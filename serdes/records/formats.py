@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from serdes.records.schema import Column
 from serdes.records.values import Converter, DecodeError, converter
 from state.changes import RowKind
@@ -33,9 +35,25 @@ def _json_text(value: bytes) -> str | bytes:
     return value
 
 
+# orjson reads an integer beyond 64 bits as a float, where `json` keeps it whole (a DECIMAL or
+# STRING column would get another value): a record with a run of 19 digits or more is read by
+# `json`. Mapping every digit to one makes that run one substring to look for, at C speed.
+_DIGITS = bytes.maketrans(b"012345678", b"999999999")
+_LONG_NUMBER = b"9" * 19
+
+
 def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    """The JSON object of `value`, as `json.loads` reads it. orjson reads it, at a third of the
+    cost, when the record is an object in UTF-8 without a long number; whatever orjson refuses
+    (NaN, Infinity, an escaped lone surrogate, bad UTF-8, another encoding) `json` reads, or
+    refuses with its error."""
     if value is None:
         return None
+    if value[:1] == b"{" and _LONG_NUMBER not in value.translate(_DIGITS):
+        try:
+            return orjson.loads(value)  # an object: it starts with one
+        except orjson.JSONDecodeError:
+            pass
     try:
         data = json.loads(_json_text(value))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -125,6 +143,8 @@ class JsonFormat:
     ) -> None:
         self.rows = RowBuilder(columns, required)
         self.paths = tuple(paths)
+        # every column a nested field: the row reads only them, not the record's own fields
+        self.nested_only = bool(paths) and {c for c, _ in paths} >= set(self.rows.names)
         self.where = tuple(where)
         self.unreadable = unreadable
 
@@ -141,7 +161,8 @@ class JsonFormat:
             if data.get(field) != kept:
                 return []
         if self.paths:  # the view's columns of nested fields, as the row's own
-            data = {**data, **{column: _nested(data, path) for column, path in self.paths}}
+            nested = {column: _nested(data, path) for column, path in self.paths}
+            data = nested if self.nested_only else {**data, **nested}
         return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from pyspark.sql import types as T
@@ -77,6 +77,10 @@ def _boolean(value: Any) -> bool:
     raise _wrong(value, "a boolean")
 
 
+# Room for DECIMAL(38, s), Spark's and Flink's widest (Python's default context keeps 28 digits)
+_DECIMALS = Context(prec=38)
+
+
 def _decimal(scale: int, connect_bytes: bool) -> Converter:
     quantum = Decimal(1).scaleb(-scale)
 
@@ -89,11 +93,11 @@ def _decimal(scale: int, connect_bytes: bool) -> Converter:
                 )
             except ValueError:
                 raise _wrong(value, "base64 Connect Decimal bytes") from None
-            return Decimal(unscaled).scaleb(-scale).quantize(quantum)
+            return Decimal(unscaled).scaleb(-scale).quantize(quantum, context=_DECIMALS)
         if isinstance(value, bool):
             raise _wrong(value, "a decimal")
         try:
-            return Decimal(str(value)).quantize(quantum)
+            return Decimal(str(value)).quantize(quantum, context=_DECIMALS)
         except InvalidOperation:
             raise _wrong(value, "a decimal") from None
 

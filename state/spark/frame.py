@@ -15,8 +15,10 @@ the rest the same way for all of them, per bucket and micro-batch:
 Spark charges a socket round trip per grouping key for every state call and for switching keys,
 which with one or two rows per key and batch costs far more than an operator itself. So the
 frame is grouped by a bucket of keys (a hash of the key modulo the buckets), not by the key.
-Whole columns cross between Arrow and Python at once (`tolist`), not a `Row` per row: that
-conversion, not the join, is most of the cost of a Row-based processor. Event time is the `ts`
+Whole columns cross between Arrow and Python at once (`to_pylist`, `tolist`), not a `Row` per
+row: that conversion, not the join, is most of the cost of a Row-based processor. The service's
+workers hand a bucket's rows over as slices of Spark's Arrow batches (`state.spark.arrow_groups`);
+pyspark's own path (its test harness) as a pandas DataFrame. Event time is the `ts`
 column (epoch ms) without Spark's watermark metadata, so Spark drops no late row before the
 operator sees it.
 """
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -43,6 +46,8 @@ from ops.worker.collector import settle_worker
 from state.changes import SIDES, Change, Row
 from state.columns import OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
+from state.spark import arrow_groups
+from state.spark.arrow_groups import OutputColumns
 from state.spark.layouts import BucketLayout
 from state.store.keeper import worker_copies
 from state.store.warm import ReadCounts
@@ -57,6 +62,10 @@ TIME_MODES: dict[Clock, str] = {
 # What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
 # None: never), as `state.store.keyed_state.held_by_expiry` gives them.
 Held = int | tuple[tuple[int | None, int], ...]
+
+# A bucket's rows of a micro-batch: pyspark's DataFrame, or the Arrow slices of the service's
+# workers as one table
+Input = pd.DataFrame | pa.Table
 
 
 @dataclass
@@ -140,6 +149,15 @@ def python_values(series: pd.Series, kind: str) -> list[Any]:
     if kind == "integral" and series.dtype.kind == "f":
         return [None if v != v else int(v) for v in values]
     return values
+
+
+def arrow_values(column: pa.ChunkedArray, kind: str) -> list[Any]:
+    """An Arrow column as the same Python values `python_values` makes of it in pandas, but
+    NULL as None in every column (pandas makes a NULL DOUBLE NaN, which equals no other NaN)."""
+    if kind == "timestamp":
+        micros = pa.timestamp("us", tz=column.type.tz)
+        return column.cast(micros).cast(pa.int64()).to_pylist()
+    return column.to_pylist()
 
 
 def pandas_column(values: list[Any], kind: str) -> Any:
@@ -284,23 +302,27 @@ class StatefulFrame(StatefulProcessor):
             return max(timer_values.getCurrentWatermarkInMs(), 0)
         return timer_values.getCurrentProcessingTimeInMs() if clock == "processing" else 0
 
-    def _column(self, frame: pd.DataFrame, name: str) -> list[Any]:
-        return python_values(frame[name], self.layout.kind(name))
+    def _column(self, frame: Input, name: str, kind: str | None = None) -> list[Any]:
+        kind = self.layout.kind(name) if kind is None else kind
+        if isinstance(frame, pa.Table):
+            return arrow_values(frame.column(name), kind)
+        return python_values(frame[name], kind)
 
-    def _rows(self, frame: pd.DataFrame, side: int) -> list[Row]:
+    def _rows(self, frame: Input, side: int) -> list[Row]:
         if side >= len(self.layout.sides):
             return []
         columns = (self._column(frame, c) for c in self.layout.side_columns(side))
         return list(zip(*columns, strict=True))
 
-    def _input(self, frame: pd.DataFrame) -> InputRows:
+    def _input(self, frame: Input) -> InputRows:
         count = len(frame)
         layout = self.layout
+        times = self._column(frame, TS, "integral") if layout.times else [None] * count
         return InputRows(
-            sides=frame[SIDE].tolist() if len(layout.sides) > 1 else [0] * count,
-            ops=frame[OP].tolist(),
-            seqs=frame[SEQ].tolist(),
-            times=python_values(frame[TS], "integral") if layout.times else [None] * count,
+            sides=self._column(frame, SIDE) if len(layout.sides) > 1 else [0] * count,
+            ops=self._column(frame, OP),
+            seqs=self._column(frame, SEQ),
+            times=times,
             keys=list(zip(*(self._column(frame, c) for c in layout.key_columns), strict=True)),
             lefts=self._rows(frame, 0),
             rights=self._rows(frame, 1),
@@ -366,17 +388,22 @@ class StatefulFrame(StatefulProcessor):
                 }
             )
 
-    def _frame(self, changes: list[Change]) -> pd.DataFrame:
+    def _frame(self, changes: list[Change]) -> pd.DataFrame | OutputColumns:
+        """The changes as output columns: plain Python values by column name where the
+        worker makes the Arrow batch of them (`state.spark.arrow_groups`), else a pandas
+        DataFrame for pyspark's own path."""
         layout = self.layout
+        plain = arrow_groups.installed()
         columns: dict[str, Any] = {OP: [c.kind for c in changes]}
         if layout.out_seq:
             if changes[0].seq is None:  # the operator leaves the order to the frame
-                columns[SEQ] = np.arange(self.emitted, self.emitted + len(changes), dtype=np.int64)
+                columns[SEQ] = list(range(self.emitted, self.emitted + len(changes)))
                 self.emitted += len(changes)
             else:
                 columns[SEQ] = [c.seq for c in changes]
         if layout.out_ts:
-            columns[TS] = pd.Series([c.ts for c in changes], dtype=object)
+            ts = [c.ts for c in changes]
+            columns[TS] = ts if plain else pd.Series(ts, dtype=object)
         if layout.out_key:
             columns[layout.key_columns[0]] = [c.key for c in changes]
         for side in layout.outputs:
@@ -385,14 +412,20 @@ class StatefulFrame(StatefulProcessor):
             blank = (None,) * len(names)
             for i, name in enumerate(names):
                 values = [(row or blank)[i] for row in rows]
-                columns[name] = pandas_column(values, layout.kind(name))
-        return pd.DataFrame(columns)
+                columns[name] = values if plain else pandas_column(values, layout.kind(name))
+        return OutputColumns(columns) if plain else pd.DataFrame(columns)
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
+        self, key: Any, rows: Iterator[pd.DataFrame | pa.RecordBatch], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame | OutputColumns]:
+        """`rows`: the bucket's rows as pandas DataFrames (pyspark's worker) or as slices of
+        Arrow batches (the service's workers, `state.spark.arrow_groups`)."""
         frames = list(rows)
-        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        frame: Input
+        if isinstance(frames[0], pa.RecordBatch):
+            frame = pa.Table.from_batches(frames)
+        else:
+            frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         now = self._operator_time(timerValues)
         bucket, before = self.store.read(now, key)
         rows = self._input(frame)
