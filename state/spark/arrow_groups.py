@@ -120,7 +120,7 @@ def install() -> None:
         if not _installed:
             return func, profiler, deserializer, serializer
         return (
-            _arrow_grouped(closure, _pandas_to_arrow(closure, runner_conf)),
+            _arrow_grouped(closure, _output_to_arrow(closure, runner_conf)),
             profiler,
             deserializer,
             serializer,
@@ -129,7 +129,7 @@ def install() -> None:
     worker.read_udfs = read_udfs_grouping_arrow
 
 
-def _pandas_to_arrow(parts: dict[str, Any], runner_conf: Any) -> Callable[[Any], pa.RecordBatch]:
+def _output_to_arrow(parts: dict[str, Any], runner_conf: Any) -> Callable[[Any], pa.RecordBatch]:
     """An output as the one struct column pyspark's function makes of it: `OutputColumns`
     straight into the output's Arrow types, a pandas DataFrame as pyspark converts it."""
     from pyspark.sql.conversion import PandasToArrowConversion
