@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -57,9 +58,9 @@ class CallTimer(StatefulProcessor):
         self.list = handle.getListState("log", ENTRY)
 
     def handleInputRows(
-        self, key: tuple, rows: Iterator[pd.DataFrame], timer_values: object
+        self, key: tuple, rows: Iterator[pa.RecordBatch], timer_values: object
     ) -> Iterator[pd.DataFrame]:
-        ids = [i for frame in rows for i in frame["id"].tolist()]
+        ids = [i for batch in rows for i in batch.column("id").to_pylist()]
         names = [str(i).encode() for i in ids]
         spent: dict[str, float] = {}
         state = wire(self.map)

@@ -1,6 +1,7 @@
 """Many state entries read and written in one exchange with Spark's state server store and
 return what pyspark's own calls do, and keys a bucket never held are not read at all, through
-real `transformWithStateInPandas` queries."""
+real `transformWithStateInPandas` queries (whose rows the service's workers hand over as Arrow
+slices, `state.spark.arrow_groups`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -33,8 +35,8 @@ class WritesThenReads(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE))
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Any:
-        batch = int(pd.concat(list(rows))["batch"].iloc[0])
+    def handleInputRows(self, key: Any, rows: Iterator[pa.RecordBatch], timerValues: Any) -> Any:
+        batch = pa.Table.from_batches(list(rows)).column("batch")[0].as_py()
         names = [b"key %d" % i for i in range(ENTRIES)]
         entries = self.entries
         if batch == 0:
@@ -86,8 +88,8 @@ class LoadsKeys(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.entries = KeyedEntries(handle, as_is, as_is, never, lambda _state: (1, 0))
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Any:
-        names = list(pd.concat(list(rows))["k"])
+    def handleInputRows(self, key: Any, rows: Iterator[pa.RecordBatch], timerValues: Any) -> Any:
+        names = pa.Table.from_batches(list(rows)).column("k").to_pylist()
         bucket, before = self.entries.read()
         bucket.keys.prefetch((k,) for k in names)
         found = sum(bucket.keys.get((k,)) is not None for k in names)
