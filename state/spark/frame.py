@@ -153,7 +153,7 @@ def python_values(series: pd.Series, kind: str) -> list[Any]:
 
 def arrow_values(column: pa.ChunkedArray, kind: str) -> list[Any]:
     """An Arrow column as the same Python values `python_values` makes of it in pandas, but
-    NULL as None in every column (pandas makes a NULL DOUBLE NaN, which equals no other NaN)."""
+    NULL as None in every column (pandas makes a NULL DOUBLE NaN)."""
     if kind == "timestamp":
         micros = pa.timestamp("us", tz=column.type.tz)
         return column.cast(micros).cast(pa.int64()).to_pylist()
