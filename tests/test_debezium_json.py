@@ -137,6 +137,38 @@ def test_plain_json_rows_are_typed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("where", "kept", "skipped"),
+    [
+        (
+            (("event_type", 1),),
+            [
+                b'{"event_type": 1}',
+                b'{"event_type": "1"}',
+                b'{"event_type": 1.0}',
+                b'{"event_type": " 1"}',
+            ],
+            [b'{"event_type": 2}', b'{"event_type": "x"}', b'{"event_type": true}', b"{}"],
+        ),
+        (
+            (("code", "7"),),
+            [b'{"code": "7"}', b'{"code": 7}'],
+            [b'{"code": "07"}', b'{"code": " 7"}', b'{"code": 7.0}', b'{"code": null}'],
+        ),
+    ],
+    ids=["int-column", "string-column"],
+)
+def test_a_views_where_reads_the_field_as_its_column_does(
+    where: tuple, kept: list[bytes], skipped: list[bytes]
+) -> None:
+    """A view keeps a record whose field reads, as Flink's JSON format reads it into the
+    column, as the WHERE's literal: `"1"` and `" 1"` are the INT 1, `7` the STRING '7' (and
+    `7.0` is '7.0'), as Flink 2.3 kept them."""
+    fmt = JsonFormat(parse_schema("id STRING"), [], where=where)
+    assert [len(fmt.decode(None, value)) for value in kept] == [1] * len(kept)
+    assert [len(fmt.decode(None, value)) for value in skipped] == [0] * len(skipped)
+
+
+@pytest.mark.parametrize(
     ("value", "number"),
     [
         (b'{"id": 123456789012345678901234567890, "v": 1}', "1.0"),

@@ -1064,6 +1064,19 @@ def test_nexmarks_views_read_one_kind_of_record_and_its_fields_from_the_one_topi
 
 
 @pytest.mark.parametrize(
+    ("where", "says"),
+    [("event_type = '2'", "'2' is no INT value"), ("event_type = 2.5", "2.5 is no INT value")],
+)
+def test_a_views_where_literal_of_another_type_than_its_column_is_refused(
+    where: str, says: str
+) -> None:
+    """As Flink refuses `event_type = '2'` on an INT column (no implicit cast from CHAR), and
+    an INT never equals 2.5."""
+    script = nexmark("q20").replace("WHERE event_type = 2", f"WHERE {where}")
+    assert f"WHERE {where}: {says}" in refusal(script)
+
+
+@pytest.mark.parametrize(
     ("change", "says"),
     [
         (

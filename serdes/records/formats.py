@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from serdes.records.schema import Column
-from serdes.records.values import Converter, DecodeError, converter
+from serdes.records.values import Converter, DecodeError, converter, literal_reader
 from state.changes import RowKind
 
 DecodedChange = tuple[str, tuple[Any, ...]]  # a record decoded: its kind and its row
@@ -126,6 +126,26 @@ class RowBuilder:
         return tuple(values)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kept(value: Any, kept: Any, read: Converter) -> bool:
+    """Whether a record's field holds the view's literal, read as Flink reads JSON into the
+    column: `"1"` into an INT column is 1, `1` into a STRING column is `'1'`; a field the
+    column cannot read is not kept."""
+    if type(value) is type(kept):  # the common case: the JSON value the literal is
+        return value == kept
+    if value is None or kept is None:
+        return value is kept
+    if _is_number(value) and _is_number(kept):  # 1.0 is the INT 1
+        return value == kept
+    try:
+        return read(value) == kept
+    except DecodeError:
+        return False
+
+
 class JsonFormat:
     """One JSON object per record; every record is an insert. A view of the records (a Flink
     `CREATE VIEW` over the topic): `paths`, its columns of nested fields, and `where`, the
@@ -145,7 +165,8 @@ class JsonFormat:
         self.paths = tuple(paths)
         # every column a nested field: the row reads only them, not the record's own fields
         self.nested_only = bool(paths) and {c for c, _ in paths} >= set(self.rows.names)
-        self.where = tuple(where)
+        # each kept value with the reader of the record's field as a column of the literal's type
+        self.where = tuple((field, kept, literal_reader(kept)) for field, kept in where)
         self.unreadable = unreadable
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
@@ -157,8 +178,8 @@ class JsonFormat:
             if self.unreadable:
                 raise
             return []
-        for field, kept in self.where:
-            if data.get(field) != kept:
+        for field, kept, read in self.where:
+            if not _kept(data.get(field), kept, read):
                 return []
         if self.paths:  # the view's columns of nested fields, as the row's own
             nested = {column: _nested(data, path) for column, path in self.paths}

@@ -48,8 +48,8 @@ def _integer(bits: int) -> Converter:
     def convert(value: Any) -> int:
         if type(value) is int and low <= value <= high:  # the common case first (not a bool)
             return value
-        if isinstance(value, str) and value.lstrip("-").isdigit():
-            value = int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)  # Flink trims the text it reads as a number
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
             return value
         raise _wrong(value, f"an integer of {bits} bits")
@@ -182,3 +182,15 @@ def converter(spark_type: T.DataType, connect: dict[str, Any] | None = None) -> 
     if isinstance(spark_type, T.BinaryType):
         return _binary
     raise ValueError(f"no converter for {spark_type.simpleString()}")
+
+
+def literal_reader(literal: Any) -> Converter:
+    """The converter of a column of the literal's type (a view's `WHERE` compares a record's
+    field with it): a bool, a whole number, a number or a string, as JSON holds them."""
+    if isinstance(literal, bool):
+        return _boolean
+    if isinstance(literal, int):
+        return _integer(64)
+    if isinstance(literal, float):
+        return _float
+    return _string

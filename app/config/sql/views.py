@@ -84,8 +84,30 @@ def _kept(
                 f"{where_said}: WHERE {part.sql()} is not supported (only a column of "
                 f"{table.name} = a literal, ANDed)",
             )
-        kept[part.this.name] = _json_value(part.expression)
+        kept[part.this.name] = _typed(line, where_said, part, types[part.this.name])
     return kept
+
+
+_WHOLE = re.compile(r"(TINYINT|SMALLINT|INT|INTEGER|BIGINT)\b", re.I)
+_NUMERIC = re.compile(r"(FLOAT|DOUBLE|DECIMAL|NUMERIC|DEC)\b", re.I)
+_TEXT = re.compile(r"(STRING|VARCHAR|CHAR)\b", re.I)
+
+
+def _typed(line: int, where_said: str, part: exp.EQ, kind: str) -> object:
+    """The WHERE's literal as a value of its column's type. As in Flink, a string literal is no
+    number's and a number no string's (Flink: "implicit type conversion between INTEGER and
+    CHAR is not supported"); the records are then kept by how their field reads as the column."""
+    literal = part.expression
+    text = _TEXT.match(kind) is not None
+    if literal.is_string == text or not (text or _WHOLE.match(kind) or _NUMERIC.match(kind)):
+        value = _json_value(literal)
+        if not _WHOLE.match(kind) or isinstance(value, int):
+            return value
+    raise SqlError(
+        line,
+        f"{where_said}: WHERE {part.sql()}: {literal.sql()} is no {kind.upper()} value "
+        "(Flink casts no string to a number here, nor a number to a string)",
+    )
 
 
 def _json_value(literal: exp.Literal) -> object:
