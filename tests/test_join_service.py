@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -619,6 +620,40 @@ def test_check_says_whether_a_changed_configuration_resumes_on_a_stopped_jobs_ch
         "with JOIN_KIND=left: set it back, or give a new CHECKPOINT_LOCATION"
     )
     assert (checkpoint / STATE_RECORD).read_text() == before
+
+
+def test_a_restart_with_a_column_added_and_one_dropped_that_the_query_does_not_read_resumes(
+    kafka: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The products' schema gains `category` and loses `price`, and the output names its
+    columns: the state's rows keep their layout (the order and the product joined before the
+    restart are still there), and a product update after it retracts the row the new job
+    would have written and writes the new one, once."""
+    finished = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)
+    checkpoint = tmp_path / "ck"  # a copy: the shared one stays as the other cases expect it
+    shutil.copytree(finished, checkpoint)
+    env = json.loads((finished.parent / "env.json").read_text()) | {
+        "CHECKPOINT_LOCATION": str(checkpoint),
+        "RIGHT_SCHEMA": "product_id STRING, category STRING, name STRING",
+        "JOIN_SELECT": "L.order_id, R.name",
+    }
+    written = len(read_topic(kafka, env["OUTPUT_TOPIC"]))
+    update = {"product_id": "p1", "category": "c1", "name": "n2"}
+    produce_events(
+        kafka,
+        env["RIGHT_TOPIC"],
+        [{"before": None, "op": "u", "after": update}],
+        "product_id",
+    )
+    done = run_to_exit(env, timeout_s=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = read_topic(kafka, env["OUTPUT_TOPIC"])[written:]
+    changes: Counter = Counter()
+    for record in after:
+        value = json.loads(record.value)
+        changes[(value["order_id"], value["name"])] += 1 if value["op"] in ("+I", "+U") else -1
+    assert +changes == Counter({("o1", "n2"): 1})
+    assert -changes == Counter({("o1", "n1"): 1})
 
 
 _finished: dict[str, Path] = {}

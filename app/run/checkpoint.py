@@ -153,6 +153,11 @@ def _record(spark: SparkSession, location: str, name: str = STATE_RECORD) -> Any
     return json.loads(text) if text.strip() else None
 
 
+def state_record(spark: SparkSession, location: str) -> dict[str, Any] | None:
+    """What the checkpoint's record says its state is and means (None: no record yet)."""
+    return _record(spark, location)
+
+
 def _write_record(
     spark: SparkSession, location: str, record: Any, name: str = STATE_RECORD
 ) -> None:

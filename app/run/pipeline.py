@@ -25,10 +25,13 @@ from app.run.checkpoint import (
     HeldRowsRecord,
     check_state_record,
     job_id,
+    last_batch,
     read_tasks,
     shuffle_partitions,
     state_layout,
+    state_record,
 )
+from app.run.evolution import evolved, schema_text
 from app.run.inputs import forward_both, read_input
 from app.run.operators import on_wall_clock, stateful_operators
 from app.run.rescale import rescale
@@ -114,9 +117,7 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     for source in plan.config.inputs():
         side = source.side.upper()
         meaning[f"{side}_PRIMARY_KEY"] = ",".join(source.primary_key)
-        meaning[f"{side}_SCHEMA"] = ", ".join(
-            f"{c.name} {c.spark_type.simpleString()}" for c in source.schema or ()
-        )
+        meaning[f"{side}_SCHEMA"] = schema_text(source.schema)
         # the rows a filter pushed below an inner join never kept cannot join a looser one
         meaning[f"JOIN_ON's filter of {side}"] = pushed_filter(plan.config, source) or "none"
         # nor can the records a view skipped join another view; its columns' fields are theirs
@@ -136,6 +137,8 @@ def resumed_plan(spark: SparkSession, config: Config, write: bool = True) -> Que
     record says that state is laid out and means as this plan's would (`check_state_record`,
     StartupError otherwise); `write`: record it for a new checkpoint (False: only check)."""
     layout = state_layout(spark, config.checkpoint_location, config.join.state_buckets)
+    if config.join.type != FORWARD and last_batch(spark, config.checkpoint_location) is not None:
+        config = evolved(config, state_record(spark, config.checkpoint_location) or {})
     plan = None if config.join.type == FORWARD else query_plan(config, layout)
     check_state_record(
         spark,
@@ -187,6 +190,7 @@ def start(
     `pending_only`: run only the batch the last run left unfinished, then end."""
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     plan = resumed_plan(spark, config)
+    config = plan.config if plan is not None else config  # its inputs as the state holds them
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
