@@ -87,14 +87,20 @@ def check(env: Mapping[str, str], checkpoint: str | None = None) -> int:
     if checkpoint is None:
         return 0
     from app.run.checkpoint import last_batch
+    from app.run.evolution import column_changes
     from app.run.pipeline import resumed_plan
 
     try:
         with _checkpoint_session(checkpoint) as spark:
-            resumed_plan(spark, config, write=False)
+            plan = resumed_plan(spark, config, write=False)
             new = last_batch(spark, checkpoint) is None
     except StartupError as err:
         return _refused(err)
+    for change in column_changes(config, plan.config) if plan is not None else []:
+        print(
+            f"streamjoin check: {change}, which the query does not read: the state's rows "
+            "keep the columns they hold"
+        )
     print(
         "streamjoin check: a new checkpoint, which this configuration starts"
         if new

@@ -637,6 +637,16 @@ def test_a_restart_with_a_column_added_and_one_dropped_that_the_query_does_not_r
         "RIGHT_SCHEMA": "product_id STRING, category STRING, name STRING",
         "JOIN_SELECT": "L.order_id, R.name",
     }
+    command = [*streamjoin_command(), "check", "--checkpoint", str(checkpoint)]
+    checked = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert checked.stdout.splitlines()[-3:] == [
+        "streamjoin check: RIGHT_SCHEMA: column category added, which the query does not read: "
+        "the state's rows keep the columns they hold",
+        "streamjoin check: RIGHT_SCHEMA: column price dropped, which the query does not read: "
+        "the state's rows keep the columns they hold",
+        "streamjoin check: resumes on the checkpoint: its state means what this configuration says",
+    ]
     written = len(read_topic(kafka, env["OUTPUT_TOPIC"]))
     update = {"product_id": "p1", "category": "c1", "name": "n2"}
     produce_events(

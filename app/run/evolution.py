@@ -49,6 +49,19 @@ def _as_recorded(source: InputConfig, recorded: str) -> tuple[Column, ...] | Non
     return tuple(columns)
 
 
+def column_changes(asked: Config, held: Config) -> list[str]:
+    """What a job reads otherwise than `asked` says, as `held` (`evolved`) reads it: each
+    column added (not read) or dropped (kept in the rows, NULL from now on)."""
+    said = []
+    for now, kept in ((asked.left, held.left), (asked.right, held.right)):
+        names = {c.name for c in now.schema or ()}
+        held_names = {c.name for c in kept.schema or ()}
+        prefix = now.side.upper()
+        said += [f"{prefix}_SCHEMA: column {name} added" for name in sorted(names - held_names)]
+        said += [f"{prefix}_SCHEMA: column {name} dropped" for name in sorted(held_names - names)]
+    return said
+
+
 def evolved(config: Config, recorded: Mapping[str, Any]) -> Config:
     """`config` over the state of a checkpoint whose `recorded` record names the inputs'
     columns: each input read with the columns its state's rows hold where only columns the
@@ -56,32 +69,26 @@ def evolved(config: Config, recorded: Mapping[str, Any]) -> Config:
     if config.chain:  # a chain's rows concatenate its tables' columns: not widened here
         return config
     sides: dict[str, InputConfig] = {}
-    added: list[str] = []
-    dropped: list[str] = []
     for source in (config.left, config.right):
-        prefix = source.side.upper()
-        text = recorded.get(f"{prefix}_SCHEMA")
+        text = recorded.get(f"{source.side.upper()}_SCHEMA")
         columns = _as_recorded(source, text) if isinstance(text, str) and text else None
-        if columns is None:
-            continue
-        sides[source.side] = replace(source, schema=columns)
-        now = {c.name for c in source.schema or ()}
-        held = {c.name for c in columns}
-        added += [f"{prefix}_SCHEMA: column {name} added" for name in sorted(now - held)]
-        dropped += [f"{prefix}_SCHEMA: column {name} dropped" for name in sorted(held - now)]
+        if columns is not None:
+            sides[source.side] = replace(source, schema=columns)
     if not sides:
         return config
+    held_config = replace(config, **sides)
+    changes = column_changes(config, held_config)
     if config.join.select is None:
         raise StartupError(
-            f"{(added + dropped)[0]}, but the output writes every column (no JOIN_SELECT) and "
-            "the rows the checkpoint at CHECKPOINT_LOCATION holds have the recorded ones: name "
-            f"the output's columns in JOIN_SELECT, {REPLAY}"
+            f"{changes[0]}, but the output writes every column (no JOIN_SELECT) and the rows "
+            "the checkpoint at CHECKPOINT_LOCATION holds have the recorded ones: name the "
+            f"output's columns in JOIN_SELECT, {REPLAY}"
         )
-    held_config = replace(config, **sides)
     errors = plan_errors(held_config)
     if errors:  # the new configuration was valid: what it reads that the rows lack is added
+        added = next(change for change in changes if change.endswith(" added"))
         raise StartupError(
-            f"{added[0]}, and {errors[0].variable} reads it, but the rows the checkpoint at "
+            f"{added}, and {errors[0].variable} reads it, but the rows the checkpoint at "
             f"CHECKPOINT_LOCATION holds lack it: set it back, {REPLAY}"
         )
     return held_config

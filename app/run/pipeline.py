@@ -6,6 +6,7 @@ topic, exactly once where asked, under the trigger the configuration gives.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ from app.run.checkpoint import (
     state_layout,
     state_record,
 )
-from app.run.evolution import evolved, schema_text
+from app.run.evolution import column_changes, evolved, schema_text
 from app.run.inputs import forward_both, read_input
 from app.run.operators import on_wall_clock, stateful_operators
 from app.run.rescale import rescale
@@ -44,6 +45,8 @@ from serdes.kafka.transactions import ExactlyOnce
 from state.expr.condition import FLINK_LEXICON
 
 TOPICS_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 def writers(spark: SparkSession, config: Config) -> Writers:
@@ -190,7 +193,10 @@ def start(
     `pending_only`: run only the batch the last run left unfinished, then end."""
     config = resolved_starts(spark, config, [s.topic for s in config.inputs()])
     plan = resumed_plan(spark, config)
-    config = plan.config if plan is not None else config  # its inputs as the state holds them
+    if plan is not None:  # its inputs read as the state holds them
+        for change in column_changes(config, plan.config):
+            log.info("%s, which the query does not read: the state's rows keep theirs", change)
+        config = plan.config
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale
     if (
