@@ -142,6 +142,21 @@ def test_a_bad_variable_is_named_with_what_was_expected(
     assert "\n" not in message
 
 
+def test_a_views_where_values_are_json_and_a_string_may_hold_a_comma() -> None:
+    """`LEFT_WHERE` is read value by value, as JSON: `name="a,b"` is one string, as a view's
+    `WHERE name = 'a,b'` compiles to."""
+    where = 'kind=1, name="a,b" ,open=true'
+    assert load_config(BASE | {"LEFT_WHERE": where}).left.where == (
+        ("kind", 1),
+        ("name", "a,b"),
+        ("open", True),
+    )
+    for bad in ("kind=1 name=2", "kind=1,", "=1", 'name="a"b'):
+        assert "LEFT_WHERE: expected field=value pairs, each value JSON" in config_error(
+            LEFT_WHERE=bad
+        )
+
+
 def test_unlisted_kafka_variables_become_client_properties() -> None:
     config = load_config(
         {**BASE, "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}

@@ -352,15 +352,38 @@ def _view(
             )
             return (), ()
         paths.append((column, steps))
-    kept = []
-    for pair in (where or "").split(",") if where else []:
-        field, _, value = (part.strip() for part in pair.partition("="))
-        try:
-            kept.append((field, json.loads(value)))
-        except json.JSONDecodeError:
-            read.fail(ConfigError(f"{prefix}_WHERE", "field=value pairs, each value JSON", where))
-            return (), ()
+    kept = _where_pairs(where) if where else []
+    if kept is None:
+        read.fail(ConfigError(f"{prefix}_WHERE", "field=value pairs, each value JSON", where))
+        return (), ()
     return tuple(paths), tuple(kept)
+
+
+_JSON = json.JSONDecoder()
+
+
+def _where_pairs(text: str) -> list[tuple[str, object]] | None:
+    """`field=<JSON value>,…` read value by value, so that a JSON string may hold a comma
+    (`name="a,b"`); None if it is not that."""
+    pairs, at = [], 0
+    while True:
+        field, equals, _ = text[at:].partition("=")
+        if not equals or not field.strip() or "," in field:
+            return None
+        at += len(field) + 1
+        while text[at : at + 1].isspace():
+            at += 1
+        try:
+            value, at = _JSON.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return None
+        pairs.append((field.strip(), value))
+        rest = text[at:].lstrip()
+        if not rest:
+            return pairs
+        if not rest.startswith(","):
+            return None
+        at = len(text) - len(rest) + 1
 
 
 def _metadata(
