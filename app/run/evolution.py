@@ -31,7 +31,7 @@ def schema_text(columns: tuple[Column, ...] | None) -> str:
 
 def _recorded(text: str) -> list[tuple[str, str]]:
     """The recorded columns: (name, Spark's type), in their order."""
-    return [tuple(part.split(" ", 1)) for part in text.split(", ")]  # type: ignore[misc]
+    return [(name, kind) for name, _, kind in (part.partition(" ") for part in text.split(", "))]
 
 
 def _as_recorded(source: InputConfig, recorded: str) -> tuple[Column, ...] | None:

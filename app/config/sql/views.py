@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 
 import sqlglot
+from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from app.config.sql.ddl import SqlError, Table, unquote
+from serdes.records.schema import parse_schema
 from state.expr.condition import FLINK_LEXICON
 
 CREATE_VIEW = re.compile(
@@ -88,26 +90,22 @@ def _kept(
     return kept
 
 
-_WHOLE = re.compile(r"(TINYINT|SMALLINT|INT|INTEGER|BIGINT)\b", re.I)
-_NUMERIC = re.compile(r"(FLOAT|DOUBLE|DECIMAL|NUMERIC|DEC)\b", re.I)
-_TEXT = re.compile(r"(STRING|VARCHAR|CHAR)\b", re.I)
-
-
 def _typed(line: int, where_said: str, part: exp.EQ, kind: str) -> object:
     """The WHERE's literal as a value of its column's type. As in Flink, a string literal is no
     number's and a number no string's (Flink: "implicit type conversion between INTEGER and
     CHAR is not supported"); the records are then kept by how their field reads as the column."""
-    literal = part.expression
-    text = _TEXT.match(kind) is not None
-    if literal.is_string == text or not (text or _WHOLE.match(kind) or _NUMERIC.match(kind)):
-        value = _json_value(literal)
-        if not _WHOLE.match(kind) or isinstance(value, int):
-            return value
-    raise SqlError(
-        line,
-        f"{where_said}: WHERE {part.sql()}: {literal.sql()} is no {kind.upper()} value "
-        "(Flink casts no string to a number here, nor a number to a string)",
-    )
+    literal, column = part.expression, parse_schema(f"c {kind}")[0].spark_type
+    value = _json_value(literal)
+    if (
+        isinstance(column, T.StringType) != literal.is_string
+        and isinstance(column, T.StringType | T.NumericType)
+    ) or (isinstance(column, T.IntegralType) and not isinstance(value, int)):
+        raise SqlError(
+            line,
+            f"{where_said}: WHERE {part.sql()}: {literal.sql()} is no {kind.upper()} value "
+            "(Flink casts no string to a number here, nor a number to a string)",
+        )
+    return value
 
 
 def _json_value(literal: exp.Literal) -> object:
