@@ -38,12 +38,21 @@ def record_once(folder: Path) -> None:
         _recorded.append(path)
 
 
-def driver_options() -> dict[str, str]:
-    """The variables that give a service's driver the archive, once recorded."""
+# A test's service lives for seconds over a few hundred rows: the JIT's optimizing compiler
+# (C2) would spend more of the two cores compiling than its code saves. An operator's service,
+# up for months, keeps the JVM's default.
+SHORT_LIVED = "-XX:TieredStopAtLevel=1"
+
+
+def driver_options(short_lived: bool) -> dict[str, str]:
+    """The variables that give a test's service the archive, once recorded, and the options of
+    a short-lived JVM if it is one. Outside the test suite (the benchmarks), none."""
     if not _recorded:
         return {}
-    options = f"-XX:SharedArchiveFile={_recorded[0]} -Xshare:auto {QUIET}"
-    return {"SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": options}
+    options = [f"-XX:SharedArchiveFile={_recorded[0]} -Xshare:auto {QUIET}"]
+    if short_lived:
+        options.append(SHORT_LIVED)
+    return {"SPARK_CONF_SPARK_DRIVER_EXTRAJAVAOPTIONS": " ".join(options)}
 
 
 def record(path: Path) -> None:

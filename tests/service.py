@@ -16,10 +16,11 @@ from tests.class_archive import driver_options
 _OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
 
 
-def service_env(**variables: str) -> dict[str, str]:
+def service_env(*, short_lived: bool = True, **variables: str) -> dict[str, str]:
+    """The environment of a service run by a test: `short_lived` unless it carries a load."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
     env.update(PYSPARK_PYTHON=worker_python(), SPARK_MASTER="local[2]", METRICS_PORT="0")
-    env.update(driver_options())
+    env.update(driver_options(short_lived))
     env.update(variables)
     return env
 

@@ -136,6 +136,7 @@ def run_load(
         produce_side(bootstrap, topic, per_side, seed)
     schema = "id STRING, k STRING, ts TIMESTAMP(3)"
     env = service_env(
+        short_lived=False,
         KAFKA_BOOTSTRAP_SERVERS=bootstrap,
         LEFT_TOPIC=orders,
         RIGHT_TOPIC=shipments,
