@@ -125,13 +125,13 @@ def test_sigkills_at_random_points_lose_nothing_and_duplicate_nothing(
     seed = rng.randrange(1 << 30)
     print(f"kill points drawn with seed {seed}")
     rng = random.Random(seed)
-    orders_events = debezium_changelog(rng, "o", 400, order_row(rng, 60))
+    orders_events = debezium_changelog(rng, "o", 250, order_row(rng, 60))
     products_events = debezium_changelog(rng, "p", 50, product_row(rng), key="product_id")
     orders, products, out = join_topics(kafka, partitions=3)
     produce_events(kafka, products, products_events, "product_id")
-    produce_events(kafka, orders, orders_events[:800], "order_id")
+    produce_events(kafka, orders, orders_events[:500], "order_id")
     bad = produce(kafka, orders, [b"{not json", b"[1, 2]", b'{"op": "x"}'])
-    produce_events(kafka, orders, orders_events[800:], "order_id")
+    produce_events(kafka, orders, orders_events[500:], "order_id")
 
     def env(topic: str, checkpoint: Path) -> dict[str, str]:
         return (
@@ -206,7 +206,7 @@ def test_python_workers_killed_mid_batch_write_the_changes_a_run_without_warm_st
     what a run that keeps no state between micro-batches writes, and its visits did find warm
     state."""
     rng = random.Random(5)
-    orders, products, out = produced_inputs(kafka, rng, 500, 60, 3)
+    orders, products, out = produced_inputs(kafka, rng, 250, 60, 3)
 
     def env(topic: str, checkpoint: Path, warm_mb: str) -> dict[str, str]:
         return (

@@ -189,7 +189,7 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
     the others in event time. Flink's Kafka source keeps a watermark per partition, the input's
     the least of them, so none of that partition's rows is late and every pair joins; a
     watermark over the whole topic would pass its rows at the second micro-batch."""
-    partitions, per_partition = 4, 40
+    partitions, per_partition = 4, 20
     orders, shipments, out = join_topics(kafka, partitions)
     order_rows, shipment_rows = skewed_backlog(partitions, per_partition, behind=5)
     produce(kafka, orders, [json.dumps(r).encode() for r in order_rows], partitions)

@@ -80,12 +80,12 @@ class LiveProducer(threading.Thread):
 def test_a_live_producer_is_joined_exactly_once_and_the_query_lives_on(
     kafka: str, tmp_path: Path
 ) -> None:
-    """A minute of orders and price changes produced while the service joins them (a regular
+    """Half a minute of orders and price changes produced while the service joins them (a regular
     LEFT join under a state TTL longer than the run): the query is alive at the end, its log
     held no error while it ran, and the committed output is the join of the final tables, once
     each."""
     orders, products, out = join_topics(kafka, partitions=4)
-    live = LiveProducer(kafka, orders, products, rate=150, seconds=60)
+    live = LiveProducer(kafka, orders, products, rate=150, seconds=30)
     live.load_products(200)
     env = (
         join_env(kafka, orders, products, out, tmp_path / "ck")
