@@ -150,14 +150,16 @@ def test_mini_batch_joins_end_in_flinks_final_tables_with_fewer_changes(
     spark, tmp_path: Path
 ) -> None:
     """With Flink's `table.exec.mini-batch.enabled` each key's changes of a micro-batch are
-    folded per input before the join (`state.joins.mini_batch`): the regular joins and the
-    chains of Flink's multi-way join tests end in Flink's final tables, every retraction
-    removes a row emitted before, and the chains pass on fewer changes than Flink's changelog
-    without it."""
+    folded per input before the join (`state.joins.mini_batch`): a regular join of each kind
+    and the chains of Flink's multi-way join tests end in Flink's final tables, every
+    retraction removes a row emitted before, and the chains pass on fewer changes than Flink's
+    changelog without it."""
     option = {"options": {"flink_conf": {"table.exec.mini-batch.enabled": "true"}}}
     flinks_chains = ("flink_three_way_left_outer", "flink_four_way_mixed")  # its own tests'
     chains = [c for c in load_cases(FIXTURES / "multi_join.json") if c["id"] in flinks_chains]
-    cases = [c | option for c in cases_of_type("regular") + chains]
+    one_of_each_kind = {c["join"]["kind"]: c for c in reversed(cases_of_type("regular"))}
+    assert set(one_of_each_kind) == {"INNER", "LEFT", "RIGHT", "FULL"}
+    cases = [c | option for c in [*one_of_each_kind.values(), *chains]]
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]
     flink = (
