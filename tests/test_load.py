@@ -1,5 +1,5 @@
-"""Half a million rows per side, one key with a tenth of them, through the service: it completes,
-every order comes out, and memory stays bounded (see `tests/skewed_load.py`)."""
+"""A quarter of a million rows per side, one key with a tenth of them, through the service: it
+completes, every order comes out, and memory stays bounded (see `tests/skewed_load.py`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from tests.skewed_load import KINDS, run_load
 
 pytestmark = pytest.mark.spark
 
-ROWS_PER_SIDE = 500_000
+ROWS_PER_SIDE = 250_000
 # Measured ~4 GiB in all at a million rows per side (JVM ~1.7, Python workers ~2.4): the bound
 # leaves room.
 PEAK_RSS_BOUND = 8 * 2**30
 
 
-def test_half_a_million_skewed_rows_per_side_complete_with_bounded_memory(
+def test_a_quarter_million_skewed_rows_per_side_complete_with_bounded_memory(
     kafka: str, tmp_path: Path
 ) -> None:
     orders, shipments, out = unique("orders"), unique("shipments"), unique("shipped")
