@@ -38,9 +38,9 @@ def record_once(folder: Path) -> None:
         _recorded.append(path)
 
 
-# A test's service lives for seconds over a few hundred rows: the JIT's optimizing compiler
-# (C2) would spend more of the two cores compiling than its code saves. An operator's service,
-# up for months, keeps the JVM's default.
+# A test's service lives for seconds over a few hundred rows, and the tests' own session runs
+# hundreds of such queries: the JIT's optimizing compiler (C2) would spend more of the two cores
+# compiling than its code saves. An operator's service, up for months, keeps the JVM's default.
 SHORT_LIVED = "-XX:TieredStopAtLevel=1"
 
 

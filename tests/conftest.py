@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.class_archive import record_once
+from tests.class_archive import SHORT_LIVED, record_once
 from tests.kafka_broker import broker_for_tests
 
 _broker_kind: list[str] = []
@@ -37,8 +37,11 @@ def _services_start_from_the_archive(request: pytest.FixtureRequest) -> None:
 def spark():
     from app.run.session import build_session
 
-    # its queries checkpoint under pytest's temporary directories: local, as the service's
-    session = build_session("local[2]", {"spark.sql.shuffle.partitions": "2"}, checkpoint="/tmp")
+    # its queries checkpoint under pytest's temporary directories: local, as the service's; its
+    # JVM, like a test's service's, without the optimizing compiler: each of its hundreds of
+    # queries is new code (its plan, its generated classes) run over a few rows
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.extraJavaOptions": SHORT_LIVED}
+    session = build_session("local[2]", conf, checkpoint="/tmp")
     yield session
     session.stop()
 
