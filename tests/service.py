@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 from app.run.session import worker_python
+from ops.worker.forkserver import FORKSERVER
 from tests.class_archive import driver_options
 
-# Variables of the developer's own shell that must not leak into the service under test.
-_OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_")
+# Variables of the developer's own shell that must not leak into the service under test, nor
+# the fork server of the tests' own session (the service starts its own).
+_OWN_PREFIXES = ("KAFKA_", "SPARK_CONF_", "LEFT_", "RIGHT_", "JOIN_", "OUTPUT_", FORKSERVER)
 
 
 def service_env(*, short_lived: bool = True, **variables: str) -> dict[str, str]:

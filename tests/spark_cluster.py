@@ -15,6 +15,7 @@ from types import TracebackType
 
 from app.broker import free_port
 from app.run.executor import spark_home
+from ops.worker.forkserver import FORKSERVER
 
 START_TIMEOUT_S = 90.0
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -28,7 +29,7 @@ class StandaloneCluster:
         self.workers = workers
         self.cores = cores
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != FORKSERVER},  # the tests' session's
             "SPARK_HOME": str(spark_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": str(work / "logs"),

@@ -1,11 +1,15 @@
 """`streamjoin-python`, the interpreter of Spark's Python workers: pyspark from its installed
 package (bytecode cached), not from the zip Spark puts first on their PYTHONPATH; the workers are
-forked from one daemon that imported the service's modules."""
+forked from one daemon that imported the service's modules, the driver's Python processes from
+a fork server that imported theirs."""
 
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import pyspark
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from app.run.session import worker_python
+from ops.worker.forkserver import FORKSERVER
 from ops.worker.interpreter import without_bundled_zips
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -121,3 +126,63 @@ def test_a_stateful_stage_takes_each_groups_rows_as_arrow_slices_a_group_once(sp
         (1, "RecordBatch", [1, 4, 7]),
         (2, "RecordBatch", [2, 5, 8]),
     ]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _until(condition: Any, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_the_drivers_python_processes_are_forked_by_the_sessions_fork_server(tmp_path) -> None:
+    """What Spark starts in the driver (here pyspark's daemon of a data source step, as Spark
+    starts it) runs as a child of the fork server, with the caller's streams and environment;
+    closing its input ends it as Spark ends it, with the exit code it has started as a new
+    interpreter; killing its caller ends it; the server ends, its socket removed, when its
+    session's process does."""
+    path = tmp_path / "forkserver"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ops.worker.forkserver", str(path)], stdin=subprocess.PIPE
+    )
+    command = [worker_python(), "-m", "pyspark.daemon", "pyspark.sql.worker.create_data_source"]
+    own = {k: v for k, v in os.environ.items() if k != FORKSERVER}  # not the tests' session's
+    env = {**own, FORKSERVER: str(path)}
+    # pyspark's daemon, its input closed, exits with 1 (its `finally` overrides its exit 0)
+    alone = subprocess.run(command, input=b"", env=own, capture_output=True, check=False)
+    try:
+        _until(path.exists, "the fork server never listened", 60)
+        for end in ("input closed", "caller killed"):
+            daemon = subprocess.Popen(
+                command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            assert daemon.stdout is not None and daemon.stdin is not None
+            (port,) = struct.unpack("!i", daemon.stdout.read(4))  # as it tells Spark
+            assert 0 < port < 65536
+            (child,) = _children(server.pid)
+            forked = Path(f"/proc/{child}/cmdline").read_bytes()  # the server's, as forked
+            assert b"ops.worker.forkserver" in forked, forked
+            if end == "input closed":
+                daemon.stdin.close()
+                assert daemon.wait(30) == alone.returncode
+            else:
+                daemon.kill()
+                daemon.wait(30)
+            _until(lambda: not _children(server.pid), f"the daemon outlived its {end}")
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(30)
+    assert not path.exists()

@@ -38,4 +38,13 @@ def without_bundled_zips(python_path: str) -> str:
 def main() -> NoReturn:
     env = dict(os.environ)
     env["PYTHONPATH"] = without_bundled_zips(env.get("PYTHONPATH", ""))
-    os.execve(sys.executable, [sys.executable, *sys.argv[1:]], env)
+    args = sys.argv[1:]
+    if args[:1] == ["-m"]:  # a module: one the driver's fork server runs?
+        from ops.worker import forkserver
+
+        server = env.get(forkserver.FORKSERVER)
+        if server and forkserver.served(args):
+            code = forkserver.request(server, args, env)
+            if code is not None:
+                sys.exit(code)
+    os.execve(sys.executable, [sys.executable, *args], env)
