@@ -277,7 +277,7 @@ def state(
     return 0
 
 
-def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int:
+def run_replay(cases: list[Path], output: Path | None, materialize: bool, parallel: int) -> int:
     from app.replay import replay
     from app.run.session import build_session
 
@@ -286,9 +286,9 @@ def run_replay(cases: list[Path], output: Path | None, materialize: bool) -> int
     )
     try:
         if output is None:
-            return replay(spark, cases, sys.stdout, materialize)
+            return replay(spark, cases, sys.stdout, materialize, parallel)
         with output.open("w") as out:
-            return replay(spark, cases, out, materialize)
+            return replay(spark, cases, out, materialize, parallel)
     finally:
         spark.stop()
 
@@ -333,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay.add_argument("cases", nargs="+", type=Path, help="case files (oracle format)")
     replay.add_argument("-o", "--output", type=Path, help="JSON-lines output (default: stdout)")
     replay.add_argument("--materialize", action="store_true", help="add each final table")
+    replay.add_argument("--parallel", type=int, default=1, help="cases run at once (queries)")
     args = parser.parse_args(argv)
     setup_logging()
     if args.command == "demo":
@@ -340,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo(os.environ)
     if args.command == "replay":
-        return run_replay(args.cases, args.output, args.materialize)
+        return run_replay(args.cases, args.output, args.materialize, args.parallel)
     if args.command == "check":
         return check(os.environ, args.checkpoint)
     if args.command == "explain":

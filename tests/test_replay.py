@@ -77,10 +77,11 @@ def cases_of_type(join_type: str) -> list[dict]:
 
 
 def run(spark, cases: list[dict], tmp_path: Path) -> tuple[int, list[dict]]:
+    """Replay `cases`, two at a time (as `streamjoin replay --parallel 2`)."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
     out = io.StringIO()
-    code = replay(spark, [path], out, materialize=True)
+    code = replay(spark, [path], out, materialize=True, parallel=2)
     return code, [json.loads(line) for line in out.getvalue().splitlines()]
 
 
