@@ -55,7 +55,6 @@ SERVED = frozenset(
         ),
     }
 )
-PRELOADED = ("pyspark.worker", "app.run.builder", "app.run.lookups")
 
 _LENGTH = struct.Struct("!I")
 _STREAMS = 3  # stdin, stdout, stderr
@@ -163,6 +162,10 @@ def _run_child(conn: socket.socket, task: dict, fds: list[int]) -> None:
 def serve(path: str) -> None:
     """Import what the served modules import, then fork one per request on `path`'s socket,
     until this process's standard input closes (its session's process ended)."""
+    # the service's modules, as the executors' worker daemon preloads them (imported here, not
+    # at the top: `streamjoin-python` imports this module at every start)
+    from app.run.worker_daemon import PRELOADED
+
     modules = {module for command in SERVED for module in command}
     for module in (*modules, *PRELOADED):
         importlib.import_module(module)
