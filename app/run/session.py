@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from app.config.env import SHUFFLE_PARTITIONS
 from app.config.redaction import SECRET_NAMES
 from app.jars import s3a_jars
+from app.run.worker_daemon import PRELOADED
 from ops.jvm_console import filtered_stderr
 from ops.logging import jvm_options
 from ops.worker import forkserver
@@ -198,8 +199,9 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     # ... and so must the driver's (the streaming source runners, the state processor's set-up).
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", worker_python())
-    # The driver's Python processes forked from a process that has their modules imported.
-    forkserver.start()
+    # The driver's Python processes forked from a process that has their modules imported,
+    # the service's among them, as the executors' worker daemon has.
+    forkserver.start(PRELOADED)
     if master.startswith("local"):
         # Everything runs on this host: keep Spark's own sockets on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

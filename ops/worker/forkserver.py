@@ -61,16 +61,17 @@ _STREAMS = 3  # stdin, stdout, stderr
 _started: list[subprocess.Popen[bytes]] = []
 
 
-def start() -> None:
+def start(preload: tuple[str, ...] = ()) -> None:
     """Start this process's fork server, once, and name it to the processes it starts after
-    (its JVM, and so Spark's Python processes). Not waited for: until it listens, they start
-    as new interpreters. It ends when this process does (its standard input closes)."""
+    (its JVM, and so Spark's Python processes), with `preload` imported besides what the served
+    modules import. Not waited for: until it listens, they start as new interpreters. It ends
+    when this process does (its standard input closes)."""
     if _started:
         return
     path = os.path.join(tempfile.mkdtemp(prefix="streamjoin-forkserver-"), "socket")
     _started.append(
         subprocess.Popen(
-            [sys.executable, "-m", __name__, path],
+            [sys.executable, "-m", __name__, path, *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
         )
@@ -159,15 +160,11 @@ def _run_child(conn: socket.socket, task: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(path: str) -> None:
-    """Import what the served modules import, then fork one per request on `path`'s socket,
-    until this process's standard input closes (its session's process ended)."""
-    # the service's modules, as the executors' worker daemon preloads them (imported here, not
-    # at the top: `streamjoin-python` imports this module at every start)
-    from app.run.worker_daemon import PRELOADED
-
+def serve(path: str, preload: list[str]) -> None:
+    """Import what the served modules import and `preload`, then fork one per request on
+    `path`'s socket, until this process's standard input closes (its session's process ended)."""
     modules = {module for command in SERVED for module in command}
-    for module in (*modules, *PRELOADED):
+    for module in (*modules, *preload):
         importlib.import_module(module)
     for module, *_ in SERVED:  # each child runs it as `__main__`, from what it imports
         sys.modules.pop(module, None)
@@ -200,4 +197,4 @@ def serve(path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2:])
