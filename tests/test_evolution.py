@@ -63,3 +63,19 @@ def test_a_column_added_that_the_query_reads_is_refused_naming_it(
     with pytest.raises(StartupError) as refused:
         evolved(load_config(env), RECORDED)
     assert str(refused.value).startswith(says)
+
+
+def test_an_upsert_output_keyed_apart_from_the_join_key_records_its_select_list() -> None:
+    """The upsert materializer keeps the rows it wrote: another select list would make every
+    retraction of them miss, and the key's record would stand, stale. So its select list is
+    part of what the state means (the restart refuses a change); without a materializer, the
+    select list is not."""
+    upsert = JOIN | {"OUTPUT_ENCODING": "upsert", "OUTPUT_KEY": "name"}
+    materialized = state_meaning(query_plan(load_config(upsert)))
+    assert materialized["JOIN_SELECT"] == "L.order_id, R.name"
+    wider = upsert | {"JOIN_SELECT": "L.order_id,  R.name, R.price"}
+    assert (
+        state_meaning(query_plan(load_config(wider)))["JOIN_SELECT"] != materialized["JOIN_SELECT"]
+    )
+    assert "JOIN_SELECT" not in RECORDED
+    assert state_meaning(query_plan(load_config(JOIN | {"JOIN_SELECT": "R.name"}))) == RECORDED

@@ -97,7 +97,8 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
 def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     """What the rows a checkpoint's state holds mean, by what decides it: each stateful join's
     kind and keys (the columns its `ON` equates) and, but for an inner join, the rest of its
-    condition, each input's unique key and the columns its rows hold, with their types. A
+    condition, each input's unique key and the columns its rows hold, with their types, and
+    the select list of the rows an upsert materializer keeps. A
     restart that changes any of it is refused before anything is read (`check_state_record`):
     the state would be read as what it is not."""
     if plan is None or not stateful_operators(plan.config, plan.layout):
@@ -132,6 +133,10 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
         )
     if plan.config.join.window is not None:  # rows kept in one window's bounds, not another's
         meaning["JOIN_WINDOW"] = str(plan.config.join.window)
+    if plan.materialized:
+        # the upsert materializer keeps the rows it wrote, as the select list made them: a
+        # retraction made by another select list would find none of them
+        meaning["JOIN_SELECT"] = " ".join((plan.config.join.select or "*").split())
     return meaning
 
 
