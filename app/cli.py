@@ -97,10 +97,7 @@ def check(env: Mapping[str, str], checkpoint: str | None = None) -> int:
     except StartupError as err:
         return _refused(err)
     for change in column_changes(config, plan.config) if plan is not None else []:
-        print(
-            f"streamjoin check: {change}, which the query does not read: the state's rows "
-            "keep the columns they hold"
-        )
+        print(f"streamjoin check: {change}")
     print(
         "streamjoin check: a new checkpoint, which this configuration starts"
         if new
@@ -260,6 +257,8 @@ def state(
     import json
 
     from app.config.redaction import without_user_info
+    from app.run.checkpoint import state_record
+    from app.run.evolution import evolved
     from app.run.operators import stateful_operators
     from app.state_report import NoStateError, report, table
 
@@ -267,6 +266,8 @@ def state(
     shown = without_user_info(location)  # an object store's URL may carry credentials
     try:
         with _checkpoint_session(location) as spark:
+            # the inputs' columns as the state's rows hold them (`app.run.evolution`)
+            config = evolved(config, state_record(spark, location) or {})
             result = report(spark, location, stateful_operators(config), key, top)
     except NoStateError as err:
         return _refused(NoStateError(str(err).replace(location, shown)))

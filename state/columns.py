@@ -86,3 +86,28 @@ class ColumnLayout:
 
     def kind(self, column: str) -> str:
         return self.kinds.get(column, "")
+
+
+@dataclass(frozen=True)
+class Widening:
+    """An input whose columns grew while its state held rows: the rows written before are
+    shorter, and read with NULL in the columns they lack. Columns are only ever added at the end
+    of an input's own columns (`app.run.evolution`), before the `tail` ones an operator adds
+    after them (a window join's window bounds), so a row of any earlier width widens the same
+    way. `held`: the input's columns in the oldest rows, which a row's identity is hashed by
+    where it places the row (`state.joins.pages`), so that a row finds the page it was put in
+    before it widened."""
+
+    width: int  # a row's length now
+    held: int
+    tail: int = 0
+
+    def __call__(self, row: tuple) -> tuple:
+        short = self.width - len(row)
+        if short <= 0:
+            return row
+        end = len(row) - self.tail
+        return row[:end] + (None,) * short + row[end:]
+
+
+Widenings = tuple[Widening | None, Widening | None]  # a join's inputs', left and right

@@ -618,29 +618,28 @@ def test_check_says_whether_a_changed_configuration_resumes_on_a_stopped_jobs_ch
     assert (checkpoint / STATE_RECORD).read_text() == before
 
 
-def test_a_restart_with_a_column_added_and_one_dropped_that_the_query_does_not_read_resumes(
+def test_a_restart_with_a_column_added_that_the_query_reads_and_one_dropped_resumes(
     kafka: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    """The products' schema gains `category` and loses `price`, and the output names its
-    columns: the state's rows keep their layout (the order and the product joined before the
-    restart are still there), and a product update after it retracts the row the new job
-    would have written and writes the new one, once."""
+    """The products' schema gains `category`, which the output now writes, and loses `price`:
+    the product joined before the restart is read with a NULL category, as the new job would
+    have read its record, which lacked it; so a product update after the restart retracts
+    the row the new job would have written, NULL and all, and writes the new one, once."""
     finished = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)
     checkpoint = tmp_path / "ck"  # a copy: the shared one stays as the other cases expect it
     shutil.copytree(finished, checkpoint)
     env = json.loads((finished.parent / "env.json").read_text()) | {
         "CHECKPOINT_LOCATION": str(checkpoint),
         "RIGHT_SCHEMA": "product_id STRING, category STRING, name STRING",
-        "JOIN_SELECT": "L.order_id, R.name",
+        "JOIN_SELECT": "L.order_id, R.name, R.category",
     }
     command = [*streamjoin_command(), "check", "--checkpoint", str(checkpoint)]
     checked = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert checked.stdout.splitlines()[-3:] == [
-        "streamjoin check: RIGHT_SCHEMA: column category added, which the query does not read: "
-        "the state's rows keep the columns they hold",
-        "streamjoin check: RIGHT_SCHEMA: column price dropped, which the query does not read: "
-        "the state's rows keep the columns they hold",
+        "streamjoin check: RIGHT_SCHEMA: column category added: NULL in the rows held from before",
+        "streamjoin check: RIGHT_SCHEMA: column price dropped: kept in the state's rows, NULL "
+        "from now on",
         "streamjoin check: resumes on the checkpoint: its state means what this configuration says",
     ]
     written = len(read_topic(kafka, env["OUTPUT_TOPIC"]))
@@ -657,9 +656,16 @@ def test_a_restart_with_a_column_added_and_one_dropped_that_the_query_does_not_r
     changes: Counter = Counter()
     for record in after:
         value = json.loads(record.value)
-        changes[(value["order_id"], value["name"])] += 1 if value["op"] in ("+I", "+U") else -1
-    assert +changes == Counter({("o1", "n2"): 1})
-    assert -changes == Counter({("o1", "n1"): 1})
+        row = (value["order_id"], value["name"], value["category"])
+        changes[row] += 1 if value["op"] in ("+I", "+U") else -1
+    assert +changes == Counter({("o1", "n2", "c1"): 1})
+    assert -changes == Counter({("o1", "n1", None): 1})
+    # the record names the grown layout: a later start reads every row where it is
+    record = json.loads((checkpoint / STATE_RECORD).read_text())
+    assert record["RIGHT_SCHEMA"] == (
+        "product_id string, name string, price decimal(10,2), category string"
+    )
+    assert record["RIGHT_SCHEMA's oldest rows"] == "3"
 
 
 _finished: dict[str, Path] = {}

@@ -91,6 +91,9 @@ class InputConfig:
     # (column, path): a column read from a nested JSON field, `("id", ("person", "id"))`
     fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
     where: tuple[tuple[str, object], ...] = ()  # (field, value): the records read, the rest skipped
+    # the leading columns the oldest rows of a checkpoint's state hold, where columns were
+    # added since (`app.run.evolution`); None: the rows hold every column
+    held_columns: int | None = None
 
 
 @dataclass(frozen=True)

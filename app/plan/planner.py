@@ -23,7 +23,7 @@ from app.config.registry import (
 from app.plan.condition_check import Columns, condition_problem, function_problem
 from app.plan.projection import parse_select, select_expressions, selected_columns
 from serdes.records.schema import Column
-from state.columns import chained_names, side_column
+from state.columns import Widening, chained_names, side_column
 from state.expr.condition import ConditionError, parse_condition
 from state.joins.lookup_join import LookupJoinSpec
 from state.joins.specs import (
@@ -63,15 +63,27 @@ class StateLayout:
 NEW_LAYOUT = StateLayout()  # a new checkpoint's, its buckets the configuration's
 
 
+def input_widening(source: InputConfig, tail: int = 0) -> Widening | None:
+    """How the rows an input's state held before its columns grew read now, `tail` columns
+    after its own (None: its columns did not grow)."""
+    if source.held_columns is None:
+        return None
+    return Widening(len(source.schema or ()) + tail, source.held_columns, tail)
+
+
+def _side(source: InputConfig, tail: tuple[str, ...] = ()) -> SideSpec:
+    fields = tuple(c.name for c in source.schema or ()) + tail
+    return SideSpec(fields, source.primary_key, input_widening(source, len(tail)))
+
+
 def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:
     """The join's description, as the processors on the executors receive it."""
     buckets = layout.buckets if layout.buckets is not None else config.join.state_buckets
-    left = SideSpec(tuple(c.name for c in config.left.schema or ()), config.left.primary_key)
-    right = SideSpec(tuple(c.name for c in config.right.schema or ()), config.right.primary_key)
+    left, right = _side(config.left), _side(config.right)
     if config.join.type == LOOKUP:
         return LookupJoinSpec(config.join.kind, config.join.on or "", left, right)
     if config.join.type == WINDOW:
-        left, right = (replace(s, fields=s.fields + WINDOW_COLUMNS) for s in (left, right))
+        left, right = _side(config.left, WINDOW_COLUMNS), _side(config.right, WINDOW_COLUMNS)
         return WindowJoinSpec(
             config.join.kind, config.join.on or "", left, right, buckets, config.join.window_groups
         )

@@ -241,6 +241,7 @@ def check_state_record(
     inputs: int = 1,
     meaning: dict[str, str] | None = None,
     write: bool = True,
+    grown: dict[str, str] | None = None,
 ) -> None:
     """Resume only state this code can read, partitioned and meaning what the configuration
     says; `write`: record what is not recorded yet (False: only check, as `streamjoin check`).
@@ -252,7 +253,8 @@ def check_state_record(
     later start with another format or another value is refused with StartupError, before any
     record is read. A checkpoint with batches but no record was written before the format was
     recorded (format 1, pickled objects); one whose record lacks what the state means was made
-    before that was recorded, and takes it from this start.
+    before that was recorded, and takes it from this start. `grown`: what the record says from
+    this start on, in place of what it said (an input's columns grown, `app.run.evolution`).
     """
     tasks = max(1, shuffle_partitions(spark, location) // inputs)  # see `read_tasks`
     meaning = meaning or {}
@@ -266,13 +268,15 @@ def check_state_record(
         _refuse_format(1)
     if recorded.get("state_format") != FORMAT:
         _refuse_format(recorded.get("state_format"))
+    grew = bool(grown) and any(recorded.get(what) != value for what, value in grown.items())
+    recorded = {**recorded, **(grown or {})}
     for variable, value in settings.items():
         if recorded.get(variable) != value:  # a setting recorded later than others was None
             _refuse_change(variable, value, recorded.get(variable))
     for what, value in meaning.items():
         if what in recorded and recorded[what] != value:
             _refuse_change(what, value, recorded[what])
-    if write and any(what not in recorded for what in meaning):
+    if write and (grew or any(what not in recorded for what in meaning)):
         _write_record(spark, location, {**meaning, **recorded})
 
 

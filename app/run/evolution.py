@@ -1,13 +1,17 @@
-"""An input's columns changed on a checkpoint: which changes the state's rows still mean.
+"""An input's columns changed on a checkpoint: how the rows its state holds are read.
 
 The state holds each input's rows as they were read, their columns in the order the
-checkpoint's record names (`LEFT_SCHEMA` in `app.run.checkpoint`'s record). A restart whose
-schema adds a column or drops one resumes where the query reads neither, with the rows laid out
-as recorded: a dropped column stays in them, read as NULL from the records that lack it; an
-added one is not read. The output, being the select list's, is what the new job writes. A query
-that reads an added column, or writes every column (no `JOIN_SELECT`), would need the rows the
-state holds widened: it is refused, naming the column and the replay that rebuilds the state
-(`docs/operations.md`). A column of another type is refused by the record's own check.
+checkpoint's record names (`LEFT_SCHEMA` in `app.run.checkpoint`'s record: the layout). A
+restart whose schema adds columns or drops some resumes with the layout grown, never reordered:
+a dropped column stays in it, NULL in the records that lack it; an added one goes at its end,
+and the rows held from before read it as NULL (`state.columns.Widening`), as they would in a new
+job that read those records, which lacked it. The record then names the grown layout and how
+many columns its oldest rows hold (`<SIDE>_SCHEMA's oldest rows`), so that a later restart,
+whatever its schema, reads every row where it is. The output is the select list's, so it is
+what the new job writes; a job with no `JOIN_SELECT` writes every column in the layout's order,
+which is refused where that is not the new schema's order. A column of another type is refused
+by the record's own check; so is any change of the inputs of a chain of joins, whose rows
+concatenate its tables' columns.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from dataclasses import replace
 from typing import Any
 
 from app.config.env import Config, InputConfig
-from app.plan.planner import plan_errors
 from app.run.preflight import StartupError
 from serdes.records.schema import Column, parse_schema
 
@@ -29,66 +32,93 @@ def schema_text(columns: tuple[Column, ...] | None) -> str:
     return ", ".join(f"{c.name} {c.spark_type.simpleString()}" for c in columns or ())
 
 
+def oldest_rows(side: str) -> str:
+    """The record's name for how many columns the oldest rows of an input's state hold."""
+    return f"{side.upper()}_SCHEMA's oldest rows"
+
+
 def _recorded(text: str) -> list[tuple[str, str]]:
     """The recorded columns: (name, Spark's type), in their order."""
     return [(name, kind) for name, _, kind in (part.partition(" ") for part in text.split(", "))]
 
 
-def _as_recorded(source: InputConfig, recorded: str) -> tuple[Column, ...] | None:
-    """The input's columns in the state's layout, if only columns were added or dropped
-    (None: the same columns, or one of another type: the record's check refuses that)."""
-    if schema_text(source.schema) == recorded:
-        return None
+def _layout(source: InputConfig, recorded: str) -> tuple[Column, ...] | None:
+    """The input's columns in the state's layout: the recorded ones in their order, then those
+    added, in the schema's order (None: one of another type, which the record's check refuses)."""
     now = {c.name: c for c in source.schema or ()}
     columns = []
     for name, kind in _recorded(recorded):
-        column = now.get(name)
+        column = now.pop(name, None)
         if column is not None and column.spark_type.simpleString() != kind:
             return None
         columns.append(column or parse_schema(f'"{name}" {kind}')[0])
-    return tuple(columns)
+    return (*columns, *now.values())
 
 
 def column_changes(asked: Config, held: Config) -> list[str]:
-    """What a job reads otherwise than `asked` says, as `held` (`evolved`) reads it: each
-    column added (not read) or dropped (kept in the rows, NULL from now on)."""
+    """How the job reads its state where its inputs' columns are not those `asked` names, as
+    `held` (`evolved`) reads them: each column added since its oldest rows, each dropped."""
     said = []
     for now, kept in ((asked.left, held.left), (asked.right, held.right)):
         names = {c.name for c in now.schema or ()}
-        held_names = {c.name for c in kept.schema or ()}
+        layout = [c.name for c in kept.schema or ()]
         prefix = now.side.upper()
-        said += [f"{prefix}_SCHEMA: column {name} added" for name in sorted(names - held_names)]
-        said += [f"{prefix}_SCHEMA: column {name} dropped" for name in sorted(held_names - names)]
+        said += [
+            f"{prefix}_SCHEMA: column {name} added: NULL in the rows held from before"
+            for name in layout[kept.held_columns or len(layout) :]
+        ]
+        said += [
+            f"{prefix}_SCHEMA: column {name} dropped: kept in the state's rows, NULL from now on"
+            for name in layout
+            if name not in names
+        ]
     return said
 
 
 def evolved(config: Config, recorded: Mapping[str, Any]) -> Config:
     """`config` over the state of a checkpoint whose `recorded` record names the inputs'
-    columns: each input read with the columns its state's rows hold where only columns the
-    query does not read were added or dropped; StartupError where the query reads one."""
+    columns: each input read in the state's layout, grown by the columns added; StartupError
+    where the output would write every column in another order than the schema's."""
     if config.chain:  # a chain's rows concatenate its tables' columns: not widened here
         return config
     sides: dict[str, InputConfig] = {}
     for source in (config.left, config.right):
         text = recorded.get(f"{source.side.upper()}_SCHEMA")
-        columns = _as_recorded(source, text) if isinstance(text, str) and text else None
-        if columns is not None:
-            sides[source.side] = replace(source, schema=columns)
+        if not isinstance(text, str) or not text:
+            continue
+        layout = _layout(source, text)
+        if layout is None:
+            continue
+        oldest = recorded.get(oldest_rows(source.side))
+        held = int(oldest) if oldest is not None else len(_recorded(text))
+        if schema_text(layout) != schema_text(source.schema) or held < len(layout):
+            sides[source.side] = replace(
+                source, schema=layout, held_columns=held if held < len(layout) else None
+            )
     if not sides:
         return config
-    held_config = replace(config, **sides)
-    changes = column_changes(config, held_config)
-    if config.join.select is None:
-        raise StartupError(
-            f"{changes[0]}, but the output writes every column (no JOIN_SELECT) and the rows "
-            "the checkpoint at CHECKPOINT_LOCATION holds have the recorded ones: name the "
-            f"output's columns in JOIN_SELECT, {REPLAY}"
+    if config.join.select is None:  # the output's columns are the layout's, in its order
+        for source in (config.left, config.right):
+            layout = [c.name for c in sides.get(source.side, source).schema or ()]
+            if layout != [c.name for c in source.schema or ()]:
+                raise StartupError(
+                    f"{source.side.upper()}_SCHEMA: {schema_text(source.schema)}, but the "
+                    "output writes every column (no JOIN_SELECT) and the rows the checkpoint at "
+                    f"CHECKPOINT_LOCATION holds have them as {', '.join(layout)}: name the "
+                    f"output's columns in JOIN_SELECT, {REPLAY}"
+                )
+    return replace(config, **sides)
+
+
+def grown_record(config: Config) -> dict[str, str]:
+    """What the checkpoint's record says from this start of an `evolved` configuration on:
+    each grown input's layout and the columns of its oldest rows."""
+    return {
+        what: value
+        for source in config.inputs()
+        if source.held_columns is not None
+        for what, value in (
+            (f"{source.side.upper()}_SCHEMA", schema_text(source.schema)),
+            (oldest_rows(source.side), str(source.held_columns)),
         )
-    errors = plan_errors(held_config)
-    if errors:  # the new configuration was valid: what it reads that the rows lack is added
-        added = next(change for change in changes if change.endswith(" added"))
-        raise StartupError(
-            f"{added}, and {errors[0].variable} reads it, but the rows the checkpoint at "
-            f"CHECKPOINT_LOCATION holds lack it: set it back, {REPLAY}"
-        )
-    return held_config
+    }

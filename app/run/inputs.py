@@ -22,7 +22,7 @@ from pyspark.sql.types import StructField, StructType
 
 from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS
-from app.plan.planner import StateLayout, normalized
+from app.plan.planner import StateLayout, input_widening, normalized
 from app.plan.pushdown import pushed_filter
 from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
@@ -235,7 +235,7 @@ def normalize_changes(
     keys = [(F.col("row")[c], row_schema[c].dataType) for c in source.primary_key]
     normalized_rows = run_stateful(
         changes,
-        NormalizeOperator(source.side, ttl_ms),
+        NormalizeOperator(source.side, ttl_ms, input_widening(source)),
         keys,
         [(F.col("row"), row_schema)],
         buckets,

@@ -14,6 +14,7 @@ from app.plan.planner import (
     NEW_LAYOUT,
     QueryPlan,
     StateLayout,
+    input_widening,
     join_label,
     normalized,
     query_plan,
@@ -124,7 +125,7 @@ def _normalizers(
     return [
         PlannedOperator(
             "normalizer",
-            NormalizeOperator(source.side, plan.config.join.state_ttl_ms),
+            NormalizeOperator(source.side, plan.config.join.state_ttl_ms, input_widening(source)),
             {source.side: row},
         )
         for source, row in inputs

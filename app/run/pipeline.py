@@ -32,7 +32,7 @@ from app.run.checkpoint import (
     state_layout,
     state_record,
 )
-from app.run.evolution import column_changes, evolved, schema_text
+from app.run.evolution import column_changes, evolved, grown_record, oldest_rows, schema_text
 from app.run.inputs import forward_both, read_input
 from app.run.operators import on_wall_clock, stateful_operators
 from app.run.rescale import rescale
@@ -122,6 +122,8 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
         side = source.side.upper()
         meaning[f"{side}_PRIMARY_KEY"] = ",".join(source.primary_key)
         meaning[f"{side}_SCHEMA"] = schema_text(source.schema)
+        if source.held_columns is not None:  # rows held from before columns were added
+            meaning[oldest_rows(source.side)] = str(source.held_columns)
         # the rows a filter pushed below an inner join never kept cannot join a looser one
         meaning[f"JOIN_ON's filter of {side}"] = pushed_filter(plan.config, source) or "none"
         # nor can the records a view skipped join another view; its columns' fields are theirs
@@ -155,6 +157,7 @@ def resumed_plan(spark: SparkSession, config: Config, write: bool = True) -> Que
         len(config.inputs()),
         state_meaning(plan),
         write,
+        grown_record(config),
     )
     return plan
 
@@ -200,7 +203,7 @@ def start(
     plan = resumed_plan(spark, config)
     if plan is not None:  # its inputs read as the state holds them
         for change in column_changes(config, plan.config):
-            log.info("%s, which the query does not read: the state's rows keep theirs", change)
+            log.info("%s", change)
         config = plan.config
     tasks = writers(spark, config)  # after the record: it says how many tasks read
     fenced = tasks.count  # ids that may have written: the old partitions' too after a rescale

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.changes import Change, Row, RowKind
+from state.columns import Widenings
 
 Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
 MAX_TIME = 2**63 - 1
@@ -86,9 +87,17 @@ def bucket_to_plain(bucket: Bucket) -> tuple:
     return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer
 
 
-def bucket_from_plain(plain: tuple) -> Bucket:
+def bucket_from_plain(plain: tuple, widenings: Widenings = (None, None)) -> Bucket:
+    """A bucket from plain data, each side's cached rows widened to its columns now
+    (`state.columns.Widening`; None: as stored)."""
     keys, left_expiration, right_expiration, spark_timer = plain
     states = {k: KeyState(*state) for k, state in keys.items()}
+    for state in states.values():
+        for widen, cache in zip(widenings, (state.left, state.right), strict=True):
+            if widen is not None:
+                for entries in cache.values():
+                    for entry in entries:
+                        entry[0] = widen(entry[0])
     return Bucket(states, left_expiration, right_expiration, spark_timer)
 
 

@@ -39,8 +39,19 @@ class PagedRows(MutableMapping):
     its key (a key whose other side changed): its rows had all expired by then.
     """
 
-    def __init__(self, pages: int, count: int, version: int = 0) -> None:
+    def __init__(
+        self,
+        pages: int,
+        count: int,
+        version: int = 0,
+        hashed: int | None = None,
+        widen: Callable[[dict], dict] | None = None,
+    ) -> None:
+        """`hashed`: the leading columns of a row identity its page is chosen by (None: the
+        whole identity), those the rows had when their input's columns grew; `widen`: a page's
+        rows as read, in the input's columns now (`state.columns.Widening`)."""
         self.pages, self.count, self.version = pages, count, version
+        self.hashed, self.widen = hashed, widen
         self.store: EntryStore | None = None
         self.prefix: tuple = ()
         self.loaded: dict[int, tuple[bytes, bytes | None, dict]] = {}  # page -> name, read, rows
@@ -55,19 +66,24 @@ class PagedRows(MutableMapping):
             assert self.store is not None, "pages read before `bind`"
             name = dump_key((*self.prefix, number))
             blob = self.store.get(name)
-            self.loaded[number] = (name, blob, {} if blob is None else dict(load(blob)))
+            rows = {} if blob is None else dict(load(blob))
+            self.loaded[number] = (name, blob, self.widen(rows) if self.widen else rows)
         return self.loaded[number][2]
 
+    def _page_of(self, identity: Any) -> dict:
+        hashed = identity if self.hashed is None else identity[: self.hashed]
+        return self._page(page_of(hashed, self.pages))
+
     def __getitem__(self, identity: Any) -> Any:
-        return self._page(page_of(identity, self.pages))[identity]
+        return self._page_of(identity)[identity]
 
     def __setitem__(self, identity: Any, entry: Any) -> None:
-        page = self._page(page_of(identity, self.pages))
+        page = self._page_of(identity)
         self.count += identity not in page
         page[identity] = entry
 
     def __delitem__(self, identity: Any) -> None:
-        del self._page(page_of(identity, self.pages))[identity]
+        del self._page_of(identity)[identity]
         self.count -= 1
 
     def __iter__(self) -> Iterator[Any]:
@@ -118,10 +134,12 @@ def pages_for(count: int) -> int:
     return max(2, -(-count // PAGE_ROWS))
 
 
-def settle(rows: dict | PagedRows, store: EntryStore, key: Any, side: int) -> dict | PagedRows:
+def settle(
+    rows: dict | PagedRows, store: EntryStore, key: Any, side: int, hashed: int | None = None
+) -> dict | PagedRows:
     """A side's rows as they are to be stored after a micro-batch, their changed pages written:
-    inline while few, else in pages, resized when they hold over twice `PAGE_ROWS` rows on
-    average or under half."""
+    inline while few, else in pages (placed by the first `hashed` columns of their identities,
+    `PagedRows`), resized when they hold over twice `PAGE_ROWS` rows on average or under half."""
     count, pages = len(rows), pages_for(len(rows))
     if isinstance(rows, PagedRows):
         if count > INLINE_ROWS // 2 and rows.pages // 2 <= pages <= 2 * rows.pages:
@@ -134,7 +152,7 @@ def settle(rows: dict | PagedRows, store: EntryStore, key: Any, side: int) -> di
         return rows
     else:
         version = 0
-    paged = PagedRows(pages, 0, version)
+    paged = PagedRows(pages, 0, version, hashed)
     paged.bind(store, key, side)
     paged.update(rows)
     paged.flush()

@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Literal, Protocol
 
 from state.changes import Row
-from state.columns import chained_column
+from state.columns import Widening, chained_column
 from state.expr.condition import (
     ConditionError,
     JoinCondition,
@@ -42,10 +42,12 @@ Clock = Literal["event", "processing", "none"]
 
 @dataclass(frozen=True)
 class SideSpec:
-    """One input's columns, in order, and its unique key (empty: none)."""
+    """One input's columns, in order, its unique key (empty: none), and how the rows its state
+    held before columns were added widen (None: none were)."""
 
     fields: tuple[str, ...]
     unique_key: tuple[str, ...] = ()
+    widening: Widening | None = None
 
 
 class JoinSpec(Protocol):

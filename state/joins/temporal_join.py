@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.changes import Change, Row, RowKind
+from state.columns import Widening
 from state.store.keyed_state import Waiting, due_keys, next_time
 
 
@@ -65,10 +66,20 @@ def key_to_plain(state: VersionedKey) -> tuple:
     return state.versions, state.timer, state.last
 
 
-def key_from_plain(plain: tuple) -> VersionedKey:
-    """A key's state from plain data; a key stored before `last` was kept behind a normalizer,
-    which tells every delete its time."""
-    return VersionedKey(*plain)
+def key_from_plain(plain: tuple, widen: Widening | None = None) -> VersionedKey:
+    """A key's state from plain data, its versions widened to the table's columns now
+    (`state.columns.Widening`; None: as stored); a key stored before `last` was kept behind a
+    normalizer, which tells every delete its time."""
+    state = VersionedKey(*plain)
+    if widen is not None:
+        state.versions = {t: (op, widen(row)) for t, (op, row) in state.versions.items()}
+    return state
+
+
+def widen_waiting(waiting: Waiting, widen: Widening) -> None:
+    """The probe rows that wait, widened in place to the probe input's columns now."""
+    for key, rows in waiting.items():
+        waiting[key] = [(seq, time, widen(row), *rest) for seq, time, row, *rest in rows]
 
 
 def key_timer(state: VersionedKey) -> int | None:

@@ -21,10 +21,11 @@ share one time, as they share one entry of Flink's map state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from state.changes import Row
+from state.columns import Widening
 from state.joins.pages import PagedRows
 from state.store.retention import FOREVER, Retention
 
@@ -190,8 +191,36 @@ def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
     return rows if isinstance(rows, dict) else (rows.pages, rows.count, rows.version)
 
 
-def _rows(plain: dict | tuple) -> dict | PagedRows:
-    return plain if isinstance(plain, dict) else PagedRows(*plain)
+def _rows(
+    plain: dict | tuple, widen: Callable[[dict], dict] | None, hashed: int | None
+) -> dict | PagedRows:
+    """A side's rows from plain data, read in its columns now (`widen`, None: as they are),
+    placed in pages by their identities' first `hashed` columns (None: all)."""
+    if isinstance(plain, dict):
+        return widen(plain) if widen else plain
+    return PagedRows(*plain, hashed=hashed, widen=widen)
+
+
+def _widen_entries(widening: Widening) -> Callable[[dict], dict]:
+    """A unique key view's entries (`[row, ..]`), their rows widened in place."""
+
+    def widen(rows: dict) -> dict:
+        for entry in rows.values():
+            entry[0] = widening(entry[0])
+        return rows
+
+    return widen
+
+
+def _widen_identities(widening: Widening) -> Callable[[dict], dict]:
+    """A multiset's rows, which are their own identities, widened."""
+    return lambda rows: {widening(row): entry for row, entry in rows.items()}
+
+
+def hashed_columns(view: View, widening: Widening | None) -> int | None:
+    """What a view's pages are chosen by (`PagedRows`): a multiset's rows, its identities, by
+    the columns its oldest rows hold once its input's columns grew; else the whole identity."""
+    return widening.held if widening and isinstance(view, MultisetView) else None
 
 
 def _plain(view: View) -> tuple:
@@ -203,17 +232,20 @@ def _plain(view: View) -> tuple:
     return "multiset", _rows_plain(view.rows)
 
 
-def _view(plain: tuple, retention: Retention) -> View:
+def _view(plain: tuple, retention: Retention, widening: Widening | None) -> View:
     view: View
     if plain[0] == "single":
         view = SingleRowView(retention)
         view.row, view.associations, view.written = plain[1:]
+        if widening and view.row is not None:
+            view.row = widening(view.row)
     elif plain[0] == "unique":
         view = UniqueKeyView(plain[1], retention)
-        view.rows = _rows(plain[2])
+        view.rows = _rows(plain[2], _widen_entries(widening) if widening else None, None)
     else:
         view = MultisetView(retention)
-        view.rows = _rows(plain[1])
+        hashed = widening.held if widening else None
+        view.rows = _rows(plain[1], _widen_identities(widening) if widening else None, hashed)
     return view
 
 
@@ -227,8 +259,18 @@ def views_size(views: tuple[View, ...]) -> tuple[int, ...]:
     return tuple(len(view) for view in views)
 
 
-def views_from_plain(plain: tuple, retentions: Sequence[Retention] = ()) -> tuple[View, ...]:
-    """A key's views from plain data, each under its input's retention (none: for ever)."""
+def views_from_plain(
+    plain: tuple,
+    retentions: Sequence[Retention] = (),
+    widenings: Sequence[Widening | None] = (),
+) -> tuple[View, ...]:
+    """A key's views from plain data, each under its input's retention (none: for ever), its
+    rows widened to its input's columns now (`state.columns.Widening`; none: as stored)."""
     return tuple(
-        _view(view, retentions[side] if retentions else FOREVER) for side, view in enumerate(plain)
+        _view(
+            view,
+            retentions[side] if retentions else FOREVER,
+            widenings[side] if widenings else None,
+        )
+        for side, view in enumerate(plain)
     )

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from state.changes import Change, Row, RowKind
+from state.columns import Widening, Widenings
 
 # A key's rows by the end of their window (epoch ms): (left rows, right rows)
 Windows = dict[int, tuple[list[Row], list[Row]]]
@@ -55,12 +56,22 @@ def bucket_to_plain(bucket: Bucket) -> tuple:
     return bucket.keys, bucket.spark_timer
 
 
-def bucket_from_plain(plain: tuple) -> Bucket:
+def bucket_from_plain(plain: tuple, widenings: Widenings = (None, None)) -> Bucket:
+    """A bucket from plain data, each side's rows widened to its columns now
+    (`state.columns.Widening`; None: as stored)."""
     keys, spark_timer = plain
+    left, right = widenings
     return Bucket(
-        {k: {end: (rows[0], rows[1]) for end, rows in w.items()} for k, w in keys.items()},
+        {
+            k: {end: (_widened(rows[0], left), _widened(rows[1], right)) for end, rows in w.items()}
+            for k, w in keys.items()
+        },
         spark_timer,
     )
+
+
+def _widened(rows: list[Row], widen: Widening | None) -> list[Row]:
+    return [widen(row) for row in rows] if widen else rows
 
 
 def held_rows(bucket: Bucket, side: int) -> int:

@@ -38,7 +38,10 @@ class IntervalJoinOperator:
         return self.spec.clock
 
     def store(self, handle: StatefulProcessorHandle) -> WholeBuckets:
-        return WholeBuckets(handle, Bucket, bucket_to_plain, bucket_from_plain)
+        return WholeBuckets(handle, Bucket, bucket_to_plain, self._bucket_from_plain)
+
+    def _bucket_from_plain(self, plain: tuple) -> Bucket:
+        return bucket_from_plain(plain, (self.spec.left.widening, self.spec.right.widening))
 
     def held(self, bucket: Bucket) -> dict[str, Held]:
         """The rows each side's caches hold."""
@@ -50,7 +53,7 @@ class IntervalJoinOperator:
         self, variable: str, name: bytes | None, value: bytes, now: int
     ) -> Iterator[KeyHeld]:
         """A bucket's value: each key's cached rows of each side, by their times."""
-        for key, state in bucket_from_plain(load(value)).keys.items():
+        for key, state in self._bucket_from_plain(load(value)).keys.items():
             for side, cache in (("left", state.left), ("right", state.right)):
                 rows = [entry[0] for entries in cache.values() for entry in entries]
                 if rows:

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.changes import Change, Row
+from state.columns import Widening
 from state.joins.normalize import Last, normalize
 from state.joins.specs import Clock
 from state.spark.frame import Held, InputRows, KeyHeld
@@ -36,16 +37,27 @@ class NormalizeOperator:
 
     name = "normalizer"
 
-    def __init__(self, side: str, ttl_ms: int = 0) -> None:
+    def __init__(self, side: str, ttl_ms: int = 0, widening: Widening | None = None) -> None:
+        """`widening`: how the rows kept before the input's columns grew read (None: none)."""
         self.side = side
         self.retention = Retention(ttl_ms)
+        self.widening = widening
 
     @property
     def clock(self) -> Clock:
         return "processing" if self.retention.ttl_ms > 0 else "none"
 
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        return KeyedEntries(handle, as_is, as_is, never, _one_row, self.retention.store_ttl_ms)
+        return KeyedEntries(
+            handle, as_is, self._stored, never, _one_row, self.retention.store_ttl_ms
+        )
+
+    def _stored(self, stored: Stored) -> Stored:
+        """A key's entry as read: its row in the input's columns now."""
+        if self.widening is None:
+            return stored
+        row, *rest = stored
+        return (self.widening(row), *rest)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         return {self.side: held_by_expiry(bucket.keys.ledger, 0)}
@@ -58,8 +70,8 @@ class NormalizeOperator:
         """A key's entry: its last row, at its event time."""
         self.retention.at(now)
         stored = entry_state(value, now) if variable == "keys" else None
-        if name is not None and self._last(stored) is not None:
-            row, time, _written = stored
+        if name is not None and stored is not None and self._last(stored) is not None:
+            row, time, _written = self._stored(stored)
             yield KeyHeld(self.side, load(name), 1, time, [row])
 
     def _last(self, stored: Stored | None) -> Last | None:

@@ -29,6 +29,7 @@ from state.joins.views import (
     MultisetView,
     UniqueKeyView,
     View,
+    hashed_columns,
     views_from_plain,
     views_size,
     views_to_plain,
@@ -64,6 +65,7 @@ class RegularJoinOperator:
         self.fanout = Fanout(spec.hot_key_rows)
         inputs = spec.inputs if isinstance(spec, MultiJoinSpec) else (spec.left, spec.right)
         self.unique_keys = [unique_key_of(side.fields, side.unique_key) for side in inputs]
+        self.widenings = [side.widening for side in inputs]
 
     @property
     def clock(self) -> Clock:
@@ -75,7 +77,7 @@ class RegularJoinOperator:
         return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size, ttl)
 
     def _views_from_plain(self, plain: tuple) -> tuple[View, ...]:
-        return views_from_plain(plain, self.retentions.each)
+        return views_from_plain(plain, self.retentions.each, self.widenings)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Rows per side (distinct rows of a side without a unique key), by when Spark's TTL
@@ -112,7 +114,8 @@ class RegularJoinOperator:
                 if isinstance(view, UniqueKeyView)
                 else [identity for identity, e in entries for _ in range(e[0])]
             )
-            yield KeyHeld(self.sides[side], key, 0, rows=rows)
+            widen = self.widenings[side]
+            yield KeyHeld(self.sides[side], key, 0, rows=list(map(widen, rows)) if widen else rows)
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, ...]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""
@@ -146,7 +149,8 @@ class RegularJoinOperator:
             for side, view in enumerate(views):
                 view.prune()
                 if isinstance(view, UniqueKeyView | MultisetView):
-                    view.rows = settle(view.rows, self.pages, key, side)
+                    hashed = hashed_columns(view, self.widenings[side])
+                    view.rows = settle(view.rows, self.pages, key, side, hashed)
             sizes = [len(view) for view in views]
             if not any(sizes):
                 del bucket.keys[key]  # an emptied key leaves no entry

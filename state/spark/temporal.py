@@ -20,10 +20,12 @@ from state.joins.specs import Clock, TemporalJoinSpec
 from state.joins.temporal_join import (
     EventTimeTemporalJoin,
     ProcessingTimeTemporalJoin,
+    VersionedKey,
     key_from_plain,
     key_size,
     key_timer,
     key_to_plain,
+    widen_waiting,
 )
 from state.spark.frame import Held, InputRows, KeyHeld
 from state.spark.layouts import KeyedEntries, entry_state, waiting_rows
@@ -42,9 +44,13 @@ class EventTimeTemporalJoinOperator:
 
     def __init__(self, spec: TemporalJoinSpec) -> None:
         self.join: EventTimeTemporalJoin = spec.operator()
+        self.widenings = (spec.left.widening, spec.right.widening)
 
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        return KeyedEntries(handle, key_to_plain, key_from_plain, key_timer, key_size)
+        return KeyedEntries(handle, key_to_plain, self._key_from_plain, key_timer, key_size)
+
+    def _key_from_plain(self, plain: tuple) -> VersionedKey:
+        return key_from_plain(plain, self.widenings[BUILD])
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Probe rows waiting for the watermark; the table's versions."""
@@ -60,7 +66,7 @@ class EventTimeTemporalJoinOperator:
         if variable == "keys" and name is not None:
             plain = entry_state(value, now)
             if plain is not None and plain[0]:
-                versions = key_from_plain(plain).versions
+                versions = self._key_from_plain(plain).versions
                 yield KeyHeld(
                     "right",
                     load(name),
@@ -69,11 +75,16 @@ class EventTimeTemporalJoinOperator:
                     [row for _op, row in versions.values()],
                 )
         elif variable == "bucket":
-            for key, rows in waiting_rows(value).items():
+            waiting = waiting_rows(value)
+            if self.widenings[PROBE] is not None:
+                widen_waiting(waiting, self.widenings[PROBE])
+            for key, rows in waiting.items():
                 yield KeyHeld("left", key, len(rows), min(r[1] for r in rows), [r[2] for r in rows])
 
     def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
         bucket.keys.prefetch(bucket.due(now))
+        if self.widenings[PROBE] is not None:  # rows that waited since before columns grew
+            widen_waiting(bucket.waiting, self.widenings[PROBE])
         return self.join.fire_due(bucket, now)
 
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
@@ -98,9 +109,10 @@ class ProcessingTimeTemporalJoinOperator:
 
     def __init__(self, spec: TemporalJoinSpec) -> None:
         self.join: ProcessingTimeTemporalJoin = spec.operator()
+        self.widen = spec.right.widening or as_is  # the latest rows, as the table is now
 
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        return KeyedEntries(handle, as_is, as_is, never, _latest_row)
+        return KeyedEntries(handle, as_is, self.widen, never, _latest_row)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """The table's latest rows."""
@@ -114,7 +126,7 @@ class ProcessingTimeTemporalJoinOperator:
         """A key's entry: the table's latest row (right)."""
         row = entry_state(value, now) if variable == "keys" else None
         if row is not None and name is not None:
-            yield KeyHeld("right", load(name), 1, rows=[row])
+            yield KeyHeld("right", load(name), 1, rows=[self.widen(row)])
 
     def fire_due(self, bucket: Any, now: int) -> list[Change]:
         """Nothing waits for time."""

@@ -35,7 +35,10 @@ class WindowJoinOperator:
         return "event"
 
     def store(self, handle: StatefulProcessorHandle) -> WholeBuckets:
-        return WholeBuckets(handle, Bucket, bucket_to_plain, bucket_from_plain)
+        return WholeBuckets(handle, Bucket, bucket_to_plain, self._bucket_from_plain)
+
+    def _bucket_from_plain(self, plain: tuple) -> Bucket:
+        return bucket_from_plain(plain, (self.spec.left.widening, self.spec.right.widening))
 
     def held(self, bucket: Bucket) -> dict[str, Held]:
         """The rows each side's windows hold."""
@@ -45,7 +48,7 @@ class WindowJoinOperator:
         self, variable: str, name: bytes | None, value: bytes, now: int
     ) -> Iterator[KeyHeld]:
         """A bucket's value: each key's rows of each side, over its windows."""
-        for key, windows in bucket_from_plain(load(value)).keys.items():
+        for key, windows in self._bucket_from_plain(load(value)).keys.items():
             for n, side in enumerate(SIDES):
                 rows = [row for held in windows.values() for row in held[n]]
                 if rows:
