@@ -564,15 +564,22 @@ def test_a_row_a_select_cast_fails_on_is_a_dead_letter_and_the_job_goes_on(
             "CHECKPOINT_LOCATION holds state made with LEFT_SCHEMA=order_id string, product_id "
             "string, qty int",
         ),
+        (
+            {"STATE_TTL": "1h"},
+            "STATE_TTL's expiring state: join left, join right, normalizer left, normalizer "
+            "right, but the checkpoint at CHECKPOINT_LOCATION holds state made with STATE_TTL's "
+            "expiring state=none",
+        ),
     ],
-    ids=["join-keys", "join-kind", "outer-residual", "input-key", "column-type"],
+    ids=["join-keys", "join-kind", "outer-residual", "input-key", "column-type", "ttl-set"],
 )
 def test_a_restart_that_changes_what_the_state_means_is_refused_naming_the_change(
     kafka: str, tmp_path_factory: pytest.TempPathFactory, changed: dict, refusal: str
 ) -> None:
     """State laid out by one join key read as another's (or as another kind of join, another
     condition of an outer join, whose rows keep how many rows matched them, other keys of an
-    input, other column types) would join the wrong rows without a word: the
+    input, other column types) would join the wrong rows without a word, and entries Spark
+    keeps without a TTL fail a job that reads them with one: the
     restart is refused before anything is read, exit 2, one line naming the change; the same
     configuration resumes."""
     checkpoint = _checkpoint_of_a_finished_join(kafka, tmp_path_factory)
@@ -666,6 +673,53 @@ def test_a_restart_with_a_column_added_that_the_query_reads_and_one_dropped_resu
         "product_id string, name string, price decimal(10,2), category string"
     )
     assert record["RIGHT_SCHEMA's oldest rows"] == "3"
+
+
+def test_a_restart_with_another_select_list_and_ttl_writes_from_there_what_the_new_job_writes(
+    kafka: str, tmp_path: Path
+) -> None:
+    """A job's select list changes (a CAST, a function, a column dropped from the output) and
+    its STATE_TTL grows, on the same checkpoint: what it writes from the restart on is, change
+    for change, what the changed job started from the topics writes for the same records."""
+    orders, products, out = join_topics(kafka)
+
+    def produced(topic: str, key: str, *changes: tuple[dict | None, dict | None, str]) -> None:
+        events = [{"before": b, "after": a, "op": op} for b, a, op in changes]
+        produce_events(kafka, topic, events, key)
+
+    p1 = {"product_id": "p1", "name": "lamp", "price": "1.50"}
+    o1 = {"order_id": "o1", "product_id": "p1", "qty": 1}
+    o2 = {"order_id": "o2", "product_id": "p2", "qty": 5}
+    produced(products, "product_id", (None, p1, "c"))
+    produced(orders, "order_id", (None, o1, "c"), (None, o2, "c"))
+    old = join_env(kafka, orders, products, out, tmp_path / "ck") | {
+        "TRIGGER_INTERVAL": "available-now",
+        "STATE_TTL": "1h",
+    }
+    done = run_to_exit(old, timeout_s=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    changed = {
+        "JOIN_SELECT": "L.order_id, CAST(L.qty AS STRING) AS qty, UPPER(R.name) AS name",
+        "STATE_TTL": "2h",
+    }
+    fresh_out = join_topics(kafka)[2]
+    fresh = old | changed | {"OUTPUT_TOPIC": fresh_out}
+    fresh["CHECKPOINT_LOCATION"] = str(tmp_path / "new")
+    done = run_to_exit(fresh, timeout_s=300)  # the changed job, from the topics' start
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = (len(read_topic(kafka, out)), len(read_topic(kafka, fresh_out)))
+    p2 = {"product_id": "p2", "name": "desk", "price": "9.00"}
+    produced(products, "product_id", (None, p2, "c"), (p1, p1 | {"name": "lamp 2"}, "u"))
+    produced(orders, "order_id", (o1, o1 | {"qty": 3}, "u"), (o2, None, "d"))
+    for env in (old | changed, fresh):
+        done = run_to_exit(env, timeout_s=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    resumed, new = (
+        Counter(record.value for record in read_topic(kafka, topic)[written:])
+        for topic, written in zip((out, fresh_out), before, strict=True)
+    )
+    assert resumed == new
+    assert {json.loads(value)["name"] for value in resumed} == {"LAMP", "LAMP 2", "DESK", None}
 
 
 _finished: dict[str, Path] = {}

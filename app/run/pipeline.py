@@ -98,12 +98,18 @@ def state_meaning(plan: QueryPlan | None) -> dict[str, str]:
     """What the rows a checkpoint's state holds mean, by what decides it: each stateful join's
     kind and keys (the columns its `ON` equates) and, but for an inner join, the rest of its
     condition, each input's unique key and the columns its rows hold, with their types, and
-    the select list of the rows an upsert materializer keeps. A
-    restart that changes any of it is refused before anything is read (`check_state_record`):
-    the state would be read as what it is not."""
-    if plan is None or not stateful_operators(plan.config, plan.layout):
+    the select list of the rows an upsert materializer keeps, and which operators' entries
+    expire. A restart that changes any of it is refused before anything is read
+    (`check_state_record`): the state would be read as what it is not."""
+    operators = [] if plan is None else stateful_operators(plan.config, plan.layout)
+    if plan is None or not operators:
         return {}
-    meaning = {}
+    # Spark keeps the entries of an operator with a TTL in another value schema: a restart that
+    # set a TTL where there was none (or removed one) would fail reading them
+    expiring = [
+        f"{p.label} {side}" for p in operators if p.operator.store_ttl_ms for side in p.sides
+    ]
+    meaning = {"STATE_TTL's expiring state": ", ".join(expiring) or "none"}
     for number, (stage, spec) in enumerate(zip(plan.stages, plan.specs, strict=True), 1):
         if stage.lookup is not None:  # it keeps no state
             continue

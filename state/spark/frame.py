@@ -221,6 +221,13 @@ class StatefulOperator(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    @property
+    def store_ttl_ms(self) -> int | None:
+        """Spark's TTL on the state entries it keeps (None: none). Whether there is one changes
+        their value schema in Spark's state store, so a checkpoint keeps it
+        (`app.run.pipeline.state_meaning`)."""
+        ...
+
     def store(self, handle: StatefulProcessorHandle) -> BucketLayout:
         """How a bucket is kept in Spark's state store (`state.spark.layouts`)."""
         ...

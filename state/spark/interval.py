@@ -24,6 +24,7 @@ class IntervalJoinOperator:
     """`IntervalJoin` per key, over buckets of keys."""
 
     name = "join"
+    store_ttl_ms = None  # bounded by time, not by retention
 
     def __init__(self, spec: IntervalJoinSpec, chained: bool = False) -> None:
         """`chained`: the left input is the result of an interval or temporal join before

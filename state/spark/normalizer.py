@@ -47,10 +47,12 @@ class NormalizeOperator:
     def clock(self) -> Clock:
         return "processing" if self.retention.ttl_ms > 0 else "none"
 
+    @property
+    def store_ttl_ms(self) -> int | None:
+        return self.retention.store_ttl_ms
+
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        return KeyedEntries(
-            handle, as_is, self._stored, never, _one_row, self.retention.store_ttl_ms
-        )
+        return KeyedEntries(handle, as_is, self._stored, never, _one_row, self.store_ttl_ms)
 
     def _stored(self, stored: Stored) -> Stored:
         """A key's entry as read: its row in the input's columns now."""

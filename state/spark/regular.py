@@ -71,8 +71,12 @@ class RegularJoinOperator:
     def clock(self) -> Clock:
         return self.spec.clock
 
+    @property
+    def store_ttl_ms(self) -> int | None:
+        return self.retentions.store_ttl_ms
+
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        ttl = self.retentions.store_ttl_ms
+        ttl = self.store_ttl_ms
         self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
         return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size, ttl)
 

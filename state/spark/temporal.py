@@ -41,6 +41,7 @@ class EventTimeTemporalJoinOperator:
 
     name = "join"
     clock: Clock = "event"
+    store_ttl_ms = None  # bounded by the table's versions and the watermark
 
     def __init__(self, spec: TemporalJoinSpec) -> None:
         self.join: EventTimeTemporalJoin = spec.operator()
@@ -106,6 +107,7 @@ class ProcessingTimeTemporalJoinOperator:
 
     name = "join"
     clock: Clock = "processing"
+    store_ttl_ms = None  # a key's latest row, kept until the table deletes it
 
     def __init__(self, spec: TemporalJoinSpec) -> None:
         self.join: ProcessingTimeTemporalJoin = spec.operator()

@@ -40,8 +40,12 @@ class UpsertMaterializeOperator:
     def clock(self) -> Clock:
         return "processing" if self.ttl_ms > 0 else "none"
 
+    @property
+    def store_ttl_ms(self) -> int | None:
+        return self.ttl_ms or None
+
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        return KeyedEntries(handle, as_is, as_is, never, _size, self.ttl_ms or None)
+        return KeyedEntries(handle, as_is, as_is, never, _size, self.store_ttl_ms)
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         return {"output": held_by_expiry(bucket.keys.ledger, 0)}

@@ -24,6 +24,7 @@ class WindowJoinOperator:
     """`WindowJoin` per key, over buckets of keys."""
 
     name = "join"
+    store_ttl_ms = None  # bounded by time, not by retention
     variables = ("bucket",)
 
     def __init__(self, spec: WindowJoinSpec) -> None:
