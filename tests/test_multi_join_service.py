@@ -462,3 +462,86 @@ def enriched(kafka: str, out: str) -> Counter:
             )
         ] += sign
     return applied
+
+
+LOOKUP_ADDED = """CREATE TABLE orders (
+  order_id STRING, product_id STRING, qty INT, proc AS PROCTIME()
+) WITH ('connector' = 'kafka', 'topic' = '{orders}', 'format' = 'json');
+CREATE TABLE products (
+  product_id STRING, name STRING, currency STRING,
+  PRIMARY KEY (product_id) NOT ENFORCED
+) WITH ('connector' = 'kafka', 'topic' = '{products}', 'format' = 'debezium-json');
+CREATE TABLE rates (currency STRING, rate INT) WITH (
+  'connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:{port}/postgres',
+  'table-name' = 'rates', 'username' = 'postgres');
+CREATE TABLE enriched (order_id STRING, product STRING, qty INT{rate_column})
+WITH ('connector' = 'kafka', 'topic' = '{out}', 'format' = 'debezium-json');
+INSERT INTO enriched
+SELECT o.order_id, p.name, o.qty{rate}
+FROM orders AS o
+LEFT JOIN products AS p ON o.product_id = p.product_id{lookup};
+"""
+
+
+def test_a_lookup_added_after_the_stateful_join_resumes_and_writes_what_the_new_job_writes(
+    kafka: str, tmp_path: Path, postgres: PostgresCluster
+) -> None:
+    """A job gains a lookup of each joined product's rate, after its regular join (the lookup
+    names the product): it keeps no state, so the job resumes on its checkpoint, and from
+    there writes, change for change, what the new job started from the topics writes."""
+    topics = {name: unique(name) for name in ("orders", "products")}
+    create_topics(kafka, list(topics.values()))
+    p1, p2 = (
+        {"product_id": pid, "name": name, "currency": currency}
+        for pid, name, currency in (("p1", "ball", "EUR"), ("p2", "kite", "USD"))
+    )
+    produce_events(
+        kafka, topics["products"], [{"before": None, "after": p1, "op": "c"}], "product_id"
+    )
+    orders = [{"order_id": "o1", "product_id": "p1", "qty": 1}]
+    produce(kafka, topics["orders"], [json.dumps(order).encode() for order in orders], 1)
+
+    def env(out: str, checkpoint: str, looked_up: bool) -> dict[str, str]:
+        lookup = {"rate_column": "", "rate": "", "lookup": ""}
+        if looked_up:
+            lookup = {
+                "rate_column": ", rate INT",
+                "rate": ", r.rate",
+                "lookup": "\nLEFT JOIN rates FOR SYSTEM_TIME AS OF o.proc AS r "
+                "ON r.currency = p.currency",
+            }
+        sql = LOOKUP_ADDED.format(out=out, port=postgres.port, **topics, **lookup)
+        return service_env(
+            KAFKA_BOOTSTRAP_SERVERS=kafka,
+            CHECKPOINT_LOCATION=str(tmp_path / checkpoint),
+            STREAMJOIN_SQL=sql,
+            TRIGGER_INTERVAL="available-now",
+        )
+
+    out, fresh_out = unique("enriched"), unique("fresh")
+    for topic in (out, fresh_out):
+        output_topics(kafka, topic)
+    for first in (env(out, "ck", looked_up=False), env(fresh_out, "fresh", looked_up=True)):
+        done = run_to_exit(first, timeout_s=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    written = [len(committed_output(kafka, t, f"{t}.markers")) for t in (out, fresh_out)]
+    changes = [
+        {"before": p1, "after": p1 | {"currency": "USD"}, "op": "u"},
+        {"before": None, "after": p2, "op": "c"},
+    ]
+    produce_events(kafka, topics["products"], changes, "product_id")
+    orders = [{"order_id": "o2", "product_id": "p2", "qty": 2}]
+    produce(kafka, topics["orders"], [json.dumps(order).encode() for order in orders], 1)
+    resumed, new = Counter(), Counter()
+    for counted, topic, checkpoint, before in (
+        (resumed, out, "ck", written[0]),
+        (new, fresh_out, "fresh", written[1]),
+    ):
+        done = run_to_exit(env(topic, checkpoint, looked_up=True), timeout_s=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for record in committed_output(kafka, topic, f"{topic}.markers")[before:]:
+            value = json.loads(record.value)
+            counted[(value["op"], json.dumps([value["before"], value["after"]]))] += 1
+    assert resumed == new
+    o2 = {"order_id": "o2", "product": "kite", "qty": 2, "rate": 102}
+    assert resumed[("c", json.dumps([None, o2]))] == 1

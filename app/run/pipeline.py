@@ -80,14 +80,18 @@ def state_settings(plan: QueryPlan | None) -> dict[str, object]:
     config = plan.config
     # the upsert materializer's state is keyed by the output key
     materializer_key = ",".join(config.output.key) if plan.materialized else None
+    # the lookups after the last stateful join keep no state and change none
+    stateful = list(config.chain)
+    while stateful and stateful[-1].join.type == LOOKUP:
+        stateful.pop()
     settings = {
         "JOIN_TYPE": config.join.type,
         "JOIN_STATE_BUCKETS": plan.layout.buckets,
         "OUTPUT_KEY": materializer_key,
         # the joins after the first, each an operator of its own or all one (SQL's only)
         "JOIN_CHAIN": ("multi-way " if plan.multi_way else "")
-        + " ".join(f"{c.join.type}:{c.input.topic}" for c in config.chain)
-        if config.chain
+        + " ".join(f"{c.join.type}:{c.input.topic}" for c in stateful)
+        if stateful
         else None,
     }
     settings |= SPREAD_BUCKETS if plan.layout.spread_buckets else {}
