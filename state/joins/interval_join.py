@@ -92,10 +92,11 @@ def bucket_from_plain(plain: tuple, widenings: Widenings = (None, None)) -> Buck
     (`state.columns.Widening`; None: as stored)."""
     keys, left_expiration, right_expiration, spark_timer = plain
     states = {k: KeyState(*state) for k, state in keys.items()}
-    for state in states.values():
-        for widen, cache in zip(widenings, (state.left, state.right), strict=True):
-            if widen is not None:
-                for entries in cache.values():
+    left, right = widenings
+    if left or right:  # a bucket read every batch: no walk over its rows when none grew
+        for state in states.values():
+            for widen, cache in ((left, state.left), (right, state.right)):
+                for entries in cache.values() if widen else ():
                     for entry in entries:
                         entry[0] = widen(entry[0])
     return Bucket(states, left_expiration, right_expiration, spark_timer)
