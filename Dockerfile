@@ -45,7 +45,14 @@ ENV PATH=/opt/streamjoin/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYSPARK_PYTHON=/opt/streamjoin/bin/streamjoin-python \
     STREAMJOIN_JARS=/opt/streamjoin/jars \
+    JVM_CLASS_ARCHIVE_DIR=/opt/streamjoin/jvm \
     CHECKPOINT_LOCATION=/var/lib/streamjoin/checkpoint
+# The driver JVM's class archive, recorded by this image's Java and Spark: every container's
+# start maps it (app/class_archive.py), none records one.
+RUN python -m app.class_archive "$JVM_CLASS_ARCHIVE_DIR" \
+    && find /opt/streamjoin -name __pycache__ -prune -exec rm -rf {} + \
+    && rm -rf /tmp/* \
+    && ls "$JVM_CLASS_ARCHIVE_DIR"/driver-*.jsa
 
 # A read-only root filesystem needs only /tmp (Spark's scratch) and the checkpoint's volume.
 USER 10001

@@ -151,6 +151,7 @@ def run(env: Mapping[str, str]) -> int:
     except (ConfigError, StartupError) as err:
         return _refused(err)
     # Spark is imported only now: a configuration error costs no JVM start.
+    from app import class_archive
     from app.run import pipeline
     from app.run.checkpoint import HeldRowsRecord, check_writable
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
@@ -170,9 +171,13 @@ def run(env: Mapping[str, str]) -> int:
     if (unpipelined := untested_pyspark()) is not None:
         log.warning("%s", unpipelined)
     stop = install_stop_signals()
+    archive = class_archive.for_setting(env.get("JVM_CLASS_ARCHIVE_DIR"))
+    session_conf = config.session_conf()
     try:
         spark = build_session(
-            config.spark_master, config.session_conf(), checkpoint=config.checkpoint_location
+            config.spark_master,
+            session_conf if archive is None else archive.conf(session_conf),
+            checkpoint=config.checkpoint_location,
         )
     except SparkStartError as err:
         named = [f"SPARK_CONF_{k}" for k in config.spark_conf] or ["SPARK_MASTER"]
@@ -183,6 +188,8 @@ def run(env: Mapping[str, str]) -> int:
         except StartupError as err:
             return stop_session(spark, _refused(err))
     fork_workers_early(spark)
+    if archive is not None:  # the next start's, if this one had none
+        archive.record_later()
     exit_code = 1
     committer = (  # the offsets read, committed to the consumer group, as Flink does
         GroupCommitter(

@@ -58,6 +58,17 @@ class Service:
         found = re.search(r"metrics served at http://0\.0\.0\.0:(\d+)/", self.log())
         return None if found is None else f"http://127.0.0.1:{found.group(1)}"
 
+    def mapping(self, path: Path) -> bool:
+        """Whether a process of the service's group has the file at `path` mapped."""
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                group = int(stat.read_text().rsplit(")", 1)[1].split()[2])
+                if group == self.process.pid and str(path) in (stat.parent / "maps").read_text():
+                    return True
+            except (OSError, IndexError, ValueError):  # a process that ended while it was read
+                continue
+        return False
+
     def terminate(self, timeout_s: float = 120) -> int:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -150,6 +151,19 @@ def _join_in_container(image: str, kafka: str, container: str, place: dict[str, 
         timeout=30,
     ).stdout.split()
     assert processes == ["1", "10001", "tini", "--", "streamjoin", "run"]
+    # the driver's JVM maps the class archive the image was built with; nothing records one
+
+    def in_container(command: str) -> str:
+        return subprocess.run(
+            ["docker", "exec", container, "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+
+    (archive,) = in_container("ls -A /opt/streamjoin/jvm").split()
+    assert re.fullmatch(r"driver-[0-9a-f]{16}\.jsa", archive)
+    assert f"/opt/streamjoin/jvm/{archive}" in in_container("cat /proc/[0-9]*/maps")
     stopped = subprocess.run(["docker", "stop", "--time", "60", container], capture_output=True)
     assert stopped.returncode == 0
     exit_code = subprocess.run(

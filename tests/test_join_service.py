@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from app.cli import main
 from app.run.checkpoint import SPREAD_BUCKETS, STATE_RECORD
+from tests.class_archive import recorded
 from tests.kafka_io import join_topics, produce, read_topic
 from tests.service import Service, run_to_exit, service_env, streamjoin_command
 from tests.test_service import wait_for
@@ -224,6 +225,9 @@ def test_left_join_of_two_changelogs_materializes_to_the_join_of_the_final_table
             "the state's rows were not reported after a restart",
             restarted,
         )
+        # its JVM's classes mapped from the class archive its folder holds
+        archive = recorded()
+        assert archive is not None and restarted.mapping(archive), restarted.log()[-3000:]
     finally:
         assert restarted.terminate() == 0, restarted.log()[-3000:]
     assert sorted(r.value for r in dead) == sorted(BAD_RECORDS.values())

@@ -260,7 +260,7 @@ def test_spark_refusing_its_configuration_is_one_line(
     kafka: str, topics, tmp_path: Path, key: str, reason: str
 ) -> None:
     lines = refused(kafka, topics, tmp_path, **{f"SPARK_CONF_{key}": "lots"})
-    # every Spark variable given is named (the tests' class archive is given as one)
+    # every Spark variable given is named (the tests' JVM options are given as one)
     (line,) = lines
     named, said = line.removeprefix("streamjoin: ").split(": Spark did not start: ")
     assert f"SPARK_CONF_{key}" in named.split(" / "), line

@@ -445,6 +445,10 @@ _ALL = [
     Variable("STREAMJOIN_SQL_FILE", "the path of a file of Flink SQL"),
     # read by `app.jars`, where the service finds the jars it runs beside pyspark's
     Variable("STREAMJOIN_JARS", "a directory", shown_default="~/.cache/streamjoin/jars"),
+    # read by `app.class_archive`: the driver JVM's class archive, recorded beside a first start
+    Variable(
+        "JVM_CLASS_ARCHIVE_DIR", "a directory, or off", shown_default="~/.cache/streamjoin/jvm"
+    ),
     *_LOOKUP,
 ]
 VARIABLES: dict[str, Variable] = {v.name: v for v in _ALL}
