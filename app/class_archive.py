@@ -29,6 +29,7 @@ from typing import Any
 import pyspark
 
 from app.config.env import SHUFFLE_PARTITIONS
+from app.jars import user_cache
 
 OFF = "off"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -87,7 +88,7 @@ def archive_name() -> str | None:
 
 def default_folder() -> Path:
     """The user's cache (`/tmp` in the Helm chart's pods: it outlives a container's restart)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamjoin" / "jvm"
+    return user_cache() / "jvm"
 
 
 class ClassArchive:

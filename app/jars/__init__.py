@@ -40,11 +40,15 @@ def pinned(name: str, listing: Path | None = None) -> list[tuple[str, str]]:
     return jars
 
 
+def user_cache() -> Path:
+    """The service's folder in the user's cache: what it keeps between runs by default."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamjoin"
+
+
 def jar_home() -> Path:
     if named := os.environ.get("STREAMJOIN_JARS"):
         return Path(named)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "streamjoin" / "jars"
+    return user_cache() / "jars"
 
 
 def fetched(
