@@ -153,7 +153,7 @@ def run(env: Mapping[str, str]) -> int:
     # Spark is imported only now: a configuration error costs no JVM start.
     from app import class_archive
     from app.run import pipeline
-    from app.run.checkpoint import HeldRowsRecord, check_writable
+    from app.run.checkpoint import HeldRowsRecord, check_writable, last_batch
     from app.run.lifecycle import install_stop_signals, stop_session, supervise
     from app.run.operators import on_wall_clock
     from app.run.session import (
@@ -213,6 +213,12 @@ def run(env: Mapping[str, str]) -> int:
             held = HeldRowsRecord(spark, config.checkpoint_location)
             query = pipeline.start(spark, config, metrics, drain_marker, held)
             QUERY.query_id = str(query.id)
+            until_dry_from = None  # available-now on the wall clock: see `supervise`
+            if config.trigger_interval_ms is None and on_wall_clock(config):
+                # the first batch this run plans, read once the query runs: a batch it planned
+                # meanwhile is only left uncounted, one read before may be a rescale's
+                last_planned = last_batch(spark, config.checkpoint_location)
+                until_dry_from = 0 if last_planned is None else last_planned + 1
 
             def poll() -> None:
                 metrics.watch(query)
@@ -228,7 +234,7 @@ def run(env: Mapping[str, str]) -> int:
                 drain_marker,
                 on_poll=poll,
                 on_stop=lambda: quiet_shutdown(spark),
-                until_dry=config.trigger_interval_ms is None and on_wall_clock(config),
+                until_dry_from=until_dry_from,
             )
         except StartupError as err:  # found once Spark runs: what the checkpoint holds
             exit_code = _refused(err)

@@ -75,11 +75,19 @@ def stop_draining(query: StreamingQuery, drain_marker: Path, grace_s: float) -> 
     query.stop()
 
 
-def ran_dry(query: StreamingQuery) -> bool:
-    """Whether the last batch was planned with no new offsets: its sources had nothing left."""
+def ran_dry(query: StreamingQuery, first_planned: int) -> bool:
+    """Whether the last batch was planned by this run, from batch `first_planned` on, with no
+    new offsets: its sources had nothing left.
+
+    A batch before it was planned by an earlier run and is only run again: the one a drained
+    stop left planned read nothing, since its sources were already drained, while records
+    may have come since. Counting it stopped a restart while it planned its first batch of
+    its own, some inputs read and others not."""
     progress = query.lastProgress
-    return bool(progress) and all(
-        source["startOffset"] == source["endOffset"] for source in progress["sources"]
+    return (
+        bool(progress)
+        and progress["batchId"] >= first_planned
+        and all(source["startOffset"] == source["endOffset"] for source in progress["sources"])
     )
 
 
@@ -90,20 +98,20 @@ def supervise(
     on_poll: Callable[[], None] = lambda: None,
     grace_s: float = 300.0,
     on_stop: Callable[[], None] = lambda: None,
-    until_dry: bool = False,
+    until_dry_from: int | None = None,
 ) -> int:
     """Wait for the query to end or for `stop`, calling `on_poll` as it runs, `on_stop` before
     stopping it, and `on_poll` once more for what the last batch left; return the exit code.
 
-    `until_dry` (available-now on the wall clock, see `app.run.pipeline.start`): stop once a
-    batch had nothing new to read. Spark's available-now ends by itself only if no operator
-    runs on the wall clock: under a state TTL or a processing-time join it plans a batch at
-    every trigger, for ever (each reads nothing, planned to let timers fire), and the service
-    never stopped."""
+    `until_dry_from` (available-now on the wall clock, see `app.run.pipeline.start`): stop
+    once a batch from this one on had nothing new to read (`ran_dry`). Spark's available-now
+    ends by itself only if no operator runs on the wall clock: under a state TTL or a
+    processing-time join it plans a batch at every trigger, for ever (each reads nothing,
+    planned to let timers fire), and the service never stopped."""
     while query.isActive and not stop.is_set():
         query.awaitTermination(POLL_S)
         on_poll()
-        if until_dry and ran_dry(query):
+        if until_dry_from is not None and ran_dry(query, until_dry_from):
             stop.set()
     if stop.is_set() and query.isActive:
         on_stop()
