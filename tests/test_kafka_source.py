@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -248,6 +249,35 @@ def test_back_to_back_a_quiet_trigger_waits_for_the_next_record_on_any_input(kaf
         producing.join()
         planned = moved
     reader.stop()
+
+
+def test_a_quiet_trigger_does_not_wait_while_another_input_has_records_left_unread(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Under a read limit a backlog's ends stand still from one micro-batch to the next: the
+    waiting reader, with nothing of its own, plans at once while another input's reader left
+    records unread, and waits once nothing is left anywhere."""
+    own, other = unique("quiet-own"), unique("backlog")
+    create_topics(kafka, [own, other], partitions=1)
+    produce(kafka, other, [b"%d" % i for i in range(30)])
+    config = {"bootstrap.servers": kafka}
+    shared = {"backlog_dir": str(tmp_path)}
+    waiting = KafkaStreamReader(own, config, "earliest", None, wait_for=[own, other], **shared)
+    limited = KafkaStreamReader(other, config, "earliest", 10, **shared)
+    quiet = waiting.latestOffset(waiting.initialOffset(), ReadAllAvailable())  # a first look
+    read = limited.initialOffset()
+    for _ in range(2):  # ten of thirty, then twenty: each next trigger planned at once
+        read = limited.latestOffset(read, ReadMaxRows(10))
+        began = time.monotonic()
+        assert waiting.latestOffset(quiet, ReadAllAvailable()) == quiet
+        assert time.monotonic() - began < IDLE_WAIT_MS / 1000 / 2
+    assert limited.latestOffset(read, ReadMaxRows(10)) == {other: {"0": 30}}
+    began = time.monotonic()
+    assert waiting.latestOffset(quiet, ReadAllAvailable()) == quiet
+    assert time.monotonic() - began >= IDLE_WAIT_MS / 1000  # nothing left: a quiet trigger
+    for reader in (waiting, limited):
+        reader.stop()
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_waking_reader_plans_a_batch_at_each_start_with_nothing_new_to_read(kafka: str) -> None:

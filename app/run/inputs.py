@@ -84,6 +84,10 @@ def read_input(
     if config.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(config.max_records_per_trigger))
     inputs = config.inputs()
+    if config.trigger_interval_ms == 0 and drain_marker is not None:
+        # back to back: every reader marks in the service's runtime folder whether it left
+        # records unread (a read limit), so that the waiting reader below does not wait then
+        reader = reader.option("backlogDir", str(drain_marker.parent))
     if config.trigger_interval_ms == 0 and source == inputs[0]:
         # back to back: the first input's reader waits for a record on any input when a
         # trigger finds nothing new, instead of Spark asking again every 10 ms

@@ -13,15 +13,18 @@ answers as soon as it holds a record past them.
 The wait never changes what a micro-batch reads, only when it is planned: offsets are still
 each reader's own `ListOffsets`. A trigger after one whose wait was cut short by a record does
 not wait (the ends moved), nor does one that finds the ends moved since the last wait (a
-micro-batch read them, or more came). Spark runs a batch without records after one that moved
-the watermark, and at each trigger of a job on the wall clock: with no record coming, those
-come a wait apart (`app.run.operators.idle_wait_ms` says how long for a job).
+micro-batch read them, or more came), nor one where another input's reader left records
+unread at its last plan (`Backlogs`: a read limit leaves the rest of a backlog to the next
+micro-batches while the ends stand still). Spark runs a batch without records after one that
+moved the watermark, and at each trigger of a job on the wall clock: with no record coming,
+those come a wait apart (`app.run.operators.idle_wait_ms` says how long for a job).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -32,6 +35,34 @@ IDLE_WAIT_MS = 1000  # the longest a trigger waits for a record, unless told oth
 _SLICE_S = 0.1  # how often the wait looks for the service's drain marker
 
 Ends = dict[str, dict[int, int]]  # topic -> partition -> end offset
+
+
+class Backlogs:
+    """Which readers of a query left records unread at their last plan, for the reader that
+    holds a quiet trigger: each input is planned by a Python process of its own, so each
+    reader marks it by a file of its own (named by its process) in a folder they share."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+        self._left: bool | None = None
+
+    @property
+    def _own(self) -> Path:
+        # named where it is used: the reader that holds this is pickled to its process first
+        return self.folder / f"backlog-{os.getpid()}"
+
+    def mark(self, left: bool) -> None:
+        """Whether this reader's plan left records unread (written only when that changes)."""
+        if left != self._left:
+            if left:
+                self._own.touch()
+            else:
+                self._own.unlink(missing_ok=True)
+            self._left = left
+
+    def any(self) -> bool:
+        """Whether some reader left records unread at its last plan."""
+        return any(self.folder.glob("backlog-*"))
 
 
 class Arrivals:
@@ -45,8 +76,10 @@ class Arrivals:
         client_config: dict[str, str],
         drain_marker: str | None,
         wait_ms: int = IDLE_WAIT_MS,
+        backlogs: Backlogs | None = None,
     ) -> None:
         self.topics = topics
+        self.backlogs = backlogs  # the query's readers' marks, when they share a folder
         self.wait_s = wait_ms / 1000
         self.client_config = client_config
         self.drain_marker = drain_marker
@@ -75,13 +108,13 @@ class Arrivals:
     def wait(self, known: Ends) -> bool:
         """Wait for a record past the inputs' ends (`known` those of some), up to `wait_s`,
         unless the ends moved since the last call (records came meanwhile, or this is the first
-        call): whether it waited. A broker that does not answer, or a topic gone, makes no
-        wait: the readers' own calls meet it."""
+        call) or a reader left records unread: whether it waited. A broker that does not
+        answer, or a topic gone, makes no wait: the readers' own calls meet it."""
         try:
             ends = {**self._ends(set(self.topics) - set(known)), **known}
         except (KafkaException, TopicMissingError):
             return False
-        if ends != self._last:
+        if ends != self._last or (self.backlogs is not None and self.backlogs.any()):
             self._last = ends
             return False
         consumer = self.consumer

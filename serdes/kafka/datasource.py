@@ -19,7 +19,9 @@ Flink's `table.exec.source.idle-timeout`), with `peers` (a JSON list of the quer
 event-time inputs, `{"group", "topic", "delay_ms"}`, for the heartbeats of a whole idle input:
 `serdes.kafka.event_times`) and `watermarkdelayms` (this input's delay);
 `waitfor` (a JSON list of topics: a trigger that found nothing new waits for a record on any of
-them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long);
+them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long); `backlogdir` (a folder
+the query's readers share: each marks there whether its last plan left records unread, and the
+waiting reader does not wait while one did);
 `transactionalid` and `markertopic` (the sink writes exactly-once when given; see
 `serdes.kafka.transactions`); and `kafka.<property>` for every librdkafka client property.
 """
@@ -90,6 +92,7 @@ class KafkaDataSource(DataSource):
             peers=[Peer(**peer) for peer in json.loads(self.options.get("peers", "[]"))],
             delay_ms=int(self.options.get("watermarkdelayms", 0)),
             schema=arrow_schema(schema) if self.transform is not None else None,
+            backlog_dir=self.options.get("backlogdir"),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

@@ -27,7 +27,7 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 
 from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
-from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals
+from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals, Backlogs
 from serdes.kafka.client_log import logged
 from serdes.kafka.event_times import (
     EVENT_TIMES,
@@ -145,6 +145,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         peers: list[Peer] | None = None,
         delay_ms: int = 0,
         schema: pa.Schema | None = None,
+        backlog_dir: str | None = None,
     ) -> None:
         self.topic = topic
         # a partition with no new record for this long leaves the input's watermark (Flink's
@@ -160,9 +161,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.delay_ms = delay_ms
         self.schema = schema
         # back to back, one input's reader holds a trigger that found nothing new until a
-        # record comes to any of `wait_for`, the query's topics (`serdes.kafka.arrivals`)
+        # record comes to any of `wait_for`, the query's topics, unless a reader marked in
+        # `backlog_dir` that it left records unread (`serdes.kafka.arrivals`)
+        self.backlogs = Backlogs(backlog_dir) if backlog_dir else None
         self.arrivals = (
-            Arrivals(wait_for, client_config, drain_marker, wait_ms) if wait_for else None
+            Arrivals(wait_for, client_config, drain_marker, wait_ms, self.backlogs)
+            if wait_for
+            else None
         )
         # where the reading tasks commit each partition's largest event time, for an input
         # whose watermark is its partitions' least (`serdes.kafka.event_times`); None: none
@@ -237,6 +242,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             available = split_limit(available, limit.max_rows)
         planned = {p: starts[p] + available.get(p, 0) for p in ends}
+        if self.backlogs is not None:
+            self.backlogs.mark(planned != ends)
         beat = start.get(HEARTBEAT, {}).get("ms")
         if self.marks_group is None:
             return self._as_offsets(planned)
@@ -324,6 +331,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._bounds.close()
         if self.arrivals is not None:
             self.arrivals.close()
+        if self.backlogs is not None:
+            self.backlogs.mark(False)
 
     def _as_offsets(
         self,
