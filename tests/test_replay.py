@@ -77,11 +77,12 @@ def cases_of_type(join_type: str) -> list[dict]:
 
 
 def run(spark, cases: list[dict], tmp_path: Path) -> tuple[int, list[dict]]:
-    """Replay `cases`, two at a time (as `streamjoin replay --parallel 2`)."""
+    """Replay `cases`, four at a time (as `streamjoin replay --parallel 4`): a case's
+    micro-batches leave the cores idle for much of their time (docs/performance.md)."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
     out = io.StringIO()
-    code = replay(spark, [path], out, materialize=True, parallel=2)
+    code = replay(spark, [path], out, materialize=True, parallel=4)
     return code, [json.loads(line) for line in out.getvalue().splitlines()]
 
 
