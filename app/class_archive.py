@@ -38,7 +38,8 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _CHOSEN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare:off")
 # The JVM writes the archive as it exits; the recorder waits this long for it.
 WRITE_TIMEOUT_S = 300.0
-# A recording's marker older than this is that of a recorder that died: another may start.
+# A recorder's files older than this are those of one that died, even if its process id is
+# in use again: another may start.
 RECORDING_LIMIT_S = 900.0
 # What the recording runs: a regular join of two changelogs, its state in RocksDB.
 RECORDED_CASE: dict[str, Any] = {
@@ -108,23 +109,25 @@ class ClassArchive:
 
     def record_later(self) -> subprocess.Popen[bytes] | None:
         """Have the archive recorded by a process of its own (returned), unless it is there, one
-        is being recorded (its marker file; older than `RECORDING_LIMIT_S`, that of a recorder
-        that died) or the folder cannot be written."""
+        is being recorded (its marker file, see `abandoned`) or the folder cannot be
+        written."""
         if self.path.is_file():
             return None
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             marker = self.marker
-            if marker.exists() and time.time() - marker.stat().st_mtime > RECORDING_LIMIT_S:
+            if marker.exists() and abandoned(marker):
                 marker.unlink()
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # one recorder
-            return subprocess.Popen(
+            recorder = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(self.path.parent)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # the service's stop does not stop it
             )
+            marker.write_text(str(recorder.pid))
+            return recorder
         return None
 
     def record(self) -> None:
@@ -133,6 +136,9 @@ class ClassArchive:
         from app.replay import run_case
         from app.run.session import build_session, quiet_shutdown
 
+        for left in self.path.parent.glob(f".{self.path.name}.*[0-9]"):
+            if abandoned(left):
+                left.unlink(missing_ok=True)  # half an archive, its recorder killed
         recording = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         options = f"-XX:ArchiveClassesAtExit={recording} {QUIET}"
         try:
@@ -148,6 +154,28 @@ class ClassArchive:
         finally:
             recording.unlink(missing_ok=True)
             self.marker.unlink(missing_ok=True)
+
+
+def abandoned(path: Path) -> bool:
+    """Whether a recorder's file (its marker, holding its process id, or its half-written
+    archive, named after it) is that of a recorder no longer running: its process is gone, or
+    it is older than `RECORDING_LIMIT_S`. A recorder is killed with the service that spawned it
+    under a supervisor that stops a whole process tree; its files must not hold off the next."""
+    try:
+        if time.time() - path.stat().st_mtime > RECORDING_LIMIT_S:
+            return True
+        pid = path.read_text().strip() if path.name.endswith(".recording") else path.suffix[1:]
+    except (OSError, UnicodeDecodeError):  # gone meanwhile, or not a marker's text
+        return False
+    if not pid.isdigit():
+        return False  # a marker whose recorder is still being started
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: alive
+        return False
+    return False
 
 
 def for_setting(value: str | None) -> ClassArchive | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,9 +14,17 @@ import pytest
 from app.class_archive import (
     JAVA_OPTIONS,
     ClassArchive,
+    abandoned,
     archive_name,
     for_setting,
 )
+
+
+def gone_pid() -> int:
+    """The process id of a process that ran and is gone."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    return ended.pid
 
 
 def test_a_start_maps_the_archive_once_there_is_one(tmp_path: Path) -> None:
@@ -47,6 +56,29 @@ def test_a_recording_under_way_or_done_is_not_started_again(tmp_path: Path) -> N
     archive.path.write_bytes(b"archive")
     assert archive.record_later() is None  # recorded: nothing to do
     assert not archive.marker.exists()
+
+
+def test_a_killed_recorders_marker_and_half_archive_do_not_hold_off_the_next(
+    tmp_path: Path,
+) -> None:
+    """A supervisor that stops a service's whole process tree stops its recorder too."""
+    archive = ClassArchive(tmp_path / "driver.jsa")
+    archive.marker.write_text(str(gone_pid()))
+    recorder = archive.record_later()
+    assert recorder is not None  # taken over at once, not after RECORDING_LIMIT_S
+    try:
+        assert archive.marker.read_text() == str(recorder.pid)
+        assert not abandoned(archive.marker)  # this one is at work
+    finally:
+        os.killpg(recorder.pid, signal.SIGKILL)
+        recorder.wait(30)
+    assert abandoned(archive.marker)
+    half = tmp_path / f".driver.jsa.{gone_pid()}"
+    half.write_bytes(b"\x00half an archive")
+    assert abandoned(half)
+    recording = tmp_path / f".driver.jsa.{os.getpid()}"
+    recording.write_bytes(b"\x00being written")
+    assert not abandoned(recording)
 
 
 def test_a_folder_that_cannot_be_made_is_left_alone(tmp_path: Path) -> None:
