@@ -116,6 +116,12 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"SPARK_CONF_EXECUTOR_MEMORY": "2g"}, "SPARK_CONF_EXECUTOR_MEMORY", "Spark property"),
         ({"OUTPUT_SINK": "s3"}, "OUTPUT_SINK", "kafka|blackhole"),
         (
+            {"JVM_CLASS_ARCHIVE_DIR": "/proc/version"},
+            "JVM_CLASS_ARCHIVE_DIR",
+            "a directory, or off",
+        ),
+        ({"STREAMJOIN_JARS": "/proc/version"}, "STREAMJOIN_JARS", "a directory"),
+        (
             {"LEFT_SCHEMA": "id BIGINT", "LEFT_FIELDS": "name=person.name"},
             "LEFT_FIELDS",
             "the columns of LEFT_SCHEMA",

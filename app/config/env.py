@@ -681,6 +681,10 @@ def load_config(env: Mapping[str, str]) -> Config:
     starting_offsets = read.get("STARTING_OFFSETS")
     _starting_topics(read, starting_offsets, topics)
     lookup = read_lookup(read) if join_type == LOOKUP else None
+    for folder in ("STREAMJOIN_JARS", "JVM_CLASS_ARCHIVE_DIR"):
+        read.get(
+            folder
+        )  # only checked: read where the JVM is started (app.jars, app.class_archive)
     _unknown_variables(read)
     spark_conf = _spark_conf(read)
     _one_partition_count(read, spark_conf)

@@ -8,6 +8,7 @@ read seconds, so neither reading is safe to assume.
 from __future__ import annotations
 
 import json
+import os
 import re
 
 DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
@@ -104,6 +105,17 @@ def starting_offsets(text: str) -> str:
     ):
         raise ValueError(text)
     return text
+
+
+def folder(text: str) -> str:
+    """A directory's path: one that is there, or that can be made (nothing else by that name)."""
+    if not text.strip() or (os.path.exists(text) and not os.path.isdir(text)):
+        raise ValueError(text)
+    return text
+
+
+def folder_or_off(text: str) -> str:
+    return text if text.lower() == "off" else folder(text)
 
 
 def http_url(text: str) -> str:

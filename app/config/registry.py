@@ -444,10 +444,18 @@ _ALL = [
     Variable("STREAMJOIN_SQL", "Flink SQL: CREATE TABLEs and one INSERT INTO … SELECT"),
     Variable("STREAMJOIN_SQL_FILE", "the path of a file of Flink SQL"),
     # read by `app.jars`, where the service finds the jars it runs beside pyspark's
-    Variable("STREAMJOIN_JARS", "a directory", shown_default="~/.cache/streamjoin/jars"),
+    Variable(
+        "STREAMJOIN_JARS",
+        "a directory",
+        parsers.folder,
+        shown_default="~/.cache/streamjoin/jars",
+    ),
     # read by `app.class_archive`: the driver JVM's class archive, recorded beside a first start
     Variable(
-        "JVM_CLASS_ARCHIVE_DIR", "a directory, or off", shown_default="~/.cache/streamjoin/jvm"
+        "JVM_CLASS_ARCHIVE_DIR",
+        "a directory, or off",
+        parsers.folder_or_off,
+        shown_default="~/.cache/streamjoin/jvm",
     ),
     *_LOOKUP,
 ]
