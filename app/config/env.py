@@ -681,10 +681,9 @@ def load_config(env: Mapping[str, str]) -> Config:
     starting_offsets = read.get("STARTING_OFFSETS")
     _starting_topics(read, starting_offsets, topics)
     lookup = read_lookup(read) if join_type == LOOKUP else None
+    # only checked here: read where the JVM is started (app.jars, app.class_archive)
     for folder in ("STREAMJOIN_JARS", "JVM_CLASS_ARCHIVE_DIR"):
-        read.get(
-            folder
-        )  # only checked: read where the JVM is started (app.jars, app.class_archive)
+        read.get(folder)
     _unknown_variables(read)
     spark_conf = _spark_conf(read)
     _one_partition_count(read, spark_conf)

@@ -108,7 +108,7 @@ def starting_offsets(text: str) -> str:
 
 
 def folder(text: str) -> str:
-    """A directory's path: one that is there, or that can be made (nothing else by that name)."""
+    """A directory's path: a directory, or nothing yet (made when first used)."""
     if not text.strip() or (os.path.exists(text) and not os.path.isdir(text)):
         raise ValueError(text)
     return text
