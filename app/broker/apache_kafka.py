@@ -72,9 +72,14 @@ def java_binary() -> str:
     return java
 
 
-def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A KRaft cluster id: 16 random bytes in URL-safe base64, unpadded. One in 64 such texts
+    starts with `-`, which `kafka-storage format` takes for an option; Kafka's own
+    `Uuid.randomUuid()` draws again then, and so does this."""
+    while True:
+        text = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def format_command(java: str, jars: str, properties: str) -> list[str]:
