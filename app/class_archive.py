@@ -30,6 +30,7 @@ import pyspark
 
 from app.config.env import SHUFFLE_PARTITIONS
 from app.jars import user_cache
+from ops.processes import running
 
 OFF = "off"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -169,13 +170,7 @@ def abandoned(path: Path) -> bool:
         return False
     if not pid.isdigit():
         return False  # a marker whose recorder is still being started
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process: alive
-        return False
-    return False
+    return not running(int(pid))
 
 
 def for_setting(value: str | None) -> ClassArchive | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -277,6 +279,32 @@ def test_a_quiet_trigger_does_not_wait_while_another_input_has_records_left_unre
     assert time.monotonic() - began >= IDLE_WAIT_MS / 1000  # nothing left: a quiet trigger
     for reader in (waiting, limited):
         reader.stop()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_mark_left_by_a_killed_reader_does_not_keep_quiet_triggers_from_waiting(
+    kafka: str, tmp_path: Path
+) -> None:
+    """A reader killed while its plan left records unread cannot take its mark back; Spark
+    starts another. The mark must not hold the waiting reader in a loop of 10-ms triggers."""
+    own = unique("quiet-after-kill")
+    create_topics(kafka, [own], partitions=1)
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    (tmp_path / f"backlog-{killed.pid}").touch()
+    waiting = KafkaStreamReader(
+        own,
+        {"bootstrap.servers": kafka},
+        "earliest",
+        None,
+        wait_for=[own],
+        backlog_dir=str(tmp_path),
+    )
+    quiet = waiting.latestOffset(waiting.initialOffset(), ReadAllAvailable())  # a first look
+    began = time.monotonic()
+    assert waiting.latestOffset(quiet, ReadAllAvailable()) == quiet
+    assert time.monotonic() - began >= IDLE_WAIT_MS / 1000
+    waiting.stop()
     assert not list(tmp_path.iterdir())
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from ops.processes import running
 from serdes.kafka.client_log import logged
 from serdes.kafka.offsets import PartitionBounds, TopicMissingError
 
@@ -61,8 +62,15 @@ class Backlogs:
             self._left = left
 
     def any(self) -> bool:
-        """Whether some reader left records unread at its last plan."""
-        return any(self.folder.glob("backlog-*"))
+        """Whether some reader left records unread at its last plan. A mark whose process is
+        gone (a reader killed: Spark starts another) is removed, not counted: it would keep
+        every quiet trigger from waiting, the driver asking the broker every 10 ms."""
+        for mark in self.folder.glob("backlog-*"):
+            pid = mark.name.removeprefix("backlog-")
+            if not pid.isdigit() or running(int(pid)):
+                return True
+            mark.unlink(missing_ok=True)
+        return False
 
 
 class Arrivals:
