@@ -65,7 +65,14 @@ class Bucket:
     spark_timer: int | None = None  # the pending engine timer, if any
 
     def next_timer(self) -> int | None:
-        return min((t for key in self.keys.values() for t in key.timers()), default=None)
+        # Every visit of a bucket scans all of its keys here, live most of the bucket's keys
+        # waiting for their cleanup: no list or set per key.
+        earliest = None
+        for state in self.keys.values():
+            for timer in (state.left_timer, state.right_timer, state.early_timer):
+                if timer is not None and (earliest is None or timer < earliest):
+                    earliest = timer
+        return earliest
 
 
 def cached_rows(bucket: Bucket, left: bool) -> int:
@@ -249,9 +256,17 @@ class IntervalJoin:
     def fire_due(self, bucket: Bucket, operator_time: int) -> list[Change]:
         """Every key's cleanup timers at or before `operator_time`, as Flink fires them."""
         out: list[Change] = []
-        due = sorted(
-            (t, key) for key, s in bucket.keys.items() for t in s.timers() if t <= operator_time
-        )
+        due = []
+        for key, s in bucket.keys.items():
+            # as in `next_timer`, the timers compared in line: most keys have none due
+            left, right, early = s.left_timer, s.right_timer, s.early_timer
+            if (
+                (left is not None and left <= operator_time)
+                or (right is not None and right <= operator_time)
+                or (early is not None and early <= operator_time)
+            ):
+                due.extend((t, key) for t in s.timers() if t <= operator_time)
+        due.sort()
         for timestamp, key in due:
             out += self.on_timer(bucket, key, timestamp, operator_time)
         return out
