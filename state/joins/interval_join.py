@@ -23,12 +23,13 @@ when its interval closes; a match that comes later within the interval retracts 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from state.changes import Change, Row, RowKind
 from state.columns import Widenings
+from state.store.encoding import dump, load
 
 Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
 MAX_TIME = 2**63 - 1
@@ -55,58 +56,188 @@ class KeyState:
         return sorted({t for t in timers if t is not None})
 
 
+def _rows(cache: Cache) -> int:
+    return sum(len(rows) for rows in cache.values())
+
+
+def _key_plain(state: KeyState) -> tuple:
+    timers = (state.early_timer,) if state.early_timer is not None else ()
+    return (state.left, state.right, state.left_timer, state.right_timer, *timers)
+
+
+def _key_state(plain: tuple, widenings: Widenings) -> KeyState:
+    """A key's state from plain data, each side's cached rows widened to its columns now
+    (`state.columns.Widening`; None: as stored)."""
+    state = KeyState(*plain)
+    for widen, cache in zip(widenings, (state.left, state.right), strict=True):
+        for entries in cache.values() if widen else ():
+            for entry in entries:
+                entry[0] = widen(entry[0])
+    return state
+
+
+# A key as its bucket stores it: its state's bytes, then what a visit needs of it without
+# decoding them: its earliest timer and its cached rows per side.
+StoredKey = tuple[bytes, int | None, int, int]
+
+
+def _earliest(state: KeyState) -> int | None:
+    earliest = None
+    for timer in (state.left_timer, state.right_timer, state.early_timer):
+        if timer is not None and (earliest is None or timer < earliest):
+            earliest = timer
+    return earliest
+
+
+class Keys(MutableMapping[Any, KeyState]):
+    """The keys of a bucket, each stored as bytes of its own beside its earliest timer and its
+    rows' counts, and decoded only when a visit touches it (`live`).
+
+    Live, a bucket holds every key of the last interval and watermark delay, and a micro-batch
+    touches a few of them: the rest wait for their cleanup timers. Decoding and encoding every
+    key at every visit cost the size of the state; here a visit decodes and encodes the keys
+    its rows and due timers name, and finds the next timer and the rows held from what is
+    stored beside the others (`docs/performance.md`)."""
+
+    def __init__(
+        self, stored: dict[Any, StoredKey] | None = None, widenings: Widenings = (None, None)
+    ) -> None:
+        self.stored = {} if stored is None else stored
+        self.live: dict[Any, KeyState] = {}
+        self.widenings = widenings
+
+    @classmethod
+    def of(cls, states: Mapping[Any, KeyState]) -> Keys:
+        """Keys whose states are all decoded: written whole at the next encoding."""
+        keys = cls()
+        keys.live.update(states)
+        return keys
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        state = self.live.get(key)
+        if state is not None:
+            return state
+        stored = self.stored.get(key)
+        if stored is None:
+            return default
+        state = self.live[key] = _key_state(load(stored[0]), self.widenings)
+        return state
+
+    def __getitem__(self, key: Any) -> KeyState:
+        state = self.get(key)
+        if state is None:
+            raise KeyError(key)
+        return state
+
+    def __setitem__(self, key: Any, state: KeyState) -> None:
+        self.live[key] = state
+
+    def __delitem__(self, key: Any) -> None:
+        found, stored = self.live.pop(key, None), self.stored.pop(key, None)
+        if found is None and stored is None:
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.live or key in self.stored
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.live
+        yield from (key for key in self.stored if key not in self.live)
+
+    def __len__(self) -> int:
+        return len(self.live) + sum(1 for key in self.stored if key not in self.live)
+
+    def __bool__(self) -> bool:
+        return bool(self.live) or bool(self.stored)
+
+    def next_timer(self) -> int | None:
+        # Every visit asks, and live most keys wait for their cleanup: their earliest timers
+        # as stored, compared in line (a decoded key's stored timer may be stale: skipped).
+        earliest, live = None, self.live
+        for key, (_blob, timer, _lefts, _rights) in self.stored.items():
+            if timer is not None and (earliest is None or timer < earliest) and key not in live:
+                earliest = timer
+        for state in live.values():
+            timer = _earliest(state)
+            if timer is not None and (earliest is None or timer < earliest):
+                earliest = timer
+        return earliest
+
+    def due(self, now: int) -> list[tuple[int, Any]]:
+        """Every key's timers at or before `now`, earliest first, as Flink fires them: the keys
+        they are due on decoded."""
+        live = self.live
+        for key in [
+            key
+            for key, (_blob, timer, _lefts, _rights) in self.stored.items()
+            if timer is not None and timer <= now and key not in live
+        ]:
+            self.get(key)
+        due = []
+        for key, state in live.items():
+            timer = _earliest(state)
+            if timer is not None and timer <= now:
+                due.extend((t, key) for t in state.timers() if t <= now)
+        due.sort()
+        return due
+
+    def rows(self, left: bool) -> int:
+        """The rows one side's caches hold, over the keys."""
+        live, at = self.live, 2 if left else 3
+        stored = sum(entry[at] for key, entry in self.stored.items() if key not in live)
+        return stored + sum(_rows(s.left if left else s.right) for s in live.values())
+
+    def to_plain(self) -> dict[Any, StoredKey]:
+        """The keys as stored: those decoded encoded again, the others as they were read."""
+        stored = dict(self.stored)
+        for key, s in self.live.items():
+            stored[key] = (dump(_key_plain(s)), _earliest(s), _rows(s.left), _rows(s.right))
+        return stored
+
+
 @dataclass
 class Bucket:
     """The keys of one state value and the expiration times they share."""
 
-    keys: dict[Any, KeyState] = field(default_factory=dict)
+    keys: Keys = field(default_factory=Keys)
     left_expiration: int = 0
     right_expiration: int = 0
     spark_timer: int | None = None  # the pending engine timer, if any
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.keys, Keys):  # states given decoded
+            self.keys = Keys.of(self.keys)
+
     def next_timer(self) -> int | None:
-        # Every visit of a bucket scans all of its keys here, live most of the bucket's keys
-        # waiting for their cleanup: no list or set per key.
-        earliest = None
-        for state in self.keys.values():
-            for timer in (state.left_timer, state.right_timer, state.early_timer):
-                if timer is not None and (earliest is None or timer < earliest):
-                    earliest = timer
-        return earliest
+        return self.keys.next_timer()
 
 
 def cached_rows(bucket: Bucket, left: bool) -> int:
     """The rows one side's caches hold, over the bucket's keys."""
-    return sum(
-        len(rows)
-        for state in bucket.keys.values()
-        for rows in (state.left if left else state.right).values()
-    )
+    return bucket.keys.rows(left)
+
+
+# The plain form's fifth field: each key's state stored apart (`Keys`). A bucket of four fields
+# was written before, each key's state decoded in it.
+KEYS_APART = 2
 
 
 def bucket_to_plain(bucket: Bucket) -> tuple:
     """A bucket as plain data (`state.store.encoding`)."""
-    keys = {
-        k: (s.left, s.right, s.left_timer, s.right_timer)
-        + ((s.early_timer,) if s.early_timer is not None else ())
-        for k, s in bucket.keys.items()
-    }
-    return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer
+    keys = bucket.keys.to_plain()
+    return keys, bucket.left_expiration, bucket.right_expiration, bucket.spark_timer, KEYS_APART
 
 
 def bucket_from_plain(plain: tuple, widenings: Widenings = (None, None)) -> Bucket:
     """A bucket from plain data, each side's cached rows widened to its columns now
-    (`state.columns.Widening`; None: as stored)."""
-    keys, left_expiration, right_expiration, spark_timer = plain
-    states = {k: KeyState(*state) for k, state in keys.items()}
-    left, right = widenings
-    if left or right:  # a bucket read every batch: no walk over its rows when none grew
-        for state in states.values():
-            for widen, cache in ((left, state.left), (right, state.right)):
-                for entries in cache.values() if widen else ():
-                    for entry in entries:
-                        entry[0] = widen(entry[0])
-    return Bucket(states, left_expiration, right_expiration, spark_timer)
+    (`state.columns.Widening`; None: as stored) as its keys are decoded."""
+    if len(plain) == 4:  # each key's state in the bucket's own plain form, all decoded
+        states, left_expiration, right_expiration, spark_timer = plain
+        keys = Keys.of({k: _key_state(state, widenings) for k, state in states.items()})
+    else:
+        stored, left_expiration, right_expiration, spark_timer, _form = plain
+        keys = Keys(stored, widenings)
+    return Bucket(keys, left_expiration, right_expiration, spark_timer)
 
 
 class IntervalJoin:
@@ -256,18 +387,7 @@ class IntervalJoin:
     def fire_due(self, bucket: Bucket, operator_time: int) -> list[Change]:
         """Every key's cleanup timers at or before `operator_time`, as Flink fires them."""
         out: list[Change] = []
-        due = []
-        for key, s in bucket.keys.items():
-            # as in `next_timer`, the timers compared in line: most keys have none due
-            left, right, early = s.left_timer, s.right_timer, s.early_timer
-            if (
-                (left is not None and left <= operator_time)
-                or (right is not None and right <= operator_time)
-                or (early is not None and early <= operator_time)
-            ):
-                due.extend((t, key) for t in s.timers() if t <= operator_time)
-        due.sort()
-        for timestamp, key in due:
+        for timestamp, key in bucket.keys.due(operator_time):
             out += self.on_timer(bucket, key, timestamp, operator_time)
         return out
 

@@ -1,9 +1,10 @@
 """The interval join on the frame: Flink's interval join per key, whole buckets.
 
 The join's semantics, per key, are those of `state.joins.interval_join`. Its state is bounded
-by the interval and a batch mostly touches it, so a bucket is one value, read and written whole
-(`WholeBuckets`). Event time: the operator time is Spark's watermark, the minimum of both
-inputs'; late rows reach the join, which decides what they still meet, as Flink's does.
+by the interval, so a bucket is one value, read and written whole (`WholeBuckets`), in which
+each key's state is decoded only when a visit touches it (`state.joins.interval_join.Keys`).
+Event time: the operator time is Spark's watermark, the minimum of both inputs'; late rows
+reach the join, which decides what they still meet, as Flink's does.
 """
 
 from __future__ import annotations

@@ -10,8 +10,12 @@ nested builtins (an encoding of its own in Python would cost more than the join)
 of builtins names no class, so it stays readable whatever the code becomes. Reading refuses any
 class but the value types above.
 
-`FORMAT` changes whenever the plain form of any state changes; `app.run.checkpoint` records it in
-the checkpoint and refuses to resume one written in another format, naming what to do.
+`FORMAT` changes whenever the plain form of any state changes so that this code could not read
+the one before; `app.run.checkpoint` records it in the checkpoint and refuses to resume one
+written in another format, naming what to do. A new plain form this code tells from the one
+before it, and reads both, keeps the format, so that a checkpoint resumes across the change (an
+interval join's bucket: four fields with every key's state in it, then five with each key's
+state apart); a streamjoin from before such a change cannot read what the new one wrote.
 """
 
 from __future__ import annotations
