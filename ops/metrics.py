@@ -2,15 +2,18 @@
 
 Counts that arise inside Spark tasks (on executors, in Python workers) reach the driver as
 Spark accumulators; the driver adds each accumulator's growth to its Prometheus counter
-whenever it polls the query, and folds in the query's new progress reports then.
+whenever it polls the query and whenever `/metrics` is read, and folds in the query's new
+progress reports when it polls.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from pyspark import Accumulator, AccumulatorParam, SparkContext
 from pyspark.sql.streaming import StreamingQuery
 
@@ -28,6 +31,20 @@ class CountsByLabel(AccumulatorParam):
         for label, count in second.items():
             first[label] = first.get(label, 0) + count
         return first
+
+
+class RefreshedRegistry(CollectorRegistry):
+    """A registry that brings the accumulated counts up to date before each read, so a scrape
+    shows every count a finished task reported, not those of the driver's last poll (a count
+    would otherwise lag a histogram read from its accumulator directly)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refresh: Callable[[], None] = lambda: None
+
+    def collect(self) -> Iterator[Metric]:
+        self.refresh()
+        yield from super().collect()
 
 
 class LabelledAccumulatedCounter:
@@ -220,7 +237,9 @@ class ServiceMetrics:
         pipelined: bool = True,
     ) -> None:
         """`pipelined`: whether state calls go many to a round trip (`state.spark.pipelined`)."""
-        self.registry = CollectorRegistry()
+        self.registry = RefreshedRegistry()
+        # the poll's thread and the server's both update: one at a time, or growth counts twice
+        self._updating = threading.Lock()
         Gauge(
             "streamjoin_state_calls_pipelined",
             "1: the state's entries are read and written many to a round trip with Spark's "
@@ -274,15 +293,23 @@ class ServiceMetrics:
         self.fanout = FanoutMetrics(self.registry, context)
         self.lookups = LookupMetrics(self.registry, context)
         self.task_failures = TaskFailures(self.registry, context)
+        self.registry.refresh = self.update_accumulated
 
     def serve(self, port: int) -> int:
         """Serve `/metrics`, `/healthz`, `/readyz`; return the port (a free one for 0)."""
         return serve(self.registry, self.readiness, port)
 
+    def update_accumulated(self) -> None:
+        """Fold in what tasks added to the accumulators: driver memory only, no call into the
+        JVM, so a scrape answers while Spark stops too."""
+        with self._updating:
+            for counter in (self.dead_letters, self.late_rows, self.warm_reads):
+                counter.update()
+            self.lookups.events.update()
+            self.held_rows.update()
+
     def update(self) -> None:
-        for counter in (self.dead_letters, self.late_rows, self.warm_reads, self.lookups.events):
-            counter.update()
-        self.held_rows.update()
+        self.update_accumulated()
         self.task_failures.update()
 
     def observe_progress(self, query: StreamingQuery) -> None:

@@ -1,4 +1,5 @@
-"""Metrics from progress reports, and the health endpoints (no Spark query needed)."""
+"""Metrics from progress reports and from tasks' accumulators, and the health endpoints (no
+Spark query needed)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import urllib.error
 import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
+from pyspark.sql import SparkSession
 
 from ops.endpoints import Readiness, serve
-from ops.metrics import LatestReports
+from ops.metrics import LatestReports, ServiceMetrics, latency_counts
 from ops.progress import ProgressMetrics
 from tests.alerting import assert_promtool_accepts
 
@@ -211,3 +213,34 @@ def test_a_buckets_held_rows_are_its_latest_report_however_often_a_task_reran() 
     ):
         merged = LatestReports().addInPlace(merged, reports)
     assert merged == {("join", "left", 0): (2.0, 4), ("join", "left", 1): (1.0, 7)}
+
+
+def test_a_scrape_shows_what_finished_tasks_counted_without_waiting_for_the_poll(
+    spark: SparkSession,
+) -> None:
+    """A count and the histogram beside it agree on every page, and polling between pages
+    adds nothing twice."""
+    metrics = ServiceMetrics(spark.sparkContext)
+    events, latency = metrics.lookups.events.accumulator, metrics.lookups.latency
+
+    def lookups(keys: int) -> None:
+        def task(_: int) -> None:
+            events.add({("key",): keys})
+            latency.add(latency_counts([0.01]))
+
+        spark.sparkContext.parallelize([0], 1).foreach(task)
+
+    def page() -> tuple[float | None, float | None]:
+        sample = metrics.registry.get_sample_value
+        return (
+            sample("streamjoin_lookup_events_total", {"event": "key"}),
+            sample("streamjoin_lookup_seconds_count"),
+        )
+
+    lookups(4)
+    assert page() == (4, 1)
+    metrics.update()  # the service's poll
+    lookups(2)
+    assert page() == (6, 2)
+    metrics.update()
+    assert page() == (6, 2)
