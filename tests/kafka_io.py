@@ -85,6 +85,9 @@ def read_topic(
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
             "fetch.queue.backoff.ms": 1,
+            # a fetch at a partition's end waits this long for records before the broker
+            # answers: its default (half a second) was most of a read of a topic
+            "fetch.wait.max.ms": 10,
         }
     )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -96,7 +99,7 @@ def read_topic(
         while len(at_end) < len(partitions) or len(records) < at_least:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: {len(records)} records, expected {at_least}")
-            for m in consumer.consume(10_000, 0.5):
+            for m in consumer.consume(10_000, 0.05):
                 if m.error():
                     assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
                     at_end.add(m.partition())
