@@ -10,7 +10,9 @@ idempotent producer, for brokers without transactions) may write a re-run batch'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -25,7 +27,7 @@ from serdes.kafka.produce import (
     produce_all,
     producer_config,
 )
-from serdes.kafka.transactions import BATCH_ID_PROPERTY, ExactlyOnce
+from serdes.kafka.transactions import BATCH_ID_PROPERTY, ExactlyOnce, PartitionTransaction
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -62,10 +64,24 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         settle_worker()
-        # All of the task's input is consumed even when its batch was written before: the
-        # stateful operators upstream commit their state only once their input is exhausted.
-        records = list(self.records(iterator))
-        return SinkCommit(write_once(self.client_config, self.exactly_once, records, self.topic))
+        # the transaction's set-up waits on the broker, not on the input: it runs while the
+        # stateful operators upstream still compute what this task writes
+        opened = None
+        if self.exactly_once is not None:
+            opened = in_background(
+                self.exactly_once.open, self.client_config, TaskContext.get().partitionId()
+            )
+        try:
+            # All of the task's input is consumed even when its batch was written before: the
+            # stateful operators upstream commit their state only once their input is exhausted.
+            records = list(self.records(iterator))
+        except BaseException:
+            if opened is not None:
+                opened.add_done_callback(_close)
+            raise
+        return SinkCommit(
+            write_once(self.client_config, self.exactly_once, records, self.topic, opened=opened)
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Records were acknowledged (and committed) in `write`; nothing is left per batch."""
@@ -81,20 +97,51 @@ def write_once(
     records: list[OutputRecord],
     topic: str,
     writer: int | None = None,
+    opened: Future[PartitionTransaction] | None = None,
 ) -> int:
     """Write one task's records of the running micro-batch: exactly-once as that batch of
     `writer` (the index of a transactional id; the task's partition by default), or
     at-least-once when `exactly_once` is None. Returns how many were written: 0 when the batch
-    had been written before. `topic` names where they go, for errors."""
+    had been written before. `topic` names where they go, for errors; `opened`, the writer's
+    transaction, set up already (`ExactlyOnce.open`)."""
     if exactly_once is None:
         return deliver(client_config, records, topic)
     if not records:
+        if opened is not None:
+            opened.add_done_callback(_close)
         return 0
     task = TaskContext.get()
     batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
-    writer = task.partitionId() if writer is None else writer
-    written = exactly_once.write(client_config, writer, batch, records)
+    if opened is None:
+        writer = task.partitionId() if writer is None else writer
+        written = exactly_once.write(client_config, writer, batch, records)
+    else:
+        transaction = opened.result()
+        try:
+            written = transaction.write(batch, records)
+        finally:
+            transaction.close()
     return len(records) if written else 0
+
+
+def in_background(make: Callable[..., PartitionTransaction], *args: object) -> Future:
+    """`make(*args)` run in a thread of its own; its result, or its error, in the future."""
+    future: Future[PartitionTransaction] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(make(*args))
+        except BaseException as error:  # handed to whoever waits for the result
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="transaction-set-up", daemon=True).start()
+    return future
+
+
+def _close(opened: Future[PartitionTransaction]) -> None:
+    """Close a transaction set up for a task that had nothing to write, or failed."""
+    if opened.exception() is None:
+        opened.result().close()
 
 
 def deliver(client_config: dict[str, str], records: list[OutputRecord], topic: str) -> int:

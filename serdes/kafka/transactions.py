@@ -146,11 +146,10 @@ class ExactlyOnce:
             _call("initialising transactions", producer.init_transactions, TIMEOUT_S)
         return producer
 
-    def write(
-        self, client_config: dict[str, str], partition: int, batch: int, records: list[OutputRecord]
-    ) -> bool:
-        """Write `records` as batch `batch` of `partition`, unless that batch is marked already;
-        return whether they were written."""
+    def open(self, client_config: dict[str, str], partition: int) -> PartitionTransaction:
+        """What writes one batch of `partition`: its producer connected and initialised, its
+        marker's reader. Its round trips (about half of a small batch's write on Kafka) need
+        no records yet, so a task can make it while its input is still being computed."""
         failures = DeliveryFailures()
         producer = self._initialised_producer(client_config, partition, failures)
         consumer = Consumer(
@@ -163,14 +162,42 @@ class ExactlyOnce:
                 }
             )
         )
+        return PartitionTransaction(self, partition, producer, consumer, failures)
+
+    def write(
+        self, client_config: dict[str, str], partition: int, batch: int, records: list[OutputRecord]
+    ) -> bool:
+        """Write `records` as batch `batch` of `partition`, unless that batch is marked already;
+        return whether they were written."""
+        transaction = self.open(client_config, partition)
         try:
-            if self.committed_batch(consumer) >= batch:
+            return transaction.write(batch, records)
+        finally:
+            transaction.close()
+
+
+@dataclass
+class PartitionTransaction:
+    """One task's way to write its batch of a partition exactly once (`ExactlyOnce.open`)."""
+
+    owner: ExactlyOnce
+    partition: int
+    producer: Producer
+    consumer: Consumer
+    failures: DeliveryFailures
+
+    def write(self, batch: int, records: list[OutputRecord]) -> bool:
+        """Write `records` as batch `batch`, unless that batch is marked already; return
+        whether they were written."""
+        owner, partition, producer = self.owner, self.partition, self.producer
+        try:
+            if owner.committed_batch(self.consumer) >= batch:
                 return False
             producer.begin_transaction()
             attempt = f"{partition}:{batch}:{secrets.token_hex(6)}"
             tag = (BATCH_HEADER, attempt.encode())
             tagged = ((t, k, v, [*h, tag] if h else [tag]) for t, k, v, h in records)
-            produce_all(producer, tagged, failures, TIMEOUT_S, f"batch {batch}")
+            produce_all(producer, tagged, self.failures, TIMEOUT_S, f"batch {batch}")
             marker = {
                 "batch": batch,
                 "partition": partition,
@@ -178,28 +205,29 @@ class ExactlyOnce:
                 "attempt": attempt,
             }
             producer.produce(
-                self.marker_topic,
+                owner.marker_topic,
                 json.dumps(marker).encode(),
-                f"{self.transactional_id}/{partition}".encode(),
+                f"{owner.transactional_id}/{partition}".encode(),
             )
             _call(
                 "committing the batch marker",
                 producer.send_offsets_to_transaction,
-                [TopicPartition(self.marker_topic, 0, batch + 1)],
-                consumer.consumer_group_metadata(),
+                [TopicPartition(owner.marker_topic, 0, batch + 1)],
+                self.consumer.consumer_group_metadata(),
                 TIMEOUT_S,
             )
-            with self._ending_transactions():
+            with owner._ending_transactions():
                 _call("committing the transaction", producer.commit_transaction, TIMEOUT_S)
-            if self.guarded:
-                self._confirm(consumer, partition, batch)
+            if owner.guarded:
+                owner._confirm(self.consumer, partition, batch)
             return True
         except (TransactionError, DeliveryError, KafkaException):
-            with self._ending_transactions():
+            with owner._ending_transactions():
                 _abort(producer)
             raise
-        finally:
-            consumer.close()
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _connected(producer: Producer, topic: str) -> None:
