@@ -10,13 +10,14 @@ idempotent producer, for brokers without transactions) may write a re-run batch'
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -27,7 +28,12 @@ from serdes.kafka.produce import (
     produce_all,
     producer_config,
 )
-from serdes.kafka.transactions import BATCH_ID_PROPERTY, ExactlyOnce, PartitionTransaction
+from serdes.kafka.transactions import (
+    BATCH_ID_PROPERTY,
+    ExactlyOnce,
+    PartitionTransaction,
+    TransactionError,
+)
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -77,7 +83,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             records = list(self.records(iterator))
         except BaseException:
             if opened is not None:
-                opened.add_done_callback(_close)
+                _close(opened)
             raise
         return SinkCommit(
             write_once(self.client_config, self.exactly_once, records, self.topic, opened=opened)
@@ -108,7 +114,7 @@ def write_once(
         return deliver(client_config, records, topic)
     if not records:
         if opened is not None:
-            opened.add_done_callback(_close)
+            _close(opened)
         return 0
     task = TaskContext.get()
     batch = int(task.getLocalProperty(BATCH_ID_PROPERTY))
@@ -139,8 +145,11 @@ def in_background(make: Callable[..., PartitionTransaction], *args: object) -> F
 
 
 def _close(opened: Future[PartitionTransaction]) -> None:
-    """Close a transaction set up for a task that had nothing to write, or failed."""
-    if opened.exception() is None:
+    """Close a transaction set up for a task that had nothing to write, or failed, once it is
+    set up: a set-up left running could initialise the transactional id after the next task
+    of the partition did, and fence that one. Its failure is not the task's: it writes
+    nothing with it."""
+    with contextlib.suppress(TransactionError, KafkaException):
         opened.result().close()
 
 
