@@ -303,9 +303,13 @@ class ServiceMetrics:
         """Fold in what tasks added to the accumulators: driver memory only, no call into the
         JVM, so a scrape answers while Spark stops too."""
         with self._updating:
-            for counter in (self.dead_letters, self.late_rows, self.warm_reads):
+            for counter in (
+                self.dead_letters,
+                self.late_rows,
+                self.warm_reads,
+                self.lookups.events,
+            ):
                 counter.update()
-            self.lookups.events.update()
             self.held_rows.update()
 
     def update(self) -> None:

@@ -130,7 +130,9 @@ def write_once(
     return len(records) if written else 0
 
 
-def in_background(make: Callable[..., PartitionTransaction], *args: object) -> Future:
+def in_background(
+    make: Callable[..., PartitionTransaction], *args: object
+) -> Future[PartitionTransaction]:
     """`make(*args)` run in a thread of its own; its result, or its error, in the future."""
     future: Future[PartitionTransaction] = Future()
 
