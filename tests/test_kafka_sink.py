@@ -16,7 +16,7 @@ from pyspark.sql.types import StructType
 from app.broker import Tansu
 from serdes.kafka.datasource import KafkaDataSource
 from serdes.kafka.produce import DeliveryError
-from serdes.kafka.sink import KafkaStreamWriter
+from serdes.kafka.sink import KafkaStreamWriter, in_background, write_once
 from serdes.kafka.source import HEADER_TYPE
 from serdes.kafka.transactions import BATCH_HEADER, ExactlyOnce
 from tests.kafka_io import (
@@ -109,6 +109,22 @@ def test_exactly_once_writes_each_batch_of_a_partition_once_with_its_marker(
     ]
     [dead] = committed_output(kafka, f"{out}.dlq", markers)
     assert (dead.value, dead.header("h"), dead.header(BATCH_HEADER)) == (b"bad", b"1", attempts[0])
+
+
+def test_a_transaction_set_up_for_a_task_with_nothing_to_write_is_over_when_the_task_ends(
+    kafka: str,
+) -> None:
+    """A task sets up its transaction while its input is computed; one that ends with nothing to
+    write returns only once that set-up is over, so that it cannot fence the producer of the
+    partition's next task, which then writes its batch."""
+    out, markers = transactional_topics(kafka)
+    sink = ExactlyOnce(unique("txn"), markers, guarded=False)
+    config = {"bootstrap.servers": kafka}
+    opened = in_background(sink.open, config, 0)
+    assert write_once(config, sink, [], out, opened=opened) == 0
+    assert opened.done() and opened.exception() is None
+    assert sink.write(config, 0, 1, [(out, b"k", b"next", None)])
+    assert [r.value for r in committed_output(kafka, out, markers)] == [b"next"]
 
 
 def test_the_sink_guards_its_commits_only_where_the_broker_does_not_run_kafkas_code(
