@@ -14,10 +14,13 @@ _broker_kind: list[str] = []
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[str]:
-    """Bootstrap servers of a real Kafka-protocol broker on loopback."""
+def kafka(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Bootstrap servers of a real Kafka-protocol broker on loopback: one per process of the
+    suite (`tests/run.sh` runs pytest-xdist's workers side by side), each on a port of its own."""
     with broker_for_tests() as (bootstrap, kind):
         _broker_kind.append(kind)
+        if hasattr(request.config, "workeroutput"):  # a worker: told to the controller at its end
+            request.config.workeroutput["kafka_broker"] = kind
         yield bootstrap
 
 
@@ -56,6 +59,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, where nothing may be: {reason}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: the broker a worker's tests used."""
+    kind = getattr(node, "workeroutput", {}).get("kafka_broker")
+    if kind:
+        _broker_kind.append(kind)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

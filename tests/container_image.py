@@ -11,11 +11,14 @@ containers reach Debian's mirror, not PyPI nor Maven Central): the public defaul
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from app.jars import s3a_jars
@@ -45,10 +48,24 @@ def has_image(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
+@contextmanager
+def one_builder() -> Iterator[None]:
+    """Held while an image kept by the engine is looked for and built: the suite's processes
+    (pytest-xdist's workers) start side by side, and each needs the same images."""
+    with open(Path(tempfile.gettempdir()) / "streamjoin-image-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def base_image() -> str:
     """The Debian bookworm base, built from Debian's packages once per Docker engine."""
-    if has_image(BASE_IMAGE):
-        return BASE_IMAGE
+    with one_builder():
+        if not has_image(BASE_IMAGE):
+            _build_base()
+    return BASE_IMAGE
+
+
+def _build_base() -> None:
     if shutil.which("mmdebstrap") is None:
         raise ImageUnavailable("mmdebstrap is not installed (Debian package mmdebstrap)")
     with tempfile.TemporaryDirectory(prefix="streamjoin-base-") as work:
@@ -75,7 +92,6 @@ def base_image() -> str:
             "docker import",
             300,
         )
-    return BASE_IMAGE
 
 
 def build_on(base: str, context: str, tag: str, *build_args: str) -> None:

@@ -35,7 +35,7 @@ from app.broker.apache_kafka import (
     server_properties,
     start_command,
 )
-from tests.container_image import base_image, build_on, has_image
+from tests.container_image import base_image, build_on, has_image, one_builder
 from tests.object_store import ObjectStore
 
 # Ryuk (Testcontainers' reaper) is itself an image that would have to be pulled.
@@ -71,16 +71,17 @@ def docker_engine():
 
 def kafka_image() -> str:
     """Apache Kafka on the project's Debian base, built once per engine."""
-    if has_image(KAFKA_IMAGE):
-        return KAFKA_IMAGE
     base = base_image()
-    with tempfile.TemporaryDirectory(prefix="streamjoin-kafka-image-") as work:
-        (Path(work) / "libs").mkdir()
-        for jar in kafka_jars():
-            shutil.copy(jar, Path(work) / "libs")
-        (Path(work) / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
-        (Path(work) / "Dockerfile").write_text(KAFKA_DOCKERFILE)
-        build_on(base, work, KAFKA_IMAGE)
+    with one_builder():
+        if has_image(KAFKA_IMAGE):
+            return KAFKA_IMAGE
+        with tempfile.TemporaryDirectory(prefix="streamjoin-kafka-image-") as work:
+            (Path(work) / "libs").mkdir()
+            for jar in kafka_jars():
+                shutil.copy(jar, Path(work) / "libs")
+            (Path(work) / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+            (Path(work) / "Dockerfile").write_text(KAFKA_DOCKERFILE)
+            build_on(base, work, KAFKA_IMAGE)
     return KAFKA_IMAGE
 
 
