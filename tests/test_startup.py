@@ -8,8 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError
 
+from app.config.env import load_config
 from app.demo import SCRIPT
+from app.run.preflight import _unreachable
 from tests.kafka_io import create_topics, join_topics, output_topics, produce, read_topic, unique
 from tests.schema_registry import SchemaRegistry
 from tests.service import run_to_exit, service_env, streamjoin_command
@@ -297,6 +300,31 @@ def test_a_broker_that_does_not_answer_is_told_apart(
     kafka: str, topics, tmp_path: Path, changes: dict, start: str
 ) -> None:
     assert_one_line(refused(kafka, topics, tmp_path, **changes), start)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "SSL handshake failed: Disconnected: connecting to a PLAINTEXT broker listener?",
+        # the broker's close seen before the handshake's failure: a loaded machine's order
+        "Disconnected: SSL connection closed by peer (after 7ms in state SSL_HANDSHAKE)",
+    ],
+)
+def test_tls_refused_by_a_plaintext_listener_names_the_security_protocol(said: str) -> None:
+    config = load_config(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+            "KAFKA_SECURITY_PROTOCOL": "SSL",
+            "LEFT_TOPIC": "orders",
+            "RIGHT_TOPIC": "products",
+            "OUTPUT_TOPIC": "out",
+            "CHECKPOINT_LOCATION": "/var/lib/streamjoin",
+        }
+    )
+    error = KafkaError(KafkaError._TRANSPORT, f"ssl://127.0.0.1:9092/bootstrap: {said}")
+    failure = KafkaError(KafkaError._TRANSPORT, "Failed to get metadata")
+    refusal = str(_unreachable(config, [error], failure))
+    assert refusal.startswith("KAFKA_SECURITY_PROTOCOL: the brokers at 127.0.0.1:9092"), refusal
 
 
 def test_every_mistake_is_reported_at_once(kafka: str, topics, tmp_path: Path) -> None:

@@ -55,10 +55,11 @@ def _unreachable(config: Config, errors: list[KafkaError], failure: KafkaError) 
         )
     tls = by_code.get(KafkaError._SSL)
     transport = by_code.get(KafkaError._TRANSPORT)
-    # librdkafka names the protocol mismatch in a transport error (Apache Kafka closes a TLS
-    # handshake at once: "SSL handshake failed … connecting to a PLAINTEXT broker listener?")
-    mismatch = ("security.protocol", "SSL handshake")
-    if tls is not None or (transport is not None and any(m in transport.str() for m in mismatch)):
+    # librdkafka names the protocol mismatch in a transport error: Apache Kafka closes a TLS
+    # handshake at once, told as "SSL handshake failed … connecting to a PLAINTEXT broker
+    # listener?" or, when the close comes first, "closed by peer (… in state SSL_HANDSHAKE)"
+    said = transport.str().lower().replace("_", " ") if transport is not None else ""
+    if tls is not None or "security.protocol" in said or "ssl handshake" in said:
         cause = (tls or transport).str()  # type: ignore[union-attr]
         return StartupError(
             f"KAFKA_SECURITY_PROTOCOL: the brokers at {servers} do not speak "
