@@ -8,6 +8,6 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two processes side by side (pytest-xdist), each test file whole in one of them (its module's
-# fixtures set up once): the suite's tests wait on brokers, JVMs and services for half their time,
-# which the other process fills. `-n 0` runs them in this one process.
+# fixtures set up once): the suite's tests wait on brokers, JVMs and services for much of their
+# time, which the other process fills. `-n 0` runs them in this one process.
 exec .venv/bin/python -m pytest -ra --durations=25 -n 2 --dist loadfile "$@"
