@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.types import StructType
 
 from app.broker import Tansu
@@ -70,6 +71,43 @@ def test_undelivered_records_fail_the_write() -> None:
     )
     with pytest.raises(DeliveryError, match="1 of 1 records to 't' were not delivered"):
         writer.write(iter([batch([(b"k", b"v", None, None)])]))
+
+
+@dataclass
+class MarkerAnswer:
+    """What `Consumer.committed` gives for one partition: its offset, or the error reading it."""
+
+    offset: int
+    error: KafkaError | None = None
+
+
+class CoordinatorLoading:
+    """A marker group's consumer whose coordinator answers "not coordinator" and "load in
+    progress" (as Apache Kafka does while it loads the group's partition of
+    `__consumer_offsets`) before it answers `then`; a broker cannot be made to do that on cue."""
+
+    def __init__(self, then: MarkerAnswer) -> None:
+        self.not_ready = [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS]
+        self.then = then
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[MarkerAnswer]:
+        if self.not_ready:
+            raise KafkaException(KafkaError(self.not_ready.pop(0)))
+        return [self.then]
+
+
+def test_a_marker_read_while_the_groups_coordinator_loads_waits_for_it() -> None:
+    sink = ExactlyOnce("streamjoin-out", "out.markers")
+    assert sink.committed_batch(CoordinatorLoading(MarkerAnswer(8))) == 7  # type: ignore[arg-type]
+
+
+def test_a_marker_that_could_not_be_read_is_not_taken_for_no_batch_written() -> None:
+    """Taken for "no batch yet", the task would write its batch a second time."""
+    unreadable = MarkerAnswer(-1001, KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT))
+    with pytest.raises(KafkaException, match="UNSTABLE_OFFSET_COMMIT"):
+        ExactlyOnce("streamjoin-out", "out.markers").committed_batch(
+            CoordinatorLoading(unreadable)  # type: ignore[arg-type]
+        )
 
 
 def transactional_topics(kafka: str) -> tuple[str, str]:

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from serdes.kafka.client_log import logged
+from serdes.kafka.committed_offsets import committed_offsets
 
 # The decoded rows' column an input with several partitions takes its watermark from
 WATERMARK_COLUMN = "watermark_time"
@@ -91,8 +92,8 @@ def peers_watermark(client_config: dict[str, str], peers: Iterable[Peer]) -> int
     for peer in peers:
         group = published_group(peer.group)
         try:
-            [found] = _client(group, client_config).committed(
-                [TopicPartition(peer.topic, 0)], TIMEOUT_S
+            [found] = committed_offsets(
+                _client(group, client_config), [TopicPartition(peer.topic, 0)], TIMEOUT_S
             )
         except KafkaException as err:
             _forget(group, client_config)
@@ -140,8 +141,8 @@ def planned_marks(
     to what its tasks committed to `group` (a broker that does not answer leaves them)."""
     partitions = list(partitions)
     try:
-        found = _client(group, client_config).committed(
-            [TopicPartition(topic, p) for p in partitions], TIMEOUT_S
+        found = committed_offsets(
+            _client(group, client_config), [TopicPartition(topic, p) for p in partitions], TIMEOUT_S
         )
     except KafkaException as err:
         _forget(group, client_config)

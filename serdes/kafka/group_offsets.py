@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from serdes.kafka.client_log import logged
+from serdes.kafka.committed_offsets import committed_offsets
 
 TIMEOUT_S = 10.0
 
@@ -33,7 +34,9 @@ def committed(
     """The group's committed offset of each partition of `topic` (None where it has none)."""
     consumer = _consumer(client_config, group)
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], TIMEOUT_S)
+        found = committed_offsets(
+            consumer, [TopicPartition(topic, p) for p in partitions], TIMEOUT_S
+        )
     finally:
         consumer.close()
     return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}

@@ -45,6 +45,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from serdes.kafka.client_log import logged
+from serdes.kafka.committed_offsets import committed_offsets
 from serdes.kafka.produce import (
     RECONNECT_BACKOFF_MS,
     DeliveryError,
@@ -78,7 +79,7 @@ class ExactlyOnce:
 
     def committed_batch(self, consumer: Consumer) -> int:
         """The last batch committed by this partition's transactions, -1 if none."""
-        [marked] = consumer.committed([TopicPartition(self.marker_topic, 0)], timeout=TIMEOUT_S)
+        [marked] = committed_offsets(consumer, [TopicPartition(self.marker_topic, 0)], TIMEOUT_S)
         return marked.offset - 1 if marked.offset >= 0 else -1
 
     def _confirm(self, consumer: Consumer, partition: int, batch: int) -> None:
