@@ -71,6 +71,8 @@ def docker_engine():
 
 def kafka_image() -> str:
     """Apache Kafka on the project's Debian base, built once per engine."""
+    if has_image(KAFKA_IMAGE):  # a build tags its image only once it is complete
+        return KAFKA_IMAGE
     base = base_image()
     with one_builder():
         if has_image(KAFKA_IMAGE):
