@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -198,6 +199,22 @@ def _finish_pending(spark: SparkSession, config: Config, metrics: ServiceMetrics
         start(spark, pending, metrics, pending_only=True).awaitTermination()
 
 
+def _fenced_beside(
+    exactly_once: ExactlyOnce | None, client_config: dict[str, str], tasks: int
+) -> Future[None]:
+    """Abort what an earlier run left open, for every task that may write a micro-batch, in a
+    thread of its own: the broker's round trips overlap the query's building."""
+    if exactly_once is None:
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+    fencing = ThreadPoolExecutor(1, thread_name_prefix="fencing")
+    try:
+        return fencing.submit(exactly_once.fence, client_config, tasks)
+    finally:
+        fencing.shutdown(wait=False)  # the call submitted still runs to its end
+
+
 def start(
     spark: SparkSession,
     config: Config,
@@ -232,6 +249,7 @@ def start(
     if held is not None:
         metrics.held_rows.accumulator.add(held.restored())
     exactly_once = _exactly_once(config)
+    fencing = _fenced_beside(exactly_once, config.kafka_client_config(), max(tasks.count, fenced))
     if plan is not None:
         job = job_id(spark, config.checkpoint_location)
         output = joined_output(spark, plan, metrics, tasks, drain_marker, exactly_once, job)
@@ -252,9 +270,8 @@ def start(
             .option("topic", config.output.topic)
             .options(**kafka_options(config.kafka_client_config()))
         )
+    fencing.result()  # over before any task of the query writes
     if exactly_once is not None:
-        # Abort what an earlier run left open, for every task that may write a micro-batch.
-        exactly_once.fence(config.kafka_client_config(), max(tasks.count, fenced))
         writer = writer.option("transactionalId", exactly_once.transactional_id).option(
             "markerTopic", exactly_once.marker_topic
         )

@@ -39,6 +39,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,7 @@ TIMEOUT_S = 60.0
 CONFIRM_TIMEOUT_S = 15.0
 CONFIRM_POLL_S = 0.02
 RETRIES = 5
+FENCING_THREADS = 16
 
 
 class TransactionError(RuntimeError):
@@ -108,9 +110,20 @@ class ExactlyOnce:
         apply a later commit (seen: a re-run task waited for its marker while the task that
         would have aborted the open transaction waited for a free slot). Flink's Kafka sink
         aborts lingering transactions at start-up for the same reason.
+
+        The ids are initialised side by side: each is a few round trips to the broker, and
+        the service's start waits for all of them (`_ending_transactions` still takes the
+        ends one at a time where the broker needs that).
         """
-        for partition in range(partitions):
-            self._initialised_producer(client_config, partition, DeliveryFailures())
+        if partitions <= 0:
+            return
+        with ThreadPoolExecutor(min(partitions, FENCING_THREADS)) as pool:
+            list(
+                pool.map(
+                    lambda p: self._initialised_producer(client_config, p, DeliveryFailures()),
+                    range(partitions),
+                )
+            )
 
     @contextlib.contextmanager
     def _ending_transactions(self) -> Iterator[None]:
