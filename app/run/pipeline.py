@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -42,6 +41,7 @@ from app.run.starting import resolved_starts
 from ops.metrics import ServiceMetrics
 from serdes.kafka.client_log import logged
 from serdes.kafka.datasource import NAME, kafka_options
+from serdes.kafka.sink import in_background
 from serdes.kafka.transactions import ExactlyOnce
 from state.expr.condition import FLINK_LEXICON
 
@@ -199,22 +199,6 @@ def _finish_pending(spark: SparkSession, config: Config, metrics: ServiceMetrics
         start(spark, pending, metrics, pending_only=True).awaitTermination()
 
 
-def _fenced_beside(
-    exactly_once: ExactlyOnce | None, client_config: dict[str, str], tasks: int
-) -> Future[None]:
-    """Abort what an earlier run left open, for every task that may write a micro-batch, in a
-    thread of its own: the broker's round trips overlap the query's building."""
-    if exactly_once is None:
-        done: Future[None] = Future()
-        done.set_result(None)
-        return done
-    fencing = ThreadPoolExecutor(1, thread_name_prefix="fencing")
-    try:
-        return fencing.submit(exactly_once.fence, client_config, tasks)
-    finally:
-        fencing.shutdown(wait=False)  # the call submitted still runs to its end
-
-
 def start(
     spark: SparkSession,
     config: Config,
@@ -249,7 +233,15 @@ def start(
     if held is not None:
         metrics.held_rows.accumulator.add(held.restored())
     exactly_once = _exactly_once(config)
-    fencing = _fenced_beside(exactly_once, config.kafka_client_config(), max(tasks.count, fenced))
+    # Abort what an earlier run left open, for every task that may write a micro-batch: the
+    # broker's round trips overlap the query's building
+    fencing = (
+        None
+        if exactly_once is None
+        else in_background(
+            exactly_once.fence, config.kafka_client_config(), max(tasks.count, fenced)
+        )
+    )
     if plan is not None:
         job = job_id(spark, config.checkpoint_location)
         output = joined_output(spark, plan, metrics, tasks, drain_marker, exactly_once, job)
@@ -270,7 +262,8 @@ def start(
             .option("topic", config.output.topic)
             .options(**kafka_options(config.kafka_client_config()))
         )
-    fencing.result()  # over before any task of the query writes
+    if fencing is not None:
+        fencing.result()  # over before any task of the query writes
     if exactly_once is not None:
         writer = writer.option("transactionalId", exactly_once.transactional_id).option(
             "markerTopic", exactly_once.marker_topic

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
@@ -36,6 +37,8 @@ from serdes.kafka.transactions import (
 )
 
 FLUSH_TIMEOUT_S = 120.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -130,11 +133,10 @@ def write_once(
     return len(records) if written else 0
 
 
-def in_background(
-    make: Callable[..., PartitionTransaction], *args: object
-) -> Future[PartitionTransaction]:
-    """`make(*args)` run in a thread of its own; its result, or its error, in the future."""
-    future: Future[PartitionTransaction] = Future()
+def in_background(make: Callable[..., T], *args: object) -> Future[T]:
+    """`make(*args)` run in a thread of its own; its result, or its error, in the future: a
+    transaction's set-up (a task's, or the ids fenced at start-up) while other work goes on."""
+    future: Future[T] = Future()
 
     def run() -> None:
         try:
