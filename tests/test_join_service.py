@@ -354,6 +354,24 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
     assert json.loads(padded.value)["op"] == "+I"
 
 
+def test_a_graceful_stop_of_a_job_on_the_wall_clock_is_quiet(kafka: str, tmp_path: Path) -> None:
+    """Under a state TTL and the default back-to-back trigger, Spark plans a batch at every
+    trigger once the sources are drained, with no gap between two of them: the stop then
+    interrupts one, and an operator's log must still show nothing but the service's own lines."""
+    orders, products, out = join_topics(kafka)
+    order = {"order_id": "o1", "product_id": "p1", "qty": 1}
+    produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
+    env = join_env(kafka, orders, products, out, tmp_path / "ck")
+    env |= {"STATE_TTL": "1h", "TRIGGER_INTERVAL": "0", "LOG_FORMAT": "json"}
+    service = Service(env, tmp_path / "log")
+    try:
+        wait_for(lambda: read_topic(kafka, out), 240, "the order never joined", service)
+    finally:
+        assert service.terminate() == 0, service.log()[-3000:]
+    lines = [json.loads(line) for line in service.log().splitlines()]
+    assert [line for line in lines if line["level"] != "INFO"] == []
+
+
 def test_each_input_keeps_its_rows_for_its_own_ttl(kafka: str, tmp_path: Path) -> None:
     """`LEFT_STATE_TTL=5s`, `RIGHT_STATE_TTL=0` (Flink's `STATE_TTL('o' = '5s', 'p' = '0')`):
     once the order has been kept 5 s, its product's change updates nothing; a new order still

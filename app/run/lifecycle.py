@@ -3,9 +3,8 @@
 Kubernetes sends SIGTERM before it kills a pod. Stopping the query while a micro-batch with
 input is running would abandon that batch (it is re-run after restart, so nothing is lost, but
 its output would be written twice). So the stop first drains: a marker file tells the Kafka
-sources to offer no more records, then the query is stopped once the batch that was running
-has completed and whatever runs now has no input (timers alone keep triggers busy, and such a
-batch writes nothing).
+sources to offer no more records and to hold the next trigger (`serdes.kafka.drain`), then the
+query is stopped once the batch that was running has completed, before another is planned.
 """
 
 from __future__ import annotations
@@ -16,19 +15,19 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from serdes.kafka.drain import holding, release
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
-# How long a drained stop waits for the running batch to end (batches that read nothing run
-# in well under a second); a batch longer than that is left planned, and run again at the next
-# start
-BETWEEN_BATCHES_S = 5.0
+# How long after a query's stop began the sources holding its trigger are released: the stop
+# interrupts the query's thread first, so that it leaves the trigger instead of running a batch
+RELEASE_AFTER_S = 0.1
 
 
 def install_stop_signals() -> threading.Event:
@@ -44,35 +43,37 @@ def install_stop_signals() -> threading.Event:
     return stop
 
 
-def _drained(query: StreamingQuery, since: datetime) -> bool:
-    """No batch with input can be running: none is, or the last one began after the marker
-    (so every batch since was planned with no new records) and read nothing."""
-    if not query.status["isTriggerActive"]:
-        return True
-    progress = query.lastProgress
-    if not progress or progress["numInputRows"] != 0:
-        return False
-    began = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
-    return began >= since
+def _at_rest(query: StreamingQuery, drain_marker: Path) -> bool:
+    """No batch runs, nor can start: no trigger is active, or a drained source holds it before
+    anything of its batch was planned (`serdes.kafka.drain`)."""
+    return not query.status["isTriggerActive"] or holding(drain_marker)
 
 
-def stop_draining(query: StreamingQuery, drain_marker: Path, grace_s: float) -> None:
-    """Drain the sources, then stop `query` between two batches; after `grace_s` seconds, stop
-    regardless.
+def stop_draining(
+    query: StreamingQuery,
+    drain_marker: Path,
+    grace_s: float,
+    on_stop: Callable[[], None] = lambda: None,
+) -> None:
+    """Drain the sources, then stop `query` between two batches, calling `on_stop` just before;
+    after `grace_s` seconds, stop regardless.
 
     Between two batches: a batch the stop interrupts stays planned in the checkpoint, and is
     run again at the next start. That costs nothing, unless the next start repartitions the
-    state, which must run it first (`app.run.rescale`); and under a processing-time TTL Spark
-    plans a batch at every trigger, so a stop as soon as drained often met one."""
-    since = datetime.now(timezone.utc)
+    state, which must run it first (`app.run.rescale`). The sources are released once the stop
+    has begun (it interrupts the query's thread, which then leaves the trigger it held)."""
     drain_marker.touch()
     deadline = time.monotonic() + grace_s
-    while query.isActive and not _drained(query, since) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    between = time.monotonic() + BETWEEN_BATCHES_S
-    while query.status["isTriggerActive"] and time.monotonic() < min(deadline, between):
+    while query.isActive and not _at_rest(query, drain_marker) and time.monotonic() < deadline:
         time.sleep(0.01)
-    query.stop()
+    on_stop()
+    releasing = threading.Timer(RELEASE_AFTER_S, release, (drain_marker,))
+    releasing.start()
+    try:
+        query.stop()
+    finally:
+        releasing.cancel()
+        release(drain_marker)
 
 
 def ran_dry(query: StreamingQuery, first_planned: int) -> bool:
@@ -100,8 +101,9 @@ def supervise(
     on_stop: Callable[[], None] = lambda: None,
     until_dry_from: int | None = None,
 ) -> int:
-    """Wait for the query to end or for `stop`, calling `on_poll` as it runs, `on_stop` before
-    stopping it, and `on_poll` once more for what the last batch left; return the exit code.
+    """Wait for the query to end or for `stop`, calling `on_poll` as it runs, `on_stop` once it
+    is drained, just before stopping it, and `on_poll` once more for what the last batch left;
+    return the exit code.
 
     `until_dry_from` (available-now on the wall clock, see `app.run.pipeline.start`): stop
     once a batch from this one on had nothing new to read (`ran_dry`). Spark's available-now
@@ -114,8 +116,7 @@ def supervise(
         if until_dry_from is not None and ran_dry(query, until_dry_from):
             stop.set()
     if stop.is_set() and query.isActive:
-        on_stop()
-        stop_draining(query, drain_marker, grace_s)
+        stop_draining(query, drain_marker, grace_s, on_stop)
     on_poll()
     failure = query.exception()
     if failure is not None:

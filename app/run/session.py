@@ -123,18 +123,24 @@ def quieted(spark: SparkSession, logger: str) -> Iterator[None]:
 
 
 def quiet_shutdown(spark: SparkSession) -> None:
-    """Before a requested stop: stopping a streaming query cancels its job group whether or not
-    a job of it runs, and Spark's DAGScheduler warns each time it finds none ("Failed to cancel
-    job group ... Cannot find active jobs for it"), twice at every graceful stop. And a stop
-    that interrupts the stream thread as it starts a batch with no input (a stateful query
-    under a processing-time TTL runs one every trigger, for Spark's TTL eviction) makes Hadoop
-    warn with the interrupt's stack while writing the batch's offsets, and the broadcast of its
-    plan log an error, and the write it interrupted log two (aborting, aborted): that batch is
-    planned again after a restart, and its output was not committed. On a cluster, executors'
-    last status messages reach a driver already stopping, which warns of each."""
+    """Just before a requested stop, once the query is drained: stopping a streaming query
+    cancels its job group whether or not a job of it runs, and Spark's DAGScheduler warns each
+    time it finds none ("Failed to cancel job group ... Cannot find active jobs for it"), twice
+    at every graceful stop. The stop interrupts the query's thread as it leaves a trigger its
+    drained sources held (`app.run.lifecycle`), and Hadoop may warn with the interrupt's stack
+    while writing the offsets of a batch it then never runs. A stop that must interrupt a
+    running batch (the drain's grace over) makes the broadcast of its plan log an error, each
+    task it kills lost (warned of by the task set), and a write it interrupts log its abort (the
+    task's error, then the writer's aborting and aborted); that batch is planned again after a
+    restart, and its output was not committed. On a cluster, executors' last status messages
+    reach a driver already stopping, which warns of each. Raised only now, so that a task
+    failing while the query drains is still logged."""
     quiet(spark, "org.apache.spark.scheduler.DAGScheduler")
     quiet(spark, "org.apache.hadoop.util.Shell")
     quiet(spark, "org.apache.spark.broadcast.TorrentBroadcast", "OFF")
+    quiet(spark, "org.apache.spark.scheduler.TaskSetManager")
+    quiet(spark, "org.apache.spark.util.Utils", "OFF")
+    quiet(spark, "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask", "OFF")
     quiet(spark, "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec", "OFF")
     quiet(spark, "org.apache.spark.rpc.netty.Dispatcher")
 

@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ops.processes import running
 from serdes.kafka.client_log import logged
+from serdes.kafka.drain import draining
 from serdes.kafka.offsets import PartitionBounds, TopicMissingError
 
 IDLE_WAIT_MS = 1000  # the longest a trigger waits for a record, unless told otherwise
@@ -129,7 +130,7 @@ class Arrivals:
         consumer.assign([TopicPartition(t, p, o) for t, of in ends.items() for p, o in of.items()])
         try:
             deadline = time.monotonic() + self.wait_s
-            while time.monotonic() < deadline and not self._draining():
+            while time.monotonic() < deadline and not draining(self.drain_marker):
                 if consumer.consume(num_messages=1, timeout=_SLICE_S):
                     break  # a record (or an error, which the readers will meet and report)
         except KafkaException:
@@ -142,9 +143,6 @@ class Arrivals:
         for topic in topics - set(self._bounds):
             self._bounds[topic] = PartitionBounds(topic, self.client_config, probe=False)
         return {topic: self._bounds[topic].ends() for topic in sorted(topics)}
-
-    def _draining(self) -> bool:
-        return self.drain_marker is not None and os.path.exists(self.drain_marker)
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -9,7 +9,6 @@ faster than Python tuples.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
 from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals, Backlogs
 from serdes.kafka.client_log import logged
+from serdes.kafka.drain import draining, hold
 from serdes.kafka.event_times import (
     EVENT_TIMES,
     IDLE_PARTITIONS,
@@ -217,16 +217,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self.bounds.ends()
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        if self.drain_marker and os.path.exists(self.drain_marker):
-            return start  # the service is stopping: no more records (see app.run.lifecycle)
-        planned = self._planned(start, limit)
-        if (
-            planned == start
-            and self.arrivals is not None
-            and self.arrivals.wait({self.topic: self._latest_ends or {}})
-        ):
-            planned = self._planned(start, limit)  # what came while it waited, if here
-        return planned
+        if not draining(self.drain_marker):
+            planned = self._planned(start, limit)
+            if (
+                planned != start
+                or self.arrivals is None
+                or not self.arrivals.wait({self.topic: self._latest_ends or {}})
+            ):
+                return planned
+            if not draining(self.drain_marker):  # the wait ends early when the service stops
+                return self._planned(start, limit)  # what came while it waited, if here
+        hold(self.drain_marker)  # the service is stopping: no more records (`serdes.kafka.drain`)
+        return start
 
     def _planned(self, start: Offsets, limit: ReadLimit) -> Offsets:
         """The offsets the next micro-batch reads to: `start` where nothing is new."""
