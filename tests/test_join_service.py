@@ -356,8 +356,9 @@ def test_idle_join_state_expires_after_the_ttl_and_is_counted(kafka: str, tmp_pa
 
 def test_a_graceful_stop_of_a_job_on_the_wall_clock_is_quiet(kafka: str, tmp_path: Path) -> None:
     """Under a state TTL and the default back-to-back trigger, Spark plans a batch at every
-    trigger once the sources are drained, with no gap between two of them: the stop then
-    interrupts one, and an operator's log must still show nothing but the service's own lines."""
+    trigger once the sources are drained, with no gap between two of them. The stop still
+    comes between two: it leaves no batch planned to run again (which a rescale would have to
+    run first), and the log shows nothing but the service's own lines."""
     orders, products, out = join_topics(kafka)
     order = {"order_id": "o1", "product_id": "p1", "qty": 1}
     produce_events(kafka, orders, [{"before": None, "after": order, "op": "c"}], "order_id")
@@ -370,6 +371,9 @@ def test_a_graceful_stop_of_a_job_on_the_wall_clock_is_quiet(kafka: str, tmp_pat
         assert service.terminate() == 0, service.log()[-3000:]
     lines = [json.loads(line) for line in service.log().splitlines()]
     assert [line for line in lines if line["level"] != "INFO"] == []
+    logs = {name: tmp_path / "ck" / name for name in ("offsets", "commits")}
+    last = {name: max(int(p.name) for p in log.glob("[0-9]*")) for name, log in logs.items()}
+    assert last["offsets"] == last["commits"]
 
 
 def test_each_input_keeps_its_rows_for_its_own_ttl(kafka: str, tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 # How long after a query's stop began the sources holding its trigger are released: the stop
-# interrupts the query's thread first, so that it leaves the trigger instead of running a batch
+# interrupts the query's thread first, which ends its wait for the source's answer at once (Spark
+# reads it through an interruptible channel), so it leaves the trigger with no batch planned;
+# released, the source's process stops holding for nothing
 RELEASE_AFTER_S = 0.1
 
 
