@@ -7,7 +7,9 @@ than the operator.
 
 In: `bucket` (the grouping key: a hash of the key modulo the buckets), the key `k0..kN`,
 `side` (when the operator has two inputs), `op`, `seq` (the order of arrival), `ts` (event
-time, epoch ms, when the operator reads it), then each side's row as `L_<col>` / `R_<col>`.
+time, epoch ms, when the operator reads it), `bound` (where the layout takes it: the least
+watermark, epoch ms, the query reaches once its micro-batch has read the row's input as far as
+this micro-batch reads it; `state.spark.frame`), then each side's row as `L_<col>` / `R_<col>`.
 Out: `op`, then `seq`, `ts`, `k0` when the layout says so, then the sides' columns it outputs.
 """
 
@@ -21,6 +23,7 @@ SIDE = "side"
 OP = "op"
 SEQ = "seq"
 TS = "ts"
+BOUND = "bound"
 SIDE_PREFIXES = ("L_", "R_")  # the join's output columns keep these: users name them
 
 
@@ -53,7 +56,8 @@ class ColumnLayout:
     `sides`: each input's row fields (one input: the operator reads no `side` column);
     `kinds`: `integral` or `timestamp` by column name, for the columns pandas carries as float
     (an integer column with a NULL) or NaT; `outputs`: the sides whose rows the output carries;
-    `out_seq` / `out_ts` / `out_key`: whether it carries each change's `seq`, `ts`, record key.
+    `out_seq` / `out_ts` / `out_key`: whether it carries each change's `seq`, `ts`, record key;
+    `bounds`: whether its rows carry their input's `bound`.
     """
 
     keys: int
@@ -64,6 +68,7 @@ class ColumnLayout:
     out_seq: bool = False
     out_ts: bool = False
     out_key: bool = False
+    bounds: bool = False
 
     @property
     def key_columns(self) -> list[str]:
@@ -76,6 +81,7 @@ class ColumnLayout:
     def input_names(self) -> list[str]:
         head = [BUCKET, *self.key_columns, *([SIDE] if len(self.sides) > 1 else []), OP, SEQ]
         head += [TS] if self.times else []
+        head += [BOUND] if self.bounds else []
         return head + [c for side in range(len(self.sides)) for c in self.side_columns(side)]
 
     @property

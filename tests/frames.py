@@ -19,14 +19,17 @@ def join_frame(
     held_rows: HeldRows | None = None,
     number: int = 1,
     late_letters: LateLetters | None = None,
+    bounds: bool = False,
 ) -> StatefulFrame:
-    """In: `k0..`, `side`, `op`, `seq`, `ts`, `L_*`, `R_*`; out: `op`, `L_*`, `R_*`; as the
-    job's `number`-th join (after the first, its left is the result of the one before)."""
+    """In: `k0..`, `side`, `op`, `seq`, `ts`, `bound` if `bounds`, `L_*`, `R_*`; out: `op`,
+    `L_*`, `R_*`; as the job's `number`-th join (after the first, its left is the result of the
+    one before)."""
     layout = ColumnLayout(
         max(1, len(spec.equi_keys)),
         (spec.left.fields, spec.right.fields),
         kinds,
         outputs=(0, 1) if spec.projects_right else (0,),
+        bounds=bounds,
     )
     operator = join_operator(spec, number)
     return StatefulFrame(

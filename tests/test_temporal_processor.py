@@ -101,6 +101,36 @@ def test_event_time_orders_wait_for_the_watermark_and_join_the_version_of_their_
     assert reports.latest == {("join", "left", 0): 0, ("join", "right", 0): 1}
 
 
+def test_an_order_comes_out_in_the_micro_batch_whose_rows_move_the_watermark_past_it() -> None:
+    """Each row carries the watermark its input reaches once the micro-batch is read (`bound`):
+    where the task's rows show both inputs', the orders they pass join in that micro-batch, not
+    one later when Spark moves the watermark; until both showed theirs, the order waits."""
+    spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    kinds = {"L_amount": "integral", "R_rate": "integral"}
+    tester = TwsTester(
+        join_frame(spec, kinds, bounds=True),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda _row: float("inf"),
+    )
+
+    def at(ms: int, bound: int, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(ts=ms, bound=bound)
+
+    only_orders = at(500, 1000, changes((0, "+I", 10, (2, "Euro"))))
+    assert tester.testInPandas(0, only_orders).empty  # the rates' watermark is not known yet
+    batch = pd.concat(
+        [
+            at(0, 800, changes((1, "+I", 12, ("Euro", 114)))),
+            at(700, 1000, changes((0, "+I", 14, (3, "Euro")))),
+            at(900, 1000, changes((0, "+I", 16, (1, "Euro")))),
+        ],
+        ignore_index=True,
+    )
+    # the watermark after it: the least of the inputs' (800); the order at 900 waits for it
+    assert sorted(yen(tester.testInPandas(0, batch))) == [228, 342]
+    assert list(tester.handle.listTimers()) == [900]
+
+
 def test_after_another_join_rows_released_at_a_watermark_join_as_of_their_time() -> None:
     """The join before emits at a watermark the rows it held for it; in Flink they reach the
     next join before that watermark does. So a later temporal join takes a batch's rows before

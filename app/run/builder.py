@@ -197,6 +197,7 @@ def joined_changes(
                 for s in (first.left, first.right)
             }
             left_type, right_type = windowed_type(left_type), windowed_type(right_type)
+        bounds = _fires_in_its_batch(plan)
         sides = [
             join_input(
                 inputs[source.side],
@@ -207,6 +208,7 @@ def joined_changes(
                 layout,
                 held,
                 warm,
+                bounds,
             )
             for source in (first.left, first.right)
         ]
@@ -222,6 +224,7 @@ def joined_changes(
             warm=warm,
             fanout=fanout,
             late_letters=late_letters and late_letters(1, plan.specs[0], left_type, right_type),
+            bounds=bounds,
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -257,6 +260,22 @@ def joined_changes(
             late_letters=late_letters and late_letters(number, spec, left_type, right_type),
         )
     return joined
+
+
+def _fires_in_its_batch(plan: QueryPlan) -> bool:
+    """Whether the job's join fires its timers up to the watermark its micro-batch's rows show
+    (`state.spark.frame`): an event-time join of two inputs read straight from their topics,
+    alone in the query, so that the watermark Spark gives it is the least of those two inputs'
+    and nothing else; not a window join, whose rows are each window's."""
+    first = plan.stages[0]
+    return (
+        len(plan.stages) == 1
+        and plan.multi_way is None
+        and first.lookup is None
+        and first.join.window is None
+        and plan.specs[0].clock == "event"
+        and not any(normalized(s, first.join, plan.layout) for s in (first.left, first.right))
+    )
 
 
 def _looked_up(

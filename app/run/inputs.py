@@ -33,7 +33,7 @@ from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, d
 from serdes.kafka.event_times import WATERMARK_COLUMN, Peer, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
-from state.columns import OP, SEQ, SIDE, TS
+from state.columns import BOUND, OP, SEQ, SIDE, TS
 from state.spark.frame import WarmState
 from state.spark.normalizer import NormalizeOperator
 
@@ -273,8 +273,9 @@ def timed_changes(
     decoded: DataFrame, source: InputConfig, marked: bool = False, records: bool = False
 ) -> DataFrame:
     """The decoded changes (`op`, `seq`, `ts`, `row`) under the input's watermark (`watermarked`:
-    `marked` by the reading tasks); with `records`, each with its Kafka record's columns (kept
-    by `decode_input`)."""
+    `marked` by the reading tasks), each with its `bound` where the input has an event time
+    (`state.columns`: the watermark's column, less its delay, as Spark takes it); with
+    `records`, each with its Kafka record's columns (kept by `decode_input`)."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
         good = watermarked(good, source.watermark_delay_ms, marked).observe(
@@ -284,7 +285,11 @@ def timed_changes(
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     kept = RECORD_COLUMNS if records else ()
-    return good.select(OP, SEQ, F.unix_millis("event_time").alias(TS), "row", *kept)
+    bound = []
+    if source.time != "proctime":  # the input's watermark once this micro-batch is read
+        shown = F.unix_millis(F.col(WATERMARK_COLUMN) if marked else F.col("event_time"))
+        bound = [(shown - F.lit(source.watermark_delay_ms)).alias(BOUND)]
+    return good.select(OP, SEQ, F.unix_millis("event_time").alias(TS), *bound, "row", *kept)
 
 
 def join_input(
@@ -296,10 +301,11 @@ def join_input(
     layout: StateLayout,
     held_rows: Accumulator[dict] | None = None,
     warm: WarmState | None = None,
+    bounds: bool = False,
 ) -> DataFrame:
     """One input's changes, normalized if `join` needs it (its keys in the `layout`'s buckets,
     under the join's state retention), as one side of the unified changelog the joins take
-    (`side`, `op`, `seq`, `ts`, `left`, `right`)."""
+    (`side`, `op`, `seq`, `ts`, `bound` if `bounds`, `left`, `right`)."""
     if normalized(source, join, layout):
         changes = normalize_changes(
             changes,
@@ -317,6 +323,7 @@ def join_input(
         OP,
         SEQ,
         TS,
+        *([BOUND] if bounds else []),
         (row if side == 0 else F.lit(None).cast(left)).alias("left"),
         (row if side == 1 else F.lit(None).cast(right)).alias("right"),
     )

@@ -110,11 +110,13 @@ def bucketed_join(
     warm: WarmState | None = None,
     fanout: Accumulator[dict] | None = None,
     late_letters: LateLetters | None = None,
+    bounds: bool = False,
 ) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
     in its task's order, for `materialized_upserts` or a next join (`as_left_input`); `spread`
-    as `run_stateful` takes it; `late_letters`: where its late rows go instead of joined."""
+    as `run_stateful` takes it; `late_letters`: where its late rows go instead of joined;
+    `bounds`: the changelog carries each row's `bound` (`state.columns`)."""
     return run_stateful(
         changes,
         join_operator(spec, number),
@@ -130,6 +132,7 @@ def bucketed_join(
         warm=warm,
         fanout=fanout,
         late_letters=late_letters,
+        bounds=bounds,
     )
 
 

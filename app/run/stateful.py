@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 
 from app.run.key_buckets import spread_ids
 from state.columns import (
+    BOUND,
     BUCKET,
     OP,
     SEQ,
@@ -53,6 +54,7 @@ def run_stateful(
     buckets: int,
     *,
     times: bool = True,
+    bounds: bool = False,
     outputs: tuple[int, ...] = (0,),
     out_seq: bool = False,
     out_ts: bool = False,
@@ -65,10 +67,10 @@ def run_stateful(
     fanout: Accumulator[dict] | None = None,
     late_letters: LateLetters | None = None,
 ) -> DataFrame:
-    """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `side` if two `sides`), grouped
-    by a hash of its `keys` into `buckets`, each side's row the struct `sides[i]`. Out: `op`,
-    then `seq` / `ts` / the first key if asked, then the `outputs` sides' flat columns
-    (`state.columns.side_column`); `chained`: the left side is a join's result in the
+    """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `bound` if `bounds`, `side` if
+    two `sides`), grouped by a hash of its `keys` into `buckets`, each side's row the struct
+    `sides[i]`. Out: `op`, then `seq` / `ts` / the first key if asked, then the `outputs` sides'
+    flat columns (`state.columns.side_column`); `chained`: the left side is a join's result in the
     same query (`state.spark.frame.StatefulFrame`); `spread`: each bucket grouped by its id of
     `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it);
     `warm`: the state the workers keep between micro-batches; `fanout`: where a join counts
@@ -91,6 +93,7 @@ def run_stateful(
         out_seq,
         out_ts,
         out_key,
+        bounds,
     )
     key_columns = [column.alias(key_column(i)) for i, (column, _) in enumerate(keys)]
     flat = [
@@ -99,7 +102,7 @@ def run_stateful(
         for f in row
     ]
     head = [SIDE] if len(sides) > 1 else []
-    head += [OP, SEQ, *([TS] if times else [])]
+    head += [OP, SEQ, *([TS] if times else []), *([BOUND] if bounds else [])]
     fields = [StructField(OP, StringType(), False)]
     fields += [StructField(SEQ, LongType(), False)] if out_seq else []
     fields += [StructField(TS, LongType())] if out_ts else []

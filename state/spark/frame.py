@@ -21,6 +21,16 @@ workers hand a bucket's rows over as slices of Spark's Arrow batches (`state.spa
 pyspark's own path (its test harness) as a pandas DataFrame. Event time is the `ts`
 column (epoch ms) without Spark's watermark metadata, so Spark drops no late row before the
 operator sees it.
+
+Spark moves a query's watermark between micro-batches only: a row read in one fires the timers
+its time passes in the next, one micro-batch late. Where the layout carries each row's `bound`
+(`state.columns`: its input's watermark once this micro-batch is read), the task learns the
+watermark the next micro-batch will have, as far as its own rows show it: the least, over the
+inputs, of the largest bound of each input's rows it took (none while an input showed it none).
+Its timers then fire up to that in this micro-batch (`batch_watermark`, taken by
+`state.spark.arrow_groups` for the task's timers), after all its rows were applied at the
+watermark Spark gave: what Flink emits once the watermark passes, emitted before the next
+micro-batch's rows, as the next micro-batch would, only sooner.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from ops.worker.collector import settle_worker
 from state.changes import SIDES, Change, Row
-from state.columns import OP, SEQ, SIDE, TS, ColumnLayout
+from state.columns import BOUND, OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
 from state.spark import arrow_groups
 from state.spark.arrow_groups import OutputColumns
@@ -300,6 +310,7 @@ class StatefulFrame(StatefulProcessor):
         self.emitted = 0  # changes this task has emitted: the next one's `seq`
         self.late: list[LateRow] = []  # the task's rows for `late_letters`
         self.reads = ReadCounts()
+        self.bounds: dict[int, int] = {}  # each input's largest `bound` among the task's rows
         if self.warm is not None and self.warm.budget_bytes > 0:
             self.store.keep_warm(worker_copies(), self.reads, self.owner, self.warm.budget_bytes)
 
@@ -308,6 +319,20 @@ class StatefulFrame(StatefulProcessor):
         if clock == "event":
             return max(timer_values.getCurrentWatermarkInMs(), 0)
         return timer_values.getCurrentProcessingTimeInMs() if clock == "processing" else 0
+
+    def _take_bounds(self, frame: Input, sides: list[int]) -> None:
+        """Raise each input's largest `bound` seen by the task with this bucket's rows."""
+        for side, bound in zip(sides, self._column(frame, BOUND, "integral"), strict=True):
+            if bound is not None:
+                self.bounds[side] = max(bound, self.bounds.get(side, bound))
+
+    def batch_watermark(self) -> int | None:
+        """The watermark the task's rows show the query reaching once this micro-batch is
+        read (see the module's text), None where its layout carries no bounds or an input
+        showed the task none."""
+        if not self.layout.bounds or len(self.bounds) < len(self.layout.sides):
+            return None
+        return min(self.bounds.values())
 
     def _column(self, frame: Input, name: str, kind: str | None = None) -> list[Any]:
         kind = self.layout.kind(name) if kind is None else kind
@@ -436,6 +461,8 @@ class StatefulFrame(StatefulProcessor):
         now = self._operator_time(timerValues)
         bucket, before = self.store.read(now, key)
         rows = self._input(frame)
+        if self.layout.bounds:
+            self._take_bounds(frame, rows.sides)
         counting = self.late_rows is not None or self.late_letters is not None
         late = self._late(rows, now) if counting else []
         if late and self.late_rows is not None:
@@ -452,6 +479,10 @@ class StatefulFrame(StatefulProcessor):
         else:
             changes = self.operator.fire_due(bucket, now)
             changes += self.operator.apply(bucket, rows, now)
+            shown = self.batch_watermark()  # as far as the task's rows so far show it
+            if shown is not None and shown > now:
+                now = shown
+                changes += self.operator.fire_due(bucket, now)
         self._visited(key, bucket, before, now)
         if changes:
             yield self._frame(changes)
