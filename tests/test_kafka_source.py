@@ -8,9 +8,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from app.broker import Tansu
@@ -39,6 +40,34 @@ def test_split_limit_shares_in_proportion_and_starves_no_partition() -> None:
     shares = split_limit({0: 900, 1: 90, 2: 10}, 100)
     assert sum(shares.values()) == 100
     assert shares[0] >= 80 and shares[1] >= 9 and shares[2] >= 1
+
+
+class LeaderMoving:
+    """A topic's consumer whose partition answers "not leader" twice (as a partition does while
+    its leader moves to another broker) before it lists its offsets."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.not_ready = [KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE]
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        partitions = {0: SimpleNamespace(id=0)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple:
+        if self.not_ready:
+            raise KafkaException(KafkaError(self.not_ready.pop(0)))
+        return (3, 42)
+
+    def close(self) -> None: ...
+
+
+def test_a_partition_whose_leader_moves_is_listed_once_it_has_one() -> None:
+    bounds = PartitionBounds("orders", {"bootstrap.servers": "127.0.0.1:9"}, probe=False)
+    bounds.close()
+    bounds._consumer = LeaderMoving("orders")  # type: ignore[assignment]
+    assert bounds.ends() == {0: 42}
+    assert bounds.fallbacks == {UNCONFIRMED: 0, UNANSWERED: 0}
 
 
 def assert_ends_exact(kafka: str) -> PartitionBounds:

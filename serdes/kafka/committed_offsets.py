@@ -6,7 +6,7 @@ Kafka gives those answers while it loads the partition of `__consumer_offsets` t
 group: on a new cluster's first groups (the topic is created then), after a broker restart and
 when the partition moves to another broker. Seen on Apache Kafka 4.1: a read of an
 exactly-once marker failed with "Not coordinator". Such an answer is retried here until the
-caller's time is up.
+caller's time is up (`serdes.kafka.retries`).
 
 A partition's own error is raised too: an offset that could not be read must not pass for a
 partition the group never committed (a batch already written would be written again).
@@ -14,9 +14,9 @@ partition the group never committed (a batch already written would be written ag
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from serdes.kafka.retries import retried
 
 # The coordinator is being found, loaded or moved: the same read succeeds a little later.
 COORDINATOR_NOT_READY = frozenset(
@@ -27,7 +27,6 @@ COORDINATOR_NOT_READY = frozenset(
         KafkaError._WAIT_COORD,
     }
 )
-RETRY_BACKOFF_S = 0.1
 SHORTEST_WAIT_S = 1.0  # each try gets at least this long, even when the time is nearly up
 
 
@@ -36,17 +35,12 @@ def committed_offsets(
 ) -> list[TopicPartition]:
     """`consumer.committed(partitions)`, retried while the group's coordinator is not ready,
     for up to `timeout_s` in all; any other error, or one that outlasts it, is raised."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        try:
-            found = consumer.committed(partitions, timeout=max(remaining, SHORTEST_WAIT_S))
-            failed = next((tp.error for tp in found if tp.error is not None), None)
-            if failed is not None:
-                raise KafkaException(failed)
-            return found
-        except KafkaException as err:
-            error: KafkaError = err.args[0]
-            if error.code() not in COORDINATOR_NOT_READY or time.monotonic() >= deadline:
-                raise
-        time.sleep(RETRY_BACKOFF_S)
+
+    def read(left_s: float) -> list[TopicPartition]:
+        found = consumer.committed(partitions, timeout=max(left_s, SHORTEST_WAIT_S))
+        failed = next((tp.error for tp in found if tp.error is not None), None)
+        if failed is not None:
+            raise KafkaException(failed)
+        return found
+
+    return retried(read, COORDINATOR_NOT_READY, timeout_s)

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from serdes.kafka.broker_code import METADATA_TIMEOUT_S, runs_kafka_code
 from serdes.kafka.client_log import logged
+from serdes.kafka.retries import retried
 
 PROBE_TIMEOUT_S = 5.0  # at most, for a partition that shows neither an EOF nor a record
 PROBE_SETTLE_S = 0.5  # a busy partition's last record read stands for its end after this
@@ -40,7 +41,6 @@ UNCONFIRMED, UNANSWERED = "unconfirmed", "unanswered"
 # A partition without a leader for a moment (a topic just created, a leader moving to another
 # broker) answers these; its leader is elected within the metadata timeout, or the broker is down.
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
-LEADER_RETRY_S = 0.1
 
 
 class TopicMissingError(RuntimeError):
@@ -144,16 +144,13 @@ class PartitionBounds:
 
     def _listed_bounds(self, partition: int) -> tuple[int, int]:
         tp = TopicPartition(self.topic, partition)
-        deadline = time.monotonic() + METADATA_TIMEOUT_S
-        while True:
-            try:
-                return self._consumer.get_watermark_offsets(
-                    tp, timeout=METADATA_TIMEOUT_S, cached=False
-                )
-            except KafkaException as err:
-                if err.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
-                    raise
-            time.sleep(LEADER_RETRY_S)
+        return retried(
+            lambda _left_s: self._consumer.get_watermark_offsets(
+                tp, timeout=METADATA_TIMEOUT_S, cached=False
+            ),
+            _LEADER_MOVING,
+            METADATA_TIMEOUT_S,
+        )
 
     def _read_to_eof(self, listed: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
         """Each partition's EOF offset, where one came before the probe settled (or timed
