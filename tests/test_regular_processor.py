@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
+from state.joins.pages import pages_for
 from state.joins.specs import RegularJoinSpec, SideSpec
 from state.store.encoding import load
 from tests.frames import join_frame
@@ -143,7 +144,7 @@ def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None
     orders = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(2000)]
     tester.testInPandas(0, changes((1, "+I", -1, ("p1", 10)), *orders))
     pages = tester.peekMapState("pages", 0)
-    assert len(pages) == 8  # 2,000 rows at 256 a page
+    assert len(pages) == pages_for(2000)  # 2,000 rows at `PAGE_ROWS` a page
     calls = Calls(tester, "keys", "pages")
 
     added = tester.testInPandas(0, changes((0, "+I", 5000, ("o5000", "p1", 1))))
@@ -232,7 +233,7 @@ def test_under_a_state_ttl_expired_rows_in_pages_are_dropped_when_a_batch_reads_
     tester = TwsTester(join_frame(spec, KINDS), timeMode="ProcessingTime")
     tester.setProcessingTime(1_000)
     tester.testInPandas(0, changes(*[(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(600)]))
-    assert len(tester.peekMapState("pages", 0)) == 3
+    assert len(tester.peekMapState("pages", 0)) == pages_for(600)
     tester.setProcessingTime(30_000)
     tester.testInPandas(0, changes((0, "+I", 600, ("o600", "p1", 1))))
     tester.setProcessingTime(70_000)  # the first 600 expired at 61 s; o600 lives to 90 s

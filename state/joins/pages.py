@@ -7,15 +7,15 @@ them all.
 Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
 the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
 to it; the key's entry keeps the number of pages and of rows. A change reads and rewrites its own
-page; matching the other side reads every page of it, one state call each (Flink iterates its
-MapState the same way). Pages double when they average twice `PAGE_ROWS`, and the rows go back
-inline when few are left.
+page; matching the other side reads every page of it in one state call (Flink iterates its
+MapState), and the changed pages are written back in one. Pages double when they average twice
+`PAGE_ROWS`, and the rows go back inline when few are left.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from typing import Any
 
 from state.store.encoding import dump, dump_key, load
@@ -65,10 +65,22 @@ class PagedRows(MutableMapping):
         if number not in self.loaded:
             assert self.store is not None, "pages read before `bind`"
             name = dump_key((*self.prefix, number))
-            blob = self.store.get(name)
-            rows = {} if blob is None else dict(load(blob))
-            self.loaded[number] = (name, blob, self.widen(rows) if self.widen else rows)
+            self._loaded(number, name, self.store.get(name))
         return self.loaded[number][2]
+
+    def _loaded(self, number: int, name: bytes, blob: bytes | None) -> None:
+        rows = {} if blob is None else dict(load(blob))
+        self.loaded[number] = (name, blob, self.widen(rows) if self.widen else rows)
+
+    def read_all(self) -> None:
+        """Every page not read yet, in one call."""
+        assert self.store is not None, "pages read before `bind`"
+        missing = [n for n in range(self.pages) if n not in self.loaded]
+        if not missing:
+            return
+        names = [dump_key((*self.prefix, n)) for n in missing]
+        for number, name, blob in zip(missing, names, self.store.get_many(names), strict=True):
+            self._loaded(number, name, blob)
 
     def _page_of(self, identity: Any) -> dict:
         hashed = identity if self.hashed is None else identity[: self.hashed]
@@ -87,11 +99,24 @@ class PagedRows(MutableMapping):
         self.count -= 1
 
     def __iter__(self) -> Iterator[Any]:
-        for number in range(self.pages):
-            yield from self._page(number)
+        for page in self.pages_read():
+            yield from page
 
     def __len__(self) -> int:
         return self.count
+
+    def items(self) -> ItemsView:
+        return _PageItems(self)
+
+    def values(self) -> ValuesView:
+        return _PageValues(self)
+
+    def pages_read(self) -> Iterator[dict]:
+        """Every page's rows, all read in one call: what iterating the rows takes, without
+        finding each identity's page again."""
+        self.read_all()
+        for number in range(self.pages):
+            yield self.loaded[number][2]
 
     def prune(self, alive: Callable[[Any], bool]) -> None:
         """Drop the expired entries (`alive` false) of the pages read so far. Once every page
@@ -105,29 +130,48 @@ class PagedRows(MutableMapping):
             self.count = sum(len(rows) for _name, _blob, rows in self.loaded.values())
 
     def flush(self) -> None:
-        """Write back the pages whose rows changed; remove the emptied ones."""
+        """Write back the pages whose rows changed and remove the emptied ones, in one call."""
         assert self.store is not None
-        written = False
+        puts: list[tuple[bytes, bytes]] = []
+        removes: list[bytes] = []
         for name, before, rows in self.loaded.values():
             if not rows:
                 if before is not None:
-                    self.store.remove(name)
-                    written = True
+                    removes.append(name)
                 continue
             blob = dump(list(rows.items()))
             if blob != before:
-                self.store.put(name, blob)
-                written = True
-        self.version += written
+                puts.append((name, blob))
+        if puts or removes:
+            self.store.write_many(puts, removes)
+            self.version += 1
         self.loaded.clear()
 
     def drop(self) -> dict:
         """All rows, in a dict, their pages removed."""
-        rows = dict(self.items())
-        for number in range(self.pages):
-            self._page(number).clear()
+        self.read_all()
+        rows: dict = {}
+        for _name, _blob, page in self.loaded.values():
+            rows.update(page)
+            page.clear()
         self.flush()
         return rows
+
+
+class _PageItems(ItemsView):
+    _mapping: PagedRows
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for page in self._mapping.pages_read():
+            yield from page.items()
+
+
+class _PageValues(ValuesView):
+    _mapping: PagedRows
+
+    def __iter__(self) -> Iterator[Any]:
+        for page in self._mapping.pages_read():
+            yield from page.values()
 
 
 def pages_for(count: int) -> int:
@@ -154,6 +198,7 @@ def settle(
         version = 0
     paged = PagedRows(pages, 0, version, hashed)
     paged.bind(store, key, side)
+    paged.read_all()  # in one call, not one a page as the rows fill them
     paged.update(rows)
     paged.flush()
     return paged

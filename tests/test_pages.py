@@ -1,0 +1,30 @@
+"""A hot join key's rows over pages (`state.joins.pages`): what a micro-batch pays the store."""
+
+from __future__ import annotations
+
+from state.joins.pages import PagedRows, pages_for, settle
+from state.joins.views import MultisetView
+from tests.test_keyed_state import CountingStore
+
+
+def test_joining_every_row_of_a_paged_side_reads_and_writes_its_pages_in_one_call_each() -> None:
+    """2,000 orders of one product, then the product changes: every order is read to join it
+    (one round trip for all the pages, not one a page) and each order's association count
+    changes (one round trip to write every page back)."""
+    store, key = CountingStore(), ("p1",)
+    orders = MultisetView()
+    for i in range(2000):
+        orders.add((f"o{i}", "p1"))
+    orders.rows = settle(orders.rows, store, key, 0)
+    assert isinstance(orders.rows, PagedRows) and orders.rows.pages == pages_for(2000)
+    store.calls()
+    store.round_trips = 0
+
+    orders.rows.bind(store, key, 0)
+    joined = [row for row, _associations in orders.records()]
+    assert len(joined) == 2000 and store.round_trips == 1
+    for identity in list(orders.rows):
+        orders.rows[identity][1] += 1  # one more row of the other side joins it
+    orders.rows = settle(orders.rows, store, key, 0)
+    assert store.round_trips == 2
+    assert store.calls() == (pages_for(2000), pages_for(2000), 0)  # each page read and written once
