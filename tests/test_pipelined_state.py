@@ -1,7 +1,8 @@
 """Many state entries read and written in one exchange with Spark's state server store and
 return what pyspark's own calls do, and keys a bucket never held are not read at all, through
 real `transformWithStateInPandas` queries (whose rows the service's workers hand over as Arrow
-slices, `state.spark.arrow_groups`)."""
+slices, `state.spark.arrow_groups`), whose writes wait for no answer as the service's frame
+makes them (`state.spark.deferred`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from state.spark import deferred
 from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries
 from state.store.keyed_state import as_is, never
 
@@ -33,6 +35,7 @@ class WritesThenReads(StatefulProcessor):
     reads them both ways, removes a third in one exchange and reads again."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        assert deferred.install(handle)
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE))
 
     def handleInputRows(self, key: Any, rows: Iterator[pa.RecordBatch], timerValues: Any) -> Any:
@@ -86,6 +89,7 @@ class LoadsKeys(StatefulProcessor):
     load does) and returns what it found for them."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        assert deferred.install(handle)
         self.entries = KeyedEntries(handle, as_is, as_is, never, lambda _state: (1, 0))
 
     def handleInputRows(self, key: Any, rows: Iterator[pa.RecordBatch], timerValues: Any) -> Any:

@@ -8,7 +8,8 @@ the rest the same way for all of them, per bucket and micro-batch:
 1. the input columns to Python values, column by column (`ColumnLayout`, `InputRows`);
 2. the operator time of its clock: the watermark, the wall clock, or none;
 3. the bucket read once (`state.spark.layouts`), the due timers fired, the rows applied;
-4. the bucket written back if it changed, with at most one engine timer, at its earliest;
+4. the bucket written back if it changed, with at most one engine timer, at its earliest (those
+   calls, and the switch to the next bucket, wait for no answer: `state.spark.deferred`);
 5. what the bucket holds reported (`streamjoin_state_rows`), late rows counted;
 6. the output changes (`state.changes.Change`) to columns.
 
@@ -56,7 +57,7 @@ from ops.worker.collector import settle_worker
 from state.changes import SIDES, Change, Row
 from state.columns import BOUND, OP, SEQ, SIDE, TS, ColumnLayout
 from state.joins.specs import Clock
-from state.spark import arrow_groups
+from state.spark import arrow_groups, deferred
 from state.spark.arrow_groups import OutputColumns
 from state.spark.layouts import BucketLayout
 from state.store.keeper import worker_copies
@@ -305,6 +306,7 @@ class StatefulFrame(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         settle_worker()
+        deferred.install(handle)  # before `store`: its state objects' writes are deferred too
         self.handle = handle
         self.store = self.operator.store(handle)
         self.emitted = 0  # changes this task has emitted: the next one's `seq`

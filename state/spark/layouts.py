@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pyspark.sql.streaming.stateful_processor import MapState, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from state.spark.deferred import writes_deferred
 from state.spark.pipelined import wire
 from state.store.encoding import dump, load
 from state.store.key_filter import KeyFilter
@@ -65,7 +66,7 @@ class WholeBuckets:
         to_plain: Callable[[Any], Any],
         from_plain: Callable[[Any], Any],
     ) -> None:
-        self.state = handle.getValueState("bucket", BUCKET_STATE)
+        self.state = writes_deferred(handle.getValueState("bucket", BUCKET_STATE))
         self.new, self.to_plain, self.from_plain = new, to_plain, from_plain
 
     def keep_warm(self, copies: Copies, counts: ReadCounts, owner: str, budget: int) -> None:
@@ -154,7 +155,7 @@ class KeyedEntries:
     ) -> None:
         """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
         its own index of expiry times: no timer, no scan of the keys."""
-        self.own = handle.getValueState("bucket", BUCKET_STATE)
+        self.own = writes_deferred(handle.getValueState("bucket", BUCKET_STATE))
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.size_of = size_of

@@ -101,6 +101,7 @@ class StateWire:
         self.dumps: Callable[[Any], bytes] = client.pickleSer.dumps
         self.value = BinaryValues(client.pickleSer.loads)
         self.state_name = _field(_STATE_NAME, self.name.encode())
+        self.client = client  # its answers owed, if it defers some (`state.spark.deferred`)
 
     def request(self, call: bytes, *fields: bytes) -> bytes:
         """A `StateRequest` for one call (`_GET_VALUE`, ...) of this map state with the call's
@@ -133,17 +134,25 @@ class StateWire:
         return [value_of(value) if value else None for value in answers]
 
     def write_values(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
-        """Put `puts`, then remove `removes`."""
+        """Put `puts`, then remove `removes`: without waiting for the answers where the client
+        defers status calls (`state.spark.deferred`)."""
         dumps, request = self.dumps, self.request
         requests = [
             request(_UPDATE_VALUE, _field(_USER_KEY, dumps((k,))), _field(_VALUE, dumps((v,))))
             for k, v in puts
         ]
         requests += [request(_REMOVE_KEY, _field(_USER_KEY, dumps((k,)))) for k in removes]
-        self.exchange(requests)
+        owed = getattr(self.client, "deferred_answers", None)
+        if owed is None:
+            self.exchange(requests)
+        else:
+            for message in requests:
+                owed.defer(message)
 
     def exchange(self, requests: Iterable[bytes]) -> list[bytes]:
-        """Every request's answer value, the requests written a chunk at a time."""
+        """Every request's answer value, the requests written a chunk at a time (after the
+        answers the client owes, `state.spark.deferred`)."""
+        owed = getattr(self.client, "deferred_answers", None)
         values: list[bytes] = []
         pending = size = 0
         for message in requests:
@@ -154,10 +163,14 @@ class StateWire:
             size += len(message) + 8
             if size >= CHUNK_BYTES:
                 self.file.flush()
+                if owed is not None:
+                    owed.collect()
                 values += self.answers(pending)
                 pending = size = 0
         if pending:
             self.file.flush()
+            if owed is not None:
+                owed.collect()
             values += self.answers(pending)
         return values
 
