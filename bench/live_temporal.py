@@ -211,11 +211,14 @@ def main() -> None:
             load.order(warm)
             warm += 1
             time.sleep(0.05)
+        load.out.flush(30)  # the drain's last records
+        sent_at = load.sent
+        del load  # its producer closed before the broker stops, which it would log
         service.terminate()
         arrivals.halt.set()
         skip = total // 5
         late = [
-            arrivals.arrived[n] - load.sent[n] for n in range(skip, total) if n in arrivals.arrived
+            arrivals.arrived[n] - sent_at[n] for n in range(skip, total) if n in arrivals.arrived
         ]
         joined = sum(n in arrivals.arrived for n in range(total))
         print(
