@@ -28,10 +28,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pyspark.serializers import write_int
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, ValueState
 
-from state.spark.pipelined import untested_pyspark
+from state.spark.pipelined import DEFERRED_ANSWERS, answers_of, untested_pyspark, write_request
 
 # Answers are a few bytes each: this many is far below what the sockets' buffers hold, so the
 # server never waits to write an answer while we write requests.
@@ -53,13 +52,11 @@ class DeferredAnswers:
         self.deferring = False
         client._send_proto_message = self.send
         client._receive_proto_message = self.answer
-        client.deferred_answers = self
+        setattr(client, DEFERRED_ANSWERS, self)
 
     def defer(self, message: bytes) -> None:
         """Write a request whose answer is read later (`collect`)."""
-        write_int(0, self.file)  # the message format's version, as pyspark writes it
-        write_int(len(message), self.file)
-        self.file.write(message)
+        write_request(self.file, message)
         self.pending += 1
         if self.pending >= MAX_PENDING:
             self.file.flush()
@@ -71,9 +68,7 @@ class DeferredAnswers:
         if self.deferring:
             self.defer(message)
             return
-        write_int(0, self.file)
-        write_int(len(message), self.file)
-        self.file.write(message)
+        write_request(self.file, message)
         self.file.flush()
         self.collect()
 
@@ -108,11 +103,6 @@ class DeferredAnswers:
                 self.deferring = False
 
         return deferred  # type: ignore[return-value]
-
-
-def answers_of(client: Any) -> DeferredAnswers | None:
-    """The deferred answers `install` set up on an API client (None: its calls wait)."""
-    return getattr(client, "deferred_answers", None)
 
 
 def install(handle: StatefulProcessorHandle) -> bool:

@@ -34,6 +34,9 @@ CHUNK_BYTES = 32 * 1024
 # (`tests/test_state_wire.py` holds the tags below to its messages).
 TESTED_PYSPARK = "4.3.0"
 
+# The API client attribute where `state.spark.deferred` keeps the answers the client owes.
+DEFERRED_ANSWERS = "deferred_answers"
+
 log = logging.getLogger(__name__)
 _told: list[str] = []  # the fallback, said once in a worker's log
 
@@ -76,6 +79,20 @@ class BinaryValues:
             if pickled[end:] == _BYTES_END:
                 return pickled[start:end].decode("utf-8", "surrogatepass").encode("latin-1")
         return self.loads(pickled)[0]
+
+
+def write_request(file: Any, message: bytes) -> None:
+    """Write one request as pyspark frames it: the message format's version, the message's
+    length, the message."""
+    write_int(0, file)
+    write_int(len(message), file)
+    file.write(message)
+
+
+def answers_of(client: Any) -> Any:
+    """The answers an API client owes for the calls it deferred (`state.spark.deferred`),
+    None when its calls wait for their answers."""
+    return getattr(client, DEFERRED_ANSWERS, None)
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
@@ -142,7 +159,7 @@ class StateWire:
             for k, v in puts
         ]
         requests += [request(_REMOVE_KEY, _field(_USER_KEY, dumps((k,)))) for k in removes]
-        owed = getattr(self.client, "deferred_answers", None)
+        owed = answers_of(self.client)
         if owed is None:
             self.exchange(requests)
         else:
@@ -152,13 +169,11 @@ class StateWire:
     def exchange(self, requests: Iterable[bytes]) -> list[bytes]:
         """Every request's answer value, the requests written a chunk at a time (after the
         answers the client owes, `state.spark.deferred`)."""
-        owed = getattr(self.client, "deferred_answers", None)
+        owed = answers_of(self.client)
         values: list[bytes] = []
         pending = size = 0
         for message in requests:
-            write_int(0, self.file)  # the message format's version, as pyspark writes it
-            write_int(len(message), self.file)
-            self.file.write(message)
+            write_request(self.file, message)
             pending += 1
             size += len(message) + 8
             if size >= CHUNK_BYTES:
