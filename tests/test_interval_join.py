@@ -20,7 +20,7 @@ from state.joins.interval_join import (
     cached_rows,
 )
 from state.joins.specs import IntervalJoinSpec, SideSpec
-from state.store.encoding import dump, load
+from state.store.encoding import dump, dump_packed, load
 from tests.frames import join_frame
 
 HOUR = 3_600_000
@@ -217,6 +217,24 @@ def test_a_visit_decodes_only_the_keys_its_rows_and_due_timers_name() -> None:
     assert op.process(read, "k5", 1, ("s",), 10 * HOUR + 5, 10 * HOUR) == [pair((5,), ("s",))]
     assert list(read.keys.live) == ["k5"]
     assert cached_rows(read, left=True) == 100 and cached_rows(read, left=False) == 1
+
+
+def test_a_large_bucket_is_stored_packed_and_reads_back_as_it_was_written() -> None:
+    """A live bucket of many keys is stored packed, a fraction of its pickle's size, and joins
+    on as written; one stored unpacked (as before packing) reads too; a small one is not
+    packed."""
+    op, bucket = join("inner", -HOUR, HOUR), Bucket()
+    for k in range(300):
+        op.process(bucket, f"k{k}", 0, (f"order {k}", k), 10 * HOUR + k, 0)
+    plain = bucket_to_plain(bucket)
+    packed, unpacked = dump_packed(plain), dump(plain)
+    assert len(packed) * 3 < len(unpacked)
+    for blob in (packed, unpacked):
+        read = bucket_from_plain(load(blob))
+        assert cached_rows(read, left=True) == 300 and read.next_timer() == bucket.next_timer()
+        joined = op.process(read, "k7", 1, ("s",), 10 * HOUR + 7, 10 * HOUR)
+        assert joined == [pair(("order 7", 7), ("s",))]
+    assert dump_packed(("k1", 1)) == dump(("k1", 1))
 
 
 class LateRows(Counter):

@@ -18,7 +18,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from state.spark.deferred import writes_deferred
 from state.spark.pipelined import wire
-from state.store.encoding import dump, load
+from state.store.encoding import dump, dump_packed, load
 from state.store.key_filter import KeyFilter
 from state.store.keyed_state import EntryStore, KeyedBucket, StoredKeys, Waiting
 from state.store.warm import Copies, ReadCounts, WarmEntries, new_token
@@ -57,7 +57,9 @@ class BucketLayout(Protocol):
 
 class WholeBuckets:
     """One value per bucket, read and written whole: for state that time bounds and a batch
-    mostly touches (the interval join), one call per bucket beats one per key."""
+    mostly touches (the interval join), one call per bucket beats one per key. The value is
+    packed once large (`dump_packed`): it crosses to the state server and into RocksDB whole at
+    every visit."""
 
     def __init__(
         self,
@@ -86,7 +88,7 @@ class WholeBuckets:
             if before is not None:
                 self.state.clear()
             return
-        blob = dump(self.to_plain(bucket))
+        blob = dump_packed(self.to_plain(bucket))
         if blob != before:
             self.state.update((blob,))
 

@@ -5,17 +5,19 @@ or moving one would make every checkpoint unreadable): only tuples, lists, dicts
 numbers, bytes, None, and the value types Spark's columns bring (`Decimal`, `date`, `datetime`,
 `time`, and the `ZoneInfo` of a timestamp the Row API hands over). Each module turns its own
 objects into that plain form and back. The bytes are a format byte then a pickle of the plain
-data: C pickle is the fastest codec Python has for
-nested builtins (an encoding of its own in Python would cost more than the join), and a pickle
-of builtins names no class, so it stays readable whatever the code becomes. Reading refuses any
-class but the value types above.
+data, or, for a large value read and written whole at every visit, the format byte with its high
+bit set, the pickle's length and the pickle packed by zstd (`dump_packed`). C pickle is the
+fastest codec Python has for nested builtins (an encoding of its own in Python would cost more
+than the join), and a pickle of builtins names no class, so it stays readable whatever the code
+becomes. Reading refuses any class but the value types above.
 
 `FORMAT` changes whenever the plain form of any state changes so that this code could not read
 the one before; `app.run.checkpoint` records it in the checkpoint and refuses to resume one
 written in another format, naming what to do. A new plain form this code tells from the one
 before it, and reads both, keeps the format, so that a checkpoint resumes across the change (an
 interval join's bucket: four fields with every key's state in it, then five with each key's
-state apart); a streamjoin from before such a change cannot read what the new one wrote.
+state apart; a bucket's value unpacked, then packed); a streamjoin from before such a change
+cannot read what the new one wrote.
 """
 
 from __future__ import annotations
@@ -25,11 +27,19 @@ import pickle
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pyarrow as pa
+
 # 1: whole pickled objects (before the checkpoint recorded a format); 2: entry names depended on
 # which of a key's values were one object; 3: rows without the time of their last write, entries
 # without their expiry
 FORMAT = 4
 _HEADER = bytes([FORMAT])
+# The same plain data, its pickle packed by zstd (`dump_packed`): the format with the high bit
+# set, a byte no format's header nor a pickle (format 1) starts with.
+_PACKED = FORMAT | 0x80
+# A pickle at least this long is packed by `dump_packed`: below it, packing saves too little.
+PACK_FROM_BYTES = 4096
+_CODEC = pa.Codec("zstd", compression_level=1)
 _VALUE_TYPES = {
     ("decimal", "Decimal"),
     ("datetime", "date"),
@@ -67,6 +77,19 @@ def dump(value: Any) -> bytes:
     return _HEADER + pickle.dumps(value, protocol=5)
 
 
+def dump_packed(value: Any) -> bytes:
+    """Plain data as stored bytes, packed when large: for a value read and written whole at
+    every visit (`state.spark.layouts.WholeBuckets`), whose bytes the state server converts
+    to and from a pickled string of its own, one character at a time, and RocksDB writes to
+    its changelog each micro-batch: packed, a bucket of an interval join is a sixth of its
+    size, for a fraction of a millisecond (`docs/performance.md`)."""
+    pickled = pickle.dumps(value, protocol=5)
+    if len(pickled) < PACK_FROM_BYTES:
+        return _HEADER + pickled
+    size = len(pickled).to_bytes(4, "little")
+    return bytes([_PACKED]) + size + _CODEC.compress(pickled, asbytes=True)
+
+
 def dump_key(key: Any) -> bytes:
     """A key as the name of its state entry: the same bytes for equal keys.
 
@@ -83,7 +106,12 @@ def dump_key(key: Any) -> bytes:
 
 
 def load(blob: bytes) -> Any:
-    """Stored bytes as plain data; `StateFormatError` if written in another format."""
+    """Stored bytes as plain data, packed (`dump_packed`) or not; `StateFormatError` if
+    written in another format."""
+    if blob and blob[0] == _PACKED:
+        size = int.from_bytes(blob[1:5], "little")
+        pickled = _CODEC.decompress(memoryview(blob)[5:], decompressed_size=size, asbytes=True)
+        return _PlainUnpickler(io.BytesIO(pickled)).load()
     if not blob or blob[0] != FORMAT:
         found = blob[0] if blob else None
         raise StateFormatError(f"state format {found!r}, this code reads format {FORMAT}")
