@@ -20,7 +20,7 @@ from state.joins.interval_join import (
     cached_rows,
 )
 from state.joins.specs import IntervalJoinSpec, SideSpec
-from state.store.encoding import dump, dump_packed, load
+from state.store.encoding import StateFormatError, dump, dump_packed, load
 from tests.frames import join_frame
 
 HOUR = 3_600_000
@@ -235,6 +235,8 @@ def test_a_large_bucket_is_stored_packed_and_reads_back_as_it_was_written() -> N
         joined = op.process(read, "k7", 1, ("s",), 10 * HOUR + 7, 10 * HOUR)
         assert joined == [pair(("order 7", 7), ("s",))]
     assert dump_packed(("k1", 1)) == dump(("k1", 1))
+    with pytest.raises(StateFormatError, match="does not unpack"):
+        load(packed[: len(packed) // 2])
 
 
 class LateRows(Counter):

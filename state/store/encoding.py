@@ -81,8 +81,8 @@ def dump_packed(value: Any) -> bytes:
     """Plain data as stored bytes, packed when large: for a value read and written whole at
     every visit (`state.spark.layouts.WholeBuckets`), whose bytes the state server converts
     to and from a pickled string of its own, one character at a time, and RocksDB writes to
-    its changelog each micro-batch: packed, a bucket of an interval join is a sixth of its
-    size, for a fraction of a millisecond (`docs/performance.md`)."""
+    its changelog each micro-batch: packing costs less than moving the bytes it saves
+    (`docs/performance.md` has the measures)."""
     pickled = pickle.dumps(value, protocol=5)
     if len(pickled) < PACK_FROM_BYTES:
         return _HEADER + pickled
@@ -110,7 +110,10 @@ def load(blob: bytes) -> Any:
     written in another format."""
     if blob and blob[0] == _PACKED:
         size = int.from_bytes(blob[1:5], "little")
-        pickled = _CODEC.decompress(memoryview(blob)[5:], decompressed_size=size, asbytes=True)
+        try:
+            pickled = _CODEC.decompress(memoryview(blob)[5:], decompressed_size=size, asbytes=True)
+        except (OSError, pa.ArrowException) as err:
+            raise StateFormatError(f"packed state that does not unpack: {err}") from err
         return _PlainUnpickler(io.BytesIO(pickled)).load()
     if not blob or blob[0] != FORMAT:
         found = blob[0] if blob else None
