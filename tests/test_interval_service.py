@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import time
@@ -65,17 +66,32 @@ def shipped_orders_env(
     )
 
 
+def note_of(order_id: str) -> str:
+    """A note of several kilobytes an order carries: enough for its state's bucket to be
+    stored packed (`state.store.encoding.dump_packed`), varied enough not to pack to nothing."""
+    return "".join(hashlib.sha256(f"{order_id}/{i}".encode()).hexdigest() for i in range(100))
+
+
 def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
     kafka: str, tmp_path: Path
 ) -> None:
     orders, shipments, out = join_topics(kafka)
-    produce(kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in ORDERS])
+    produce(
+        kafka,
+        orders,
+        [json.dumps({"order_id": o, "ot": t, "note": note_of(o)}).encode() for o, t in ORDERS],
+    )
     produce(
         kafka,
         shipments,
         [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode() for s, o, t in SHIPMENTS],
     )
     env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
+    # the orders padded below come out of a stored bucket, their notes with them
+    env.update(
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3), note STRING",
+        JOIN_SELECT="L.order_id, R.ship_id, L.note",
+    )
     expected = {("o1", "s1"), ("o3", "s3"), ("o3", "s4"), ("o2", None), ("o4", None)}
 
     def output() -> list[tuple]:
@@ -102,7 +118,12 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         wait_for(lambda: state_rows(service) > 0, 60, "no state rows on /metrics", service)
         first_state_rows = state_rows(service)
         produce(
-            kafka, orders, [json.dumps({"order_id": o, "ot": t}).encode() for o, t in LATER_ORDERS]
+            kafka,
+            orders,
+            [
+                json.dumps({"order_id": o, "ot": t, "note": note_of(o)}).encode()
+                for o, t in LATER_ORDERS
+            ],
         )
         produce(
             kafka,
@@ -157,7 +178,10 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         assert service.terminate() == 0, service.log()[-3000:]
     rows = output()
     assert sorted((r for r in rows if r[0] != "o9"), key=str) == sorted(expected, key=str)
-    assert all(r.header("op") == b"+I" for r in read_topic(kafka, out))
+    records = read_topic(kafka, out)
+    assert all(r.header("op") == b"+I" for r in records)
+    notes = {v["order_id"]: v["note"] for v in map(json.loads, (r.value for r in records))}
+    assert all(note == note_of(order) for order, note in notes.items())
     assert_promtool_accepts(page.encode())  # last: where promtool is missing, the test says so
 
 
