@@ -30,8 +30,9 @@ from state.spark.arrow_groups import install
 from state.store.keeper import KEEPER_SOCKET, start
 
 # What the service's workers import: the source and sink, the decoders, the join processors,
-# the lookup join and its client; pyarrow and pandas come with them.
-PRELOADED = ("pyspark.worker", "app.run.builder", "app.run.lookups", "asyncpg")
+# the lookup join and its client, and pandas, which pyspark's worker imports for a stateful
+# stage; pyarrow comes with them.
+PRELOADED = ("pyspark.worker", "app.run.builder", "app.run.lookups", "asyncpg", "pandas")
 
 
 def main() -> None:

@@ -41,10 +41,9 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -63,6 +62,13 @@ from state.spark.layouts import BucketLayout
 from state.store.keeper import worker_copies
 from state.store.warm import ReadCounts
 
+if TYPE_CHECKING:  # pandas only where pyspark's own path hands frames over: imported there
+    import pandas as pd
+
+    # A bucket's rows of a micro-batch: pyspark's DataFrame, or the Arrow slices of the
+    # service's workers as one table
+    Input = pd.DataFrame | pa.Table
+
 _NAT = np.iinfo(np.int64).min  # NaT's bit pattern
 TIME_MODES: dict[Clock, str] = {
     "event": "EventTime",
@@ -73,10 +79,6 @@ TIME_MODES: dict[Clock, str] = {
 # What a bucket holds of one side: a count, or counts by when a state TTL drops them (epoch ms,
 # None: never), as `state.store.keyed_state.held_by_expiry` gives them.
 Held = int | tuple[tuple[int | None, int], ...]
-
-# A bucket's rows of a micro-batch: pyspark's DataFrame, or the Arrow slices of the service's
-# workers as one table
-Input = pd.DataFrame | pa.Table
 
 
 @dataclass
@@ -172,6 +174,8 @@ def arrow_values(column: pa.ChunkedArray, kind: str) -> list[Any]:
 
 
 def pandas_column(values: list[Any], kind: str) -> Any:
+    import pandas as pd
+
     if kind == "timestamp":
         micros = np.array([_NAT if v is None else v for v in values], dtype=np.int64)
         return micros.view("datetime64[us]")
@@ -428,6 +432,8 @@ class StatefulFrame(StatefulProcessor):
         DataFrame for pyspark's own path."""
         layout = self.layout
         plain = arrow_groups.installed()
+        if not plain:
+            import pandas as pd
         columns: dict[str, Any] = {OP: [c.kind for c in changes]}
         if layout.out_seq:
             if changes[0].seq is None:  # the operator leaves the order to the frame
@@ -459,6 +465,8 @@ class StatefulFrame(StatefulProcessor):
         if isinstance(frames[0], pa.RecordBatch):
             frame = pa.Table.from_batches(frames)
         else:
+            import pandas as pd
+
             frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         now = self._operator_time(timerValues)
         bucket, before = self.store.read(now, key)
