@@ -154,15 +154,21 @@ def test_plain_json_rows_are_typed() -> None:
             [b'{"code": "7"}', b'{"code": 7}'],
             [b'{"code": "07"}', b'{"code": " 7"}', b'{"code": 7.0}', b'{"code": null}'],
         ),
+        (
+            (("n", 123456789012345678901),),
+            [b'{"n": 123456789012345678901}'],
+            [b'{"n": 123456789012345678902}', b'{"n": 123456789012345683968}'],
+        ),
     ],
-    ids=["int-column", "string-column"],
+    ids=["int-column", "string-column", "beyond-64-bits"],
 )
 def test_a_views_where_reads_the_field_as_its_column_does(
     where: tuple, kept: list[bytes], skipped: list[bytes]
 ) -> None:
     """A view keeps a record whose field reads, as Flink's JSON format reads it into the
     column, as the WHERE's literal: `"1"` and `" 1"` are the INT 1, `7` the STRING '7' (and
-    `7.0` is '7.0'), as Flink 2.3 kept them."""
+    `7.0` is '7.0'), as Flink 2.3 kept them; a whole number beyond 64 bits is compared whole,
+    not as the nearest float."""
     fmt = JsonFormat(parse_schema("id STRING"), [], where=where)
     assert [len(fmt.decode(None, value)) for value in kept] == [1] * len(kept)
     assert [len(fmt.decode(None, value)) for value in skipped] == [0] * len(skipped)
