@@ -7,7 +7,6 @@ makes each micro-batch's commit write the changes instead of a full snapshot.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import sys
@@ -212,9 +211,6 @@ def build_session(
     if master.startswith("local"):
         # Everything runs on this host: keep Spark's own sockets on loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # pyspark's stateful operators import pandas as a query is built: imported meanwhile, while
-    # this thread only waits for the JVM to start
-    threading.Thread(target=importlib.import_module, args=("pandas",), daemon=True).start()
     builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
     local = checkpoint_conf(checkpoint) if checkpoint else {}
     merged = {**DEFAULT_CONF, **local, **(conf or {})}
