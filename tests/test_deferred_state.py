@@ -1,9 +1,13 @@
 """A bucket's status-only state calls (the key switch, the write, the timer's move) wait for no
 answer of their own: pyspark's own client, against a state server that answers in order as the
 JVM's does, makes one round trip per bucket where it made five, leaves the same state, and a
-call that failed fails the task at the next call."""
+call that failed fails the task at the next call; a task's client is freed when the task
+lets it go, without the cyclic collector."""
 
 from __future__ import annotations
+
+import gc
+import weakref
 
 import pyspark.sql.streaming.proto.StateMessage_pb2 as m
 import pytest
@@ -130,3 +134,24 @@ def test_a_deferred_write_that_failed_fails_the_next_call() -> None:
     state.update((b"lost",))  # no answer waited for
     with pytest.raises(RuntimeError, match="the store is gone"):
         made.remove_implicit_key()
+
+
+def test_a_finished_tasks_client_and_state_are_freed_by_reference_counting_alone() -> None:
+    """The workers freeze what lives at each task's start out of every collection
+    (`ops.worker.collector`): a task's client held in a reference cycle, and its socket to that
+    task's state server, would stay for the worker's life, one more every task."""
+    made = client(StateServer())
+    handle = StatefulProcessorHandle(made)
+    assert deferred.install(handle)
+    state = deferred.writes_deferred(ValueState(ValueStateClient(made, BUCKET_STATE), "bucket"))
+    made.set_implicit_key((1,))
+    state.update((b"written",))
+    handle.registerTimer(1000)
+    made.remove_implicit_key()
+    freed = [weakref.ref(made), weakref.ref(state)]
+    gc.disable()
+    try:
+        del made, handle, state
+        assert [ref() for ref in freed] == [None, None]
+    finally:
+        gc.enable()

@@ -17,6 +17,12 @@ A failed deferred call fails the task at that next call. The task's last calls (
 the handle) wait for their answers, so every deferred answer is read, and its status checked,
 before the task ends and Spark commits its state.
 
+What is installed on pyspark's objects reaches them back only through weak references: a
+method of an object stored on that object would make a reference cycle, which only the cyclic
+collector frees, and the workers freeze what lives at each task's start out of every collection
+(`ops.worker.collector`): a task's API client, still held by the processor when the next task
+starts, would never be freed, nor its socket to that task's state server closed.
+
 Like `state.spark.pipelined`, this speaks pyspark's private client, and only with the pyspark
 it was tested with; with another, or a handle without a socket client (pyspark's `TwsTester`),
 every call waits for its answer as pyspark makes it.
@@ -25,6 +31,7 @@ every call waits for its answer as pyspark makes it.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -47,7 +54,9 @@ class DeferredAnswers:
 
     def __init__(self, client: Any) -> None:
         self.file = client.sockfile
-        self.receive: Callable[[], tuple[int, str, bytes]] = client._receive_proto_message
+        self.receive: Callable[[], tuple[int, str, bytes]] = weak_method(
+            client, "_receive_proto_message"
+        )
         self.pending = 0
         self.deferring = False
         client._send_proto_message = self.send
@@ -105,6 +114,12 @@ class DeferredAnswers:
         return deferred  # type: ignore[return-value]
 
 
+def weak_method(owner: Any, name: str) -> Callable[..., Any]:
+    """`owner`'s method `name` as its class defines it, bound to a weak reference to `owner`:
+    stored on `owner`, it keeps `owner` out of a reference cycle."""
+    return functools.partial(getattr(type(owner), name), weakref.proxy(owner))
+
+
 def install(handle: StatefulProcessorHandle) -> bool:
     """Defer the status-only calls of `handle`'s client (the key switch, the timers); whether
     they are."""
@@ -114,7 +129,7 @@ def install(handle: StatefulProcessorHandle) -> bool:
     if answers_of(client) is None:
         answers = DeferredAnswers(client)
         for name in CLIENT_CALLS:
-            setattr(client, name, answers.deferring_call(getattr(client, name)))
+            setattr(client, name, answers.deferring_call(weak_method(client, name)))
     return True
 
 
@@ -124,6 +139,6 @@ def writes_deferred(state: ValueState) -> ValueState:
     value_client = getattr(state, "_valueStateClient", None)
     answers = answers_of(getattr(value_client, "_stateful_processor_api_client", None))
     if answers is not None:
-        state.update = answers.deferring_call(state.update)  # type: ignore[method-assign]
-        state.clear = answers.deferring_call(state.clear)  # type: ignore[method-assign]
+        state.update = answers.deferring_call(weak_method(state, "update"))  # type: ignore[method-assign]
+        state.clear = answers.deferring_call(weak_method(state, "clear"))  # type: ignore[method-assign]
     return state
