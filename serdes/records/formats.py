@@ -42,6 +42,11 @@ _DIGITS = bytes.maketrans(b"012345678", b"999999999")
 _LONG_NUMBER = b"9" * 19
 
 
+def _long_number(value: bytes) -> bool:
+    """Whether `value` holds a run of 19 digits or more, which orjson may read otherwise."""
+    return _LONG_NUMBER in value.translate(_DIGITS)
+
+
 def _json_object(value: bytes | None) -> dict[str, Any] | None:
     """The JSON object of `value`, as `json.loads` reads it. orjson reads it, at a third of the
     cost, when the record is an object in UTF-8 without a long number; whatever orjson refuses
@@ -49,7 +54,7 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
     refuses with its error."""
     if value is None:
         return None
-    if value[:1] == b"{" and _LONG_NUMBER not in value.translate(_DIGITS):
+    if value[:1] == b"{" and not _long_number(value):
         try:
             return orjson.loads(value)  # an object: it starts with one
         except orjson.JSONDecodeError:
@@ -66,7 +71,7 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
 def _unchecked_object(value: bytes) -> dict[str, Any] | None:
     """What orjson reads in a record starting with `{`, without the check for long numbers;
     None where it cannot read it. Enough to tell most of a view's records from another view's
-    (`JsonFormat._elsewhere`), which is what most of them are."""
+    (`JsonFormat._where_verdict`), which is what most of them are."""
     try:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
@@ -180,14 +185,17 @@ class JsonFormat:
         self.unreadable = unreadable
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
-        data = None
+        data, kept = None, None
         if self.where and value is not None and value[:1] == b"{":
             quick = _unchecked_object(value)
             if quick is not None:
-                if self._elsewhere(quick):
+                kept = self._where_verdict(quick)
+                if kept is False:
                     return []
-                if _LONG_NUMBER not in value.translate(_DIGITS):
-                    data = quick
+                if _long_number(value):
+                    kept = None  # read again as `json` reads it, and judged on that
+                else:
+                    data = quick  # what `json` reads too
         if data is None:
             try:
                 data = _json_object(value)
@@ -197,25 +205,25 @@ class JsonFormat:
                 if self.unreadable:
                     raise
                 return []
-        for field, kept, read in self.where:
-            if not _kept(data.get(field), kept, read):
-                return []
+        if kept is None and not all(_kept(data.get(f), k, read) for f, k, read in self.where):
+            return []
         if self.paths:  # the view's columns of nested fields, as the row's own
             nested = {column: _nested(data, path) for column, path in self.paths}
             data = nested if self.nested_only else {**data, **nested}
         return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
 
-    def _elsewhere(self, data: dict[str, Any]) -> bool:
-        """Whether the view surely keeps no change of a record read by orjson unchecked: a
-        `WHERE` field holds another value. orjson reads differently from `json` only an integer
-        beyond 64 bits, as a float: a field holding a float is left to the checked reading."""
+    def _where_verdict(self, data: dict[str, Any]) -> bool | None:
+        """Whether the view keeps a record read by orjson unchecked (False: another view's);
+        None where a `WHERE` field holds a float, which may be how orjson reads an integer
+        beyond 64 bits (the only value it reads otherwise than `json`): the checked reading
+        decides."""
         for field, kept, read in self.where:
             found = data.get(field)
             if isinstance(found, float):
-                return False
+                return None
             if not _kept(found, kept, read):
-                return True
-        return False
+                return False
+        return True
 
 
 class DebeziumJsonFormat:
