@@ -2,7 +2,7 @@
 answer of their own: pyspark's own client, against a state server that answers in order as the
 JVM's does, makes one round trip per bucket where it made five, leaves the same state, and a
 call that failed fails the task at the next call; a task's client is freed when the task
-lets it go, without the cyclic collector."""
+lets it go, without the cyclic collector, and a closed task's processor lets it go."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import pytest
 from pyspark.serializers import PickleSerializer
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, ValueState
 from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
+from pyspark.sql.streaming.tws_tester import TwsTester
 from pyspark.sql.streaming.value_state_client import ValueStateClient
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from state.spark import deferred
 from state.spark.layouts import BUCKET_STATE
+from tests.frames import join_frame
+from tests.test_regular_processor import KINDS, SPEC, changes
 
 KEY = StructType([StructField("bucket", IntegerType())])
 
@@ -155,3 +158,18 @@ def test_a_finished_tasks_client_and_state_are_freed_by_reference_counting_alone
         assert [ref() for ref in freed] == [None, None]
     finally:
         gc.enable()
+
+
+def test_a_closed_tasks_processor_holds_none_of_its_state() -> None:
+    """A worker's processor lives on after its task (pyspark holds it until the next task's
+    `init`), and what it holds then is frozen out of every collection at that start: any
+    cycle among the state objects the task made, pyspark's own included, would stay for the
+    worker's life. Once closed, the task's store is the collector's to free."""
+    frame = join_frame(SPEC, KINDS)
+    tester = TwsTester(frame)
+    tester.testInPandas(0, changes((1, "+I", 1, ("p1", 10)), (0, "+I", 2, ("o1", "p1", 1))))
+    store = weakref.ref(frame.store)
+    frame.close()
+    del tester
+    gc.collect()
+    assert store() is None

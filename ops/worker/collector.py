@@ -12,10 +12,10 @@ source and sink.
   its imported modules (pandas, pyarrow, pyspark) first: a fixed cost every task that added up
   to a large share of the workers' CPU (`docs/performance.md`). Frozen objects are skipped by
   collections (reference counting still frees them); only cycles among them would stay. The
-  daemon has just collected the last task's garbage, but what the last task left referenced
-  (a processor's handle on its state client until the next task's `init`) is frozen with the
-  rest: nothing a task makes may sit in a reference cycle, or it is never freed
-  (`state.spark.deferred` holds pyspark's objects weakly for that).
+  daemon has just collected the last task's garbage, and a processor lets go of its task's
+  state when the task closes; but what a task made before its processor's `init` (pyspark's
+  state client and handle) is frozen with the rest: nothing there may sit in a reference
+  cycle, or it is never freed (`state.spark.deferred` holds pyspark's objects weakly for that).
 """
 
 from __future__ import annotations

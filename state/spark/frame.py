@@ -510,8 +510,12 @@ class StatefulFrame(StatefulProcessor):
             yield self._frame(changes)
 
     def close(self) -> None:
-        """Send the task's late rows, count its reads and fan-out (the state handles are
-        Spark's to close)."""
+        """Send the task's late rows, count its reads and fan-out, and let go of the task's
+        state handle and store (the handles are Spark's to close). Let go because the
+        worker's next task freezes what still lives out of every collection
+        (`ops.worker.collector`): held here until the next `init`, a cycle among the state
+        objects `init` made, pyspark's own included, would never be freed."""
+        del self.handle, self.store
         if self.late_letters is not None and self.late:
             self.late_letters.send(self.late)
         counted = getattr(self.operator, "fanout", None)
