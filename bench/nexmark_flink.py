@@ -6,6 +6,8 @@ queries are measured against (events per core-second).
     python bench/nexmark_generator.py --events 2000000 --base-ms 0 --out /tmp/nexmark.jsonl
     .venv-flink/bin/python bench/nexmark_flink.py /tmp/nexmark.jsonl q3 q20 q23 q8
     .venv-flink/bin/python bench/nexmark_flink.py --check /tmp/nexmark.jsonl q3 q20 q23 q8
+    .venv-flink/bin/python bench/nexmark_flink.py --set table.optimizer.multi-join.enabled=true \
+        /tmp/nexmark.jsonl q23
 
 Each query runs its own job (streaming mode, parallelism 1, the default heap state backend, a
 local mini-cluster) with Nexmark's own SQL (`bench/nexmark/`): the Kafka table's
@@ -14,6 +16,8 @@ written (but q23's `A.dateTime`, quoted: Flink 2.3 refuses it bare). Printed per
 events, the job's wall time from submission to its end (the JVM and the planner already warm
 from a first run of the same query over the first 10,000 events), and the events per second
 of it and per second of CPU the JVM used meanwhile.
+`--set KEY=VALUE` (before the rest, repeatable) sets a table option for every job, as a `SET`
+statement before the query would (the service's runs take the same, `nexmark_service.py --set`).
 Python 3.11 with only PyFlink: nothing of the project's is imported.
 """
 
@@ -25,6 +29,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 QUERIES = BENCH / "nexmark"  # Nexmark's own SQL, from its repository (its LICENSE beside)
@@ -63,13 +68,20 @@ def jvm_cpu_seconds() -> float:
     return total
 
 
-def run(path: str, query: str) -> tuple[float, float]:
-    """One job of `query` over the events at `path`: its wall time and the JVM's CPU time."""
+def table_env(options: dict[str, str]) -> Any:
+    """A streaming table environment of one task, in UTC, with `options` set."""
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    env.get_config().set("parallelism.default", "1")
-    env.get_config().set("table.local-time-zone", "UTC")
+    settings = {"parallelism.default": "1", "table.local-time-zone": "UTC", **options}
+    for key, value in settings.items():
+        env.get_config().set(key, value)
+    return env
+
+
+def run(path: str, query: str, options: dict[str, str]) -> tuple[float, float]:
+    """One job of `query` over the events at `path`: its wall time and the JVM's CPU time."""
+    env = table_env(options)
     *ddl, insert = statements(path, query)
     for statement in ddl:
         env.execute_sql(statement)
@@ -78,17 +90,13 @@ def run(path: str, query: str) -> tuple[float, float]:
     return time.monotonic() - start, jvm_cpu_seconds() - cpu
 
 
-def check(path: str, query: str) -> dict:
+def check(path: str, query: str, options: dict[str, str]) -> dict:
     """The query's rows over the events at `path`, collected (its INSERT's SELECT): their
     count and checksum (`bench/nexmark_check.py`)."""
-    from pyflink.table import EnvironmentSettings, TableEnvironment
-
     sys.path.insert(0, str(BENCH))
     from nexmark_check import checksum
 
-    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
-    env.get_config().set("parallelism.default", "1")
-    env.get_config().set("table.local-time-zone", "UTC")
+    env = table_env(options)
     *ddl, insert = statements(path, query)
     for statement in ddl:
         env.execute_sql(statement)
@@ -98,9 +106,14 @@ def check(path: str, query: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    options = {}
+    while argv[:1] == ["--set"] and len(argv) > 1 and "=" in argv[1]:
+        key, value = argv[1].split("=", 1)
+        options[key] = value
+        argv = argv[2:]
     if argv[:1] == ["--check"]:  # the results, not the speed
         for query in argv[2:]:
-            print(json.dumps(check(argv[1], query)))
+            print(json.dumps(check(argv[1], query, options)))
         return 0
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -114,8 +127,8 @@ def main(argv: list[str]) -> int:
                 first.write(line)
             events += 1
     for query in queries:
-        run(warm, query)
-        wall, cpu = run(path, query)
+        run(warm, query, options)
+        wall, cpu = run(path, query, options)
         print(
             f"{query}: {events} events in {wall:.1f} s: {events / wall:,.0f} events/s, "
             f"{events / cpu:,.0f} events per CPU-second ({cpu:.1f} s of CPU)"

@@ -4,6 +4,8 @@ run` from a Kafka topic of `bench/nexmark_generator.py`'s events: the speed besi
 
     python bench/nexmark_service.py --bootstrap HOST:PORT --events 1000000 q3 q20 q23
     python bench/nexmark_service.py --bootstrap HOST:PORT --events 80000 --check q3 q20 q23
+    python bench/nexmark_service.py --bootstrap HOST:PORT --events 1000000 \
+        --set table.optimizer.multi-join.enabled=true q23
 
 Each query runs as a job of its own over a topic filled first (available-now, exactly-once
 defaults, a fresh checkpoint). Its cost is the CPU the service's processes used (the driver's
@@ -11,7 +13,9 @@ Python, Spark's JVM and its Python workers, sampled from /proc as it runs), less
 same query over the first 10,000 events, so that what the JVM's start and Spark's planning cost
 is not counted: the events per CPU-second of the rest, as Flink's JVM is measured warm. With
 `--check`, the query's blackhole sink is a Kafka topic instead, and its rows' count and checksum
-(`bench/nexmark_check.py`) are printed, to compare with `nexmark_flink.py --check`.
+(`bench/nexmark_check.py`) are printed, to compare with `nexmark_flink.py --check`. `--set
+KEY=VALUE` (repeatable) puts a `SET` statement before each query, as `nexmark_flink.py --set`
+sets that option for Flink's jobs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -40,9 +45,12 @@ WARM_EVENTS = 10_000
 _BLACKHOLE = "'connector' = 'blackhole'"
 
 
-def script(query: str, bootstrap: str, topic: str, output: str | None = None) -> str:
-    """Nexmark's table over `topic`, its views and the query; its sink the topic `output`
-    (JSON) instead of the blackhole, if given."""
+def script(
+    query: str, bootstrap: str, topic: str, output: str | None = None, options: Sequence[str] = ()
+) -> str:
+    """Nexmark's table over `topic`, its views and the query, after a `SET` of each of
+    `options` (`KEY=VALUE`); its sink the topic `output` (JSON) instead of the blackhole, if
+    given."""
     table = (QUERIES / "ddl_kafka.sql").read_text()
     table = table.replace("${BOOTSTRAP_SERVERS}", bootstrap)
     table = table.replace("'topic' = 'nexmark'", f"'topic' = '{topic}'")
@@ -51,7 +59,13 @@ def script(query: str, bootstrap: str, topic: str, output: str | None = None) ->
     if output is not None:
         kafka = f"'connector' = 'kafka', 'topic' = '{output}', 'format' = 'json'"
         text = text.replace(_BLACKHOLE, kafka)
-    return f"{table};\n{views};\n{text}"
+    sets = "".join(f"SET '{key}' = '{value}';\n" for key, value in map(_option, options))
+    return f"{sets}{table};\n{views};\n{text}"
+
+
+def _option(option: str) -> tuple[str, str]:
+    key, _, value = option.partition("=")
+    return key, value
 
 
 def sink_columns(query: str) -> list[str]:
@@ -164,13 +178,21 @@ def rows_of(bootstrap: str, topic: str, columns: list[str]) -> list[list]:
     return found
 
 
-def cpu_of(system: str, command: str, query: str, bootstrap: str, topic: str, work: str) -> float:
+def cpu_of(
+    system: str,
+    command: str,
+    query: str,
+    bootstrap: str,
+    topic: str,
+    work: str,
+    options: Sequence[str] = (),
+) -> float:
     """The CPU seconds of one run of `query` by `system` over `topic`, to its end."""
     if system == "spark":
         spark = f"{sys.executable} {BENCH / 'nexmark_spark.py'} --bootstrap {bootstrap} "
         return run(["/bin/sh", "-c", f"exec {spark} --topic {topic} {query}"], dict(os.environ))
     checkpoint = f"{work}/{system}-{query}-{topic}"
-    env = service_env(script(query, bootstrap, topic), checkpoint)
+    env = service_env(script(query, bootstrap, topic, options=options), checkpoint)
     return run(["/bin/sh", "-c", f"exec {command}"], env)
 
 
@@ -182,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--systems", default="streamjoin", help="streamjoin,spark (q3, q20)")
     parser.add_argument("--command", default=f"{sys.executable} -m app.cli run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     run_id = uuid.uuid4().hex[:6]
     topic, warm = f"nexmark-{run_id}", f"nexmark-warm-{run_id}"
@@ -194,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = f"{query}-{run_id}"
                 make_topics(args.bootstrap, out, f"{out}.dlq")
                 make_topics(args.bootstrap, f"{out}.markers", compact=True)
-                sql = script(query, args.bootstrap, topic, out)
+                sql = script(query, args.bootstrap, topic, out, args.set)
                 run(["/bin/sh", "-c", f"exec {args.command}"], service_env(sql, f"{work}/{query}"))
                 found = rows_of(args.bootstrap, out, sink_columns(query))
                 print(json.dumps({"query": query, **checksum(found)}), flush=True)
@@ -203,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             for system in args.systems.split(","):
                 if system == "spark" and query not in ("q3", "q20"):
                     continue
-                warm_cpu = cpu_of(system, args.command, query, args.bootstrap, warm, work)
+                warm_cpu = cpu_of(system, args.command, query, args.bootstrap, warm, work, args.set)
                 started = time.monotonic()
-                cpu = cpu_of(system, args.command, query, args.bootstrap, topic, work)
+                cpu = cpu_of(system, args.command, query, args.bootstrap, topic, work, args.set)
                 wall = time.monotonic() - started
                 events = args.events - WARM_EVENTS
                 print(

@@ -43,6 +43,27 @@ def test_a_nexmark_join_query_as_written_gives_flinks_rows(
     assert checksum(rows_of(kafka, out, sink_columns(query))) == FLINK["results"][query]
 
 
+def test_q23_as_one_multi_way_join_gives_flinks_rows(
+    kafka: str, nexmark_topic: str, tmp_path: Path
+) -> None:
+    """Flink's `table.optimizer.multi-join.enabled` set before q23: its two joins on the
+    bidder run as one operator (one stateful operator in the checkpoint, not two), with the
+    rows of the chain as written."""
+    out = unique("q23-multi")
+    make_topics(kafka, out, f"{out}.dlq")
+    make_topics(kafka, f"{out}.markers", compact=True)
+    options = ["table.optimizer.multi-join.enabled=true"]
+    env = service_env(
+        STREAMJOIN_SQL=script("q23", kafka, nexmark_topic, out, options),
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="available-now",
+    )
+    result = run_to_exit(env, timeout_s=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert checksum(rows_of(kafka, out, sink_columns("q23"))) == FLINK["results"]["q23"]
+    assert [p.name for p in (tmp_path / "ck" / "state").iterdir()] == ["0"]
+
+
 _runs: dict[str, tuple[Path, str]] = {}
 
 

@@ -106,12 +106,14 @@ class MultiJoin:
         prefixes = [
             p for p in self._prefixes(side, views) if self.matchers[side - 1](self._flat(p), row)
         ]
-        before = [len(self._matches(p, views)) for p in prefixes]
+        # whether a prefix's padding comes or goes: only a LEFT join pads, so only it counts
+        # each prefix's matches before and after (a scan of the input's view per prefix)
+        outer = self.outer[side - 1]
+        before = [len(self._matches(p, views)) for p in prefixes] if outer else []
         (view.add if adds else view.retract)(row)
         out: list[Change] = []
-        for prefix, had in zip(prefixes, before, strict=True):
-            has = len(self._matches(prefix, views))
-            padded = self.outer[side - 1] and (had == 0) != (has == 0)
+        for i, prefix in enumerate(prefixes):
+            padded = outer and (before[i] == 0) != (len(self._matches(prefix, views)) == 0)
             if padded and adds:
                 out += self._output(RowKind.DELETE, self._completed((*prefix, None), views))
             out += self._changed(op, adds, self._completed((*prefix, row), views))
