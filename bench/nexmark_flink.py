@@ -107,8 +107,11 @@ def check(path: str, query: str, options: dict[str, str]) -> dict:
 
 def main(argv: list[str]) -> int:
     options = {}
-    while argv[:1] == ["--set"] and len(argv) > 1 and "=" in argv[1]:
-        key, value = argv[1].split("=", 1)
+    while argv[:1] == ["--set"]:
+        key, equals, value = argv[1].partition("=") if len(argv) > 1 else ("", "", "")
+        if not key or not equals:
+            print("--set takes KEY=VALUE", file=sys.stderr)
+            return 2
         options[key] = value
         argv = argv[2:]
     if argv[:1] == ["--check"]:  # the results, not the speed

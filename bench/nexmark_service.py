@@ -45,12 +45,18 @@ WARM_EVENTS = 10_000
 _BLACKHOLE = "'connector' = 'blackhole'"
 
 
+Option = tuple[str, str]  # a table option's key and value, from `--set KEY=VALUE`
+
+
 def script(
-    query: str, bootstrap: str, topic: str, output: str | None = None, options: Sequence[str] = ()
+    query: str,
+    bootstrap: str,
+    topic: str,
+    output: str | None = None,
+    options: Sequence[Option] = (),
 ) -> str:
     """Nexmark's table over `topic`, its views and the query, after a `SET` of each of
-    `options` (`KEY=VALUE`); its sink the topic `output` (JSON) instead of the blackhole, if
-    given."""
+    `options`; its sink the topic `output` (JSON) instead of the blackhole, if given."""
     table = (QUERIES / "ddl_kafka.sql").read_text()
     table = table.replace("${BOOTSTRAP_SERVERS}", bootstrap)
     table = table.replace("'topic' = 'nexmark'", f"'topic' = '{topic}'")
@@ -59,12 +65,15 @@ def script(
     if output is not None:
         kafka = f"'connector' = 'kafka', 'topic' = '{output}', 'format' = 'json'"
         text = text.replace(_BLACKHOLE, kafka)
-    sets = "".join(f"SET '{key}' = '{value}';\n" for key, value in map(_option, options))
+    sets = "".join(f"SET '{key}' = '{value}';\n" for key, value in options)
     return f"{sets}{table};\n{views};\n{text}"
 
 
-def _option(option: str) -> tuple[str, str]:
-    key, _, value = option.partition("=")
+def option(text: str) -> Option:
+    """`KEY=VALUE` as a table option; anything else refused."""
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
     return key, value
 
 
@@ -185,7 +194,7 @@ def cpu_of(
     bootstrap: str,
     topic: str,
     work: str,
-    options: Sequence[str] = (),
+    options: Sequence[Option] = (),
 ) -> float:
     """The CPU seconds of one run of `query` by `system` over `topic`, to its end."""
     if system == "spark":
@@ -204,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--systems", default="streamjoin", help="streamjoin,spark (q3, q20)")
     parser.add_argument("--command", default=f"{sys.executable} -m app.cli run")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--set", action="append", default=[], type=option, metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     run_id = uuid.uuid4().hex[:6]
     topic, warm = f"nexmark-{run_id}", f"nexmark-warm-{run_id}"

@@ -52,7 +52,7 @@ def test_q23_as_one_multi_way_join_gives_flinks_rows(
     out = unique("q23-multi")
     make_topics(kafka, out, f"{out}.dlq")
     make_topics(kafka, f"{out}.markers", compact=True)
-    options = ["table.optimizer.multi-join.enabled=true"]
+    options = [("table.optimizer.multi-join.enabled", "true")]
     env = service_env(
         STREAMJOIN_SQL=script("q23", kafka, nexmark_topic, out, options),
         CHECKPOINT_LOCATION=str(tmp_path / "ck"),
