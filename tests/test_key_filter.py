@@ -22,6 +22,22 @@ def test_the_filter_never_misses_a_name_and_rarely_claims_one_never_written() ->
     assert len(known.to_plain()) == 7  # grown in layers, each twice the last
 
 
+def test_names_taken_together_set_and_test_the_bits_one_at_a_time_would() -> None:
+    """A batch's names go through the filter together (numpy); a bucket written that way is
+    read one name at a time by another visit, and the other way round."""
+    written = [dump_key((f"p{i}",)) for i in range(40_000)]
+    one_by_one, together = KeyFilter(), KeyFilter()
+    assert all(one_by_one.add(name) for name in written)
+    for start in range(0, len(written), 777):  # batches across the layers' boundaries
+        assert together.add_all(written[start : start + 777])
+    assert together.to_plain() == one_by_one.to_plain()
+    asked = written[::7] + [dump_key((f"q{i}",)) for i in range(5_000)]
+    assert together.might_hold_each(asked) == [one_by_one.might_hold(n) for n in asked]
+    assert all(together.might_hold_each(written))
+    full = KeyFilter()
+    assert not full.add_all([str(i).encode() for i in range(MAX_KEYS + 1)])
+
+
 def test_a_full_filter_says_so_and_a_small_bucket_keeps_a_small_one() -> None:
     small = KeyFilter()
     small.add(b"k")

@@ -190,8 +190,11 @@ class StoredKeys:
         """Read the keys a batch is about to use: in one pass over the store's entries if they
         are many for what it holds (`DENSE`), else all at once (`get_many`)."""
         wanted = {dump_key(key): key for key in set(keys) if key not in self.read}
-        for name in [name for name in wanted if self._absent(name)]:
-            self._found(wanted.pop(name), name, None)
+        if self.known is not None:
+            names = list(wanted)
+            for name, held in zip(names, self.known.might_hold_each(names), strict=True):
+                if not held:
+                    self._found(wanted.pop(name), name, None)
         for name, blob in self.store.recall(list(wanted)).items():
             self._found(wanted.pop(name), name, blob)
         if not wanted:
@@ -230,6 +233,7 @@ class StoredKeys:
         expires = None if self.ttl_ms is None else ledger_slot(self.now + self.ttl_ms, self.ttl_ms)
         puts: list[tuple[bytes, bytes]] = []
         removes: list[bytes] = []
+        new_names: list[bytes] = []
         for key, (name, before, was_expiring, was) in self.read.items():
             state = self.live.get(key)
             timer = None if state is None else self.timer_of(state)
@@ -251,9 +255,11 @@ class StoredKeys:
             puts.append((name, blob))
             if before is not None:
                 self._count(was_expiring, was, -1)
-            elif self.known is not None and not self.known.add(name):
-                self.known = None
+            else:
+                new_names.append(name)
             self._count(expires, self.size_of(state), 1)
+        if self.known is not None and not self.known.add_all(new_names):
+            self.known = None
         if puts or removes:
             self.store.write_many(puts, removes)
         self.read.clear()
