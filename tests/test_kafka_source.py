@@ -25,6 +25,8 @@ from serdes.kafka.offsets import (
     TopicMissingError,
 )
 from serdes.kafka.source import (
+    BACKLOG_TASKS,
+    SPLIT_FROM,
     KafkaStreamReader,
     OffsetRanges,
     _idle_readers,
@@ -356,6 +358,43 @@ def test_a_waking_reader_plans_a_batch_at_each_start_with_nothing_new_to_read(ka
     assert plain.latestOffset(read, ReadAllAvailable()) == {topic: read[topic]}
     for reader in (first, restarted, plain):
         reader.stop()
+
+
+def test_an_event_time_backlog_is_read_by_several_tasks_and_its_last_batch_by_one(
+    kafka: str,
+) -> None:
+    """One task reads an event-time input's micro-batch, so that the watermark it stamps is its
+    partitions' least; a micro-batch that leaves records for the next is split among tasks (a
+    lower watermark there passes no row), and the one that reads to the end is not, so the
+    watermark catches up. A re-run reads a batch as its plan said."""
+    topic = unique("backlog")
+    create_topics(kafka, [topic], partitions=4)
+    produce(kafka, topic, [b"%d" % i for i in range(2 * SPLIT_FROM + 400)], partitions=4)
+    reader = KafkaStreamReader(
+        topic,
+        {"bootstrap.servers": kafka},
+        "earliest",
+        SPLIT_FROM,
+        marks_group=unique("marks"),
+        backlog_tasks=2,
+    )
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert first[BACKLOG_TASKS] == {"tasks": 2}
+    split = [t.ranges for t in reader.partitions(start, first)]
+    assert split == [{0: (0, 2500), 2: (0, 2500)}, {1: (0, 2500), 3: (0, 2500)}]
+    again = KafkaStreamReader(topic, {"bootstrap.servers": kafka}, "earliest", SPLIT_FROM)
+    again.marks_group = reader.marks_group  # a restart's reader, its option not yet set
+    assert [t.ranges for t in again.partitions(start, first)] == split
+    second = reader.latestOffset(first, reader.getDefaultReadLimit())
+    assert BACKLOG_TASKS in second  # 400 records remain after it
+    last = reader.latestOffset(second, reader.getDefaultReadLimit())
+    assert BACKLOG_TASKS not in last and last[topic] == {str(p): 5100 for p in range(4)}
+    assert len(reader.partitions(second, last)) == 1
+    unmarked = KafkaStreamReader(topic, {"bootstrap.servers": kafka}, "earliest", SPLIT_FROM)
+    assert BACKLOG_TASKS not in unmarked.latestOffset(start, unmarked.getDefaultReadLimit())
+    for each in (reader, again, unmarked):
+        each.stop()
 
 
 def test_starting_offsets_latest_and_explicit(kafka: str) -> None:

@@ -24,6 +24,7 @@ from app.config.env import Config, InputConfig, JoinConfig
 from app.config.registry import AVRO_FORMATS
 from app.plan.planner import StateLayout, input_widening, normalized
 from app.plan.pushdown import pushed_filter
+from app.run.session import task_slots
 from app.run.stateful import run_stateful, side_struct
 from ops.progress import EVENT_TIME_OBSERVATION
 from serdes.kafka.arrivals import IDLE_WAIT_MS
@@ -77,6 +78,8 @@ def read_input(
         reader = reader.option("readTasks", str(tasks))
     if marks_group is not None:
         reader = reader.option("marksGroup", marks_group)
+        # a backlog's micro-batch read by a task per slot, as an input without marks is
+        reader = reader.option("backlogTasks", str(task_slots(spark)))
         if config.source_idle_timeout_ms:
             reader = reader.option("idleTimeoutMs", str(config.source_idle_timeout_ms))
             reader = reader.option("peers", json.dumps([asdict(p) for p in peers or ()]))

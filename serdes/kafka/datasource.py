@@ -17,7 +17,8 @@ time, for an input whose watermark is its partitions' least: see `serdes.kafka.e
 `idletimeoutms` (a partition with no new record for this long leaves the input's watermark:
 Flink's `table.exec.source.idle-timeout`), with `peers` (a JSON list of the query's other
 event-time inputs, `{"group", "topic", "delay_ms"}`, for the heartbeats of a whole idle input:
-`serdes.kafka.event_times`) and `watermarkdelayms` (this input's delay);
+`serdes.kafka.event_times`) and `watermarkdelayms` (this input's delay); `backlogtasks` (how
+many tasks read such an input's micro-batch of a backlog: see `KafkaStreamReader.partitions`);
 `waitfor` (a JSON list of topics: a trigger that found nothing new waits for a record on any of
 them, see `serdes.kafka.arrivals`) and `waitms` (for at most this long); `backlogdir` (a folder
 the query's readers share: each marks there whether its last plan left records unread, and the
@@ -93,6 +94,7 @@ class KafkaDataSource(DataSource):
             delay_ms=int(self.options.get("watermarkdelayms", 0)),
             schema=arrow_schema(schema) if self.transform is not None else None,
             backlog_dir=self.options.get("backlogdir"),
+            backlog_tasks=int(self.options.get("backlogtasks", 1)),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:

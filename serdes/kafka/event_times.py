@@ -10,7 +10,10 @@ the least, over all the topic's partitions, of each one's largest event time so 
 what the micro-batch read and, for a partition with nothing new, what earlier micro-batches
 left. One task reads all the input's partitions of a micro-batch (`KafkaStreamReader`): split
 among tasks, each would know the others' partitions only as of the micro-batch before, and a
-watermark a micro-batch behind stays there while no new record comes.
+watermark a micro-batch behind stays there while no new record comes. A micro-batch whose plan
+leaves records for the next (a backlog read under a read limit) is split all the same, a task
+per slot: its watermark is lower than one task's would be, which passes no row it should not,
+and the backlog's last micro-batch, which one task reads, catches it up.
 Until every partition has shown a row the column is null (Spark counts it as 0): the input's
 watermark waits, as Flink's does.
 

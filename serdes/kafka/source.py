@@ -122,6 +122,13 @@ def split_limit(available: dict[int, int], limit: int) -> dict[int, int]:
 STARTED = "started at"
 # ... and the watermark column of the input's last heartbeat, epoch ms (`serdes.kafka.event_times`)
 HEARTBEAT = "heartbeat at"
+# ... and, for an event-time input's micro-batch that leaves records for the next one, how many
+# tasks read it (`KafkaStreamReader.partitions`)
+BACKLOG_TASKS = "backlog tasks"
+# Records a micro-batch of an event-time input reads from which, with more left for the next
+# one, it is split among `backlog_tasks`: below, a second task's fixed cost (its worker's turn,
+# its Kafka client, its marks' commit) is much of what it would save.
+SPLIT_FROM = 10_000
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -146,6 +153,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         delay_ms: int = 0,
         schema: pa.Schema | None = None,
         backlog_dir: str | None = None,
+        backlog_tasks: int = 1,
     ) -> None:
         self.topic = topic
         # a partition with no new record for this long leaves the input's watermark (Flink's
@@ -173,6 +181,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # whose watermark is its partitions' least (`serdes.kafka.event_times`); None: none
         self.marks_group = marks_group
         self.tasks = tasks  # reading tasks a micro-batch (see `task_ranges`)
+        self.backlog_tasks = backlog_tasks  # ... of an event-time input's backlog (`partitions`)
         self.transform = transform  # what a task's batches go through (decoding), if anything
         self.drain_marker = drain_marker
         self.client_config = client_config
@@ -255,7 +264,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 beat = self._heartbeat(beat)
             return self._as_offsets(planned, _marks(start), heartbeat=beat)
         marks = planned_marks(self.client_config, self.marks_group, self.topic, ends, _marks(start))
-        return self._as_offsets(planned, marks, idle, beat)
+        backlog = planned != ends and sum(available.values()) >= SPLIT_FROM
+        split = self.backlog_tasks if backlog else None
+        return self._as_offsets(planned, marks, idle, beat, split)
 
     def _heartbeat(self, last: int | None) -> int | None:
         """The watermark column of a heartbeat of this idle input: the least watermark of the
@@ -300,9 +311,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             # one task reads every partition: it sees each one's records of the micro-batch,
             # so the watermark it gives is its partitions' least now, not a micro-batch behind
-            # for those another task read (no later micro-batch may come to catch it up). Its
-            # dead letters are written per input partition, whatever task reads it.
-            tasks = 1
+            # for those another task read (no later micro-batch may come to catch it up).
+            # A micro-batch of a backlog, whose plan left records for the next, is split among
+            # tasks: each stamps a watermark lower than one task would (the others' partitions
+            # as of the micro-batch before), which passes no row it should not, and the
+            # backlog's last micro-batch, read to the end by one task, catches up. Its plan
+            # says so, so that a re-run reads it as the first run did. Dead letters are written
+            # per input partition, whatever task reads it.
+            tasks = end.get(BACKLOG_TASKS, {}).get("tasks", 1)
         ranges = task_ranges(
             self.topic,
             start.get(self.topic, {}),
@@ -342,6 +358,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         marks: Marks | None = None,
         idle: list[int] | None = None,
         heartbeat: int | None = None,
+        split: int | None = None,
     ) -> Offsets:
         planned: Offsets = {self.topic: {str(p): int(o) for p, o in sorted(offsets.items())}}
         if self.started is not None:
@@ -352,6 +369,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             planned[IDLE_PARTITIONS] = idle
         if heartbeat is not None:
             planned[HEARTBEAT] = {"ms": heartbeat}
+        if split is not None and split > 1:
+            planned[BACKLOG_TASKS] = {"tasks": split}
         return planned
 
 
