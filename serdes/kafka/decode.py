@@ -28,7 +28,7 @@ from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.event_times import WATERMARK_COLUMN
 from serdes.kafka.produce import OutputRecord
 from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
-from serdes.records.formats import DecodedChange
+from serdes.records.formats import DecodedChange, JsonFormat
 from serdes.records.values import DecodeError
 from state.changes import EPOCH
 from state.expr.condition import compile_predicate, parse_condition
@@ -241,7 +241,10 @@ def decoder(
             kept = compile_predicate(parse_condition(keep), names, names)
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
+        may_keep = fmt.may_keep if isinstance(fmt, JsonFormat) else None
         for batch in batches:
+            if may_keep is not None:  # the records this view of the topic may keep, unparsed
+                batch = batch.filter(may_keep(batch.column("value")))
             out = _Output(batch)
             for src, (key, value, offset) in enumerate(
                 zip(

@@ -21,6 +21,7 @@ import orjson
 
 from serdes.records.schema import Column
 from serdes.records.values import Converter, DecodeError, converter, literal_reader
+from serdes.records.view_filter import view_filter
 from state.changes import RowKind
 
 DecodedChange = tuple[str, tuple[Any, ...]]  # a record decoded: its kind and its row
@@ -183,6 +184,9 @@ class JsonFormat:
         # each kept value with the reader of the record's field as a column of the literal's type
         self.where = tuple((field, kept, literal_reader(kept)) for field, kept in where)
         self.unreadable = unreadable
+        # another view's records skipped unparsed, a batch at a time; the view that dead-letters
+        # the topic's unreadable records parses every one
+        self.may_keep = None if unreadable else view_filter(where)
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         data, kept = None, None
