@@ -19,6 +19,7 @@ BODIES = [
     b'"event_type":20e-1',
     b'"event_type":"2"',
     b'"event_type":-2',
+    b'"event_type":-0',
     b'"event_type":20',
     b'"event_type":1',
     b'"event_type":0,"person":{"id":1}',
@@ -36,6 +37,8 @@ BODIES = [
     b'"kind":7',
     b'"kind":"b\\u0069d"',
     b'"event_type":2,"kind":"bid"',
+    b'"a.b (c)+":7',
+    b'"a.b (c)":7',
 ]
 RECORDS = [
     *(b"{" + body + b"}" for body in BODIES),
@@ -61,7 +64,8 @@ def _kept(view: JsonFormat, record: bytes | None) -> bool:
 
 
 def test_a_view_skips_only_records_it_would_not_keep() -> None:
-    for where in ([("event_type", 2)], [("kind", "bid")], [("event_type", 2), ("kind", "bid")]):
+    wheres = [("event_type", 2)], [("event_type", 0)], [("kind", "bid")], [("a.b (c)", 7)]
+    for where in [*wheres, [("event_type", 2), ("kind", "bid")]]:
         view = _view(where)
         assert view.may_keep is not None
         passed = view.may_keep(pa.array(RECORDS, pa.binary())).to_pylist()

@@ -15,6 +15,7 @@ unreadable records may skip records unparsed (`JsonFormat`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,12 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 RecordFilter = Callable[[pa.Array], pa.Array]  # the values' column -> which records may be kept
-
-_SPECIAL = set("\\.^$|?*+()[]{}")  # what RE2 takes for syntax, escaped in a literal
-
-
-def _escaped(text: str) -> str:
-    return "".join("\\" + c if c in _SPECIAL else c for c in text)
 
 
 def _plain(text: str) -> bool:
@@ -40,12 +35,13 @@ def _value_pattern(kept: Any) -> str | None:
     if isinstance(kept, bool):
         return None
     if isinstance(kept, int):
-        # the literal and not a longer number; a value that is not a plain integer (a string,
-        # an object, a number with a fraction or exponent); a minus before no digit
-        literal = _escaped(str(kept))
+        # the literal and not a longer number (JSON's -0 is 0); a value that is not a plain
+        # integer (a string, an object, a number with a fraction or exponent); a minus before
+        # no digit
+        literal = "-?0" if kept == 0 else re.escape(str(kept))
         return rf"{literal}(?:[^0-9.eE]|$)|[^-0-9\s]|-?[0-9]+[.eE]|-[^0-9]"
     if isinstance(kept, str) and _plain(kept):
-        return rf'"{_escaped(kept)}"|[^"\s]'  # the string itself, or a value of another kind
+        return rf'"{re.escape(kept)}"|[^"\s]'  # the string itself, or a value of another kind
     return None
 
 
@@ -53,7 +49,7 @@ def view_filter(where: Sequence[tuple[str, Any]]) -> RecordFilter | None:
     """The records a view with this `WHERE` (field, literal) may keep; None where no field of it
     can be told from bytes."""
     patterns = [
-        rf'\\|"{_escaped(field)}"\s*:\s*(?:{value})'
+        rf'\\|"{re.escape(field)}"\s*:\s*(?:{value})'
         for field, kept in where
         if _plain(field) and (value := _value_pattern(kept)) is not None
     ]
