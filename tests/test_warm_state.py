@@ -11,9 +11,10 @@ import random
 from typing import Any
 
 import pytest
+from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester, _InMemoryStatefulProcessorHandle
 
-from state.joins.specs import RegularJoinSpec, SideSpec
+from state.joins.specs import RegularJoinSpec, SideSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
 from state.spark.layouts import KeyedEntries
 from state.store.keeper import KeeperCopies, start
@@ -21,6 +22,9 @@ from state.store.keyed_state import as_is, never, unsized
 from state.store.warm import ENTRY_OVERHEAD, Copies, ReadCounts, WarmStore
 from tests.frames import RandomChanges, join_frame
 from tests.test_regular_processor import KINDS, SPEC, changes, joined
+from tests.test_temporal_processor import SPEC as RATES
+from tests.test_temporal_processor import changes as rate_changes
+from tests.test_temporal_processor import yen
 
 BUCKET = (0,)
 _STORES = itertools.count()
@@ -222,6 +226,24 @@ def test_the_join_answers_the_same_with_warm_state_and_counts_its_reads() -> Non
     # p1 in the second and third batches, p2 in the third; p2 in the second the bucket's
     # filter answers (never written)
     assert reads.counts == {("hit",): 3, ("miss",): 0}
+
+
+def test_a_timer_s_visit_reads_what_the_bucket_s_rows_visits_kept() -> None:
+    """Spark hands a bucket's rows with its key as a tuple and its timers with the key as a
+    `Row`: an event-time join's orders that come out at a timer join the rate a visit of the
+    bucket's rows kept, without reading it from the store again."""
+    spec = TemporalJoinSpec(RATES.kind, RATES.on, RATES.left, RATES.right, "order_time")
+    reads = Counted()
+    frame = join_frame(spec, {"L_amount": "integral", "R_rate": "integral"})
+    frame.warm = WarmState(2**20, reads)
+    tester = TwsTester(frame, timeMode="EventTime", eventTimeExtractor=lambda _row: float("inf"))
+    by_key = frame.handleExpiredTimer
+    frame.handleExpiredTimer = lambda key, *rest: by_key(Row(bucket=key[0]), *rest)  # Spark's
+    tester.testInPandas(0, rate_changes((1, "+I", 1, ("Euro", 114))).assign(ts=0))
+    assert tester.testInPandas(0, rate_changes((0, "+I", 10, (3, "Euro"))).assign(ts=500)).empty
+    assert yen(tester.setWatermark(600)) == [342]
+    frame.close()
+    assert reads.counts == {("hit",): 1, ("miss",): 0}
 
 
 def _workers(spec: RegularJoinSpec, count: int) -> tuple[TwsTester, list[TwsTester]]:

@@ -500,6 +500,10 @@ class StatefulFrame(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
+        # Spark hands a timer's key as a `Row` (`Row(bucket=7)`) and a group's as a tuple
+        # (`(7,)`): as a tuple, a bucket is one owner of its warm copies whichever way it is
+        # visited, so a timer's visit reads what the rows' visits kept (`state.store.warm`)
+        key = tuple(key)
         now = self._operator_time(timerValues)
         bucket, before = self.store.read(now, key)
         if bucket.spark_timer is not None and bucket.spark_timer <= now:
