@@ -208,6 +208,24 @@ def test_tasks_one_after_another_in_a_worker_each_read_exactly_their_ranges(kafk
     assert len(_idle_readers[tuple(sorted(config.items()))]) == 1
 
 
+def test_a_kept_reader_reads_the_next_task_s_topic_at_once(kafka: str) -> None:
+    # A worker's reader serves the tasks of every input: a range of a topic it has not met is
+    # fetched at once, not at the client's next look at its topics (up to a second later), and
+    # a range read to a partition's end leaves no fetch at the broker that holds up the next
+    # task's (500 ms by librdkafka's default)
+    topics = [unique("met") for _ in range(4)]
+    create_topics(kafka, topics, partitions=1)
+    for topic in topics:
+        produce(kafka, topic, [b"%d" % i for i in range(100)], partitions=1)
+    config = {"bootstrap.servers": kafka}
+    list(read_range(OffsetRanges(topics[0], {0: (0, 100)}, config)))  # a reader, kept
+    started = time.monotonic()
+    for topic in topics[1:]:
+        batches = read_range(OffsetRanges(topic, {0: (0, 100)}, config))
+        assert sum(batch.num_rows for batch in batches) == 100
+    assert time.monotonic() - started < 1.0
+
+
 def test_one_task_reads_the_ranges_of_several_partitions_each_in_order(kafka: str) -> None:
     topic = unique("ranges")
     create_topics(kafka, [topic], partitions=3)

@@ -399,37 +399,62 @@ def record_batch(messages: list, topic: str) -> pa.RecordBatch:
     )
 
 
+@dataclass
+class _Reader:
+    """A Kafka client that reads ranges, and the topics it has met."""
+
+    consumer: Consumer
+    topics: set[str]
+
+
 # Readers a worker process kept from the tasks it ran, by client settings, each with nothing
 # assigned: a new one cost its connections and the cluster's metadata again, in every reading
 # task of every micro-batch (`docs/performance.md`).
-_idle_readers: dict[tuple[tuple[str, str], ...], list[Consumer]] = {}
+_idle_readers: dict[tuple[tuple[str, str], ...], list[_Reader]] = {}
 
 
-def _reader(settings: tuple[tuple[str, str], ...]) -> Consumer:
-    """An idle reader with these client settings, or a new one."""
+def _reader(settings: tuple[tuple[str, str], ...], topic: str) -> _Reader:
+    """An idle reader with these client settings, or a new one, that knows `topic`."""
     idle = _idle_readers.get(settings)
-    if idle:
-        return idle.pop()
-    return Consumer(
-        logged(
-            {
-                **dict(settings),
-                "group.id": "streamjoin-reader",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                "fetch.queue.backoff.ms": 1,
-                "auto.offset.reset": "earliest",
-            }
+    reader = (
+        idle.pop()
+        if idle
+        else _Reader(
+            Consumer(
+                logged(
+                    {
+                        **dict(settings),
+                        "group.id": "streamjoin-reader",
+                        "enable.auto.commit": False,
+                        "enable.partition.eof": True,
+                        "isolation.level": "read_committed",
+                        # A reader kept for the next task leaves a fetch at the broker, which
+                        # holds it up to this long when nothing more is there (a range read to
+                        # a partition's end); the next task's first fetch waits for it on the
+                        # same connection: 500 ms by default, in a task that reads for 30
+                        "fetch.wait.max.ms": 10,
+                        "fetch.queue.backoff.ms": 1,
+                        "auto.offset.reset": "earliest",
+                    }
+                )
+            ),
+            set(),
         )
     )
+    if topic not in reader.topics:
+        # A client looks a topic it has not met up at its next scan of its topics, up to a
+        # second after the partitions are assigned; asked now, the first fetch goes at once
+        reader.consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
+        reader.topics.add(topic)
+    return reader
 
 
 def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
     """Read exactly the records of each partition's `[start, end)`, skipping transaction
     markers and aborts; the partitions are fetched together, each in its offsets' order."""
     settings = tuple(sorted(task.client_config.items()))
-    consumer = _reader(settings)
+    reader = _reader(settings, task.topic)
+    consumer = reader.consumer
     read_all = False
     ends = {p: end for p, (_, end) in task.ranges.items()}
     position = {p: start for p, (start, _) in task.ranges.items()}
@@ -475,6 +500,6 @@ def read_range(task: OffsetRanges) -> Iterator[pa.RecordBatch]:
         if read_all:  # kept for the next task, with nothing assigned or paused
             consumer.resume([TopicPartition(task.topic, p) for p in paused])
             consumer.unassign()
-            _idle_readers.setdefault(settings, []).append(consumer)
+            _idle_readers.setdefault(settings, []).append(reader)
         else:  # an error, or a task that stopped reading: what it holds is not known
             consumer.close()
