@@ -47,15 +47,20 @@ class TopicMissingError(RuntimeError):
     """The configured topic does not exist on the cluster."""
 
 
-def _probe_consumer(client_config: dict[str, str]) -> Consumer:
+def committed_reader(client_config: dict[str, str], group: str) -> Consumer:
+    """A client that reads assigned ranges of committed records, and commits nothing."""
     return Consumer(
         logged(
             {
                 **client_config,
-                "group.id": "streamjoin-offset-probe",
+                "group.id": group,
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
+                # A client reading a range to a partition's end leaves a fetch at the broker,
+                # which holds it up to this long when nothing more is there; the next
+                # assignment's first fetch waits for it on the same connection: 500 ms by
+                # default, against a few ms for a range
                 "fetch.wait.max.ms": 10,
                 "fetch.queue.backoff.ms": 1,
                 "auto.offset.reset": "earliest",
@@ -79,7 +84,7 @@ class PartitionBounds:
         self.topic = topic
         self.client_config = client_config
         self.probe = probe
-        self._consumer = _probe_consumer(client_config)
+        self._consumer = committed_reader(client_config, "streamjoin-offset-probe")
         self._listed: dict[int, int] = {}
         self._ends: dict[int, int] = {}
         # ends found without the broker's word, by reason (UNCONFIRMED, UNANSWERED), for metrics

@@ -27,7 +27,6 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 from ops.progress import END_FALLBACKS
 from ops.worker.collector import settle_worker
 from serdes.kafka.arrivals import IDLE_WAIT_MS, Arrivals, Backlogs
-from serdes.kafka.client_log import logged
 from serdes.kafka.drain import draining, hold
 from serdes.kafka.event_times import (
     EVENT_TIMES,
@@ -38,7 +37,7 @@ from serdes.kafka.event_times import (
     peers_watermark,
     planned_marks,
 )
-from serdes.kafka.offsets import PartitionBounds
+from serdes.kafka.offsets import PartitionBounds, committed_reader
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema(
@@ -419,27 +418,7 @@ def _reader(settings: tuple[tuple[str, str], ...], topic: str) -> _Reader:
     reader = (
         idle.pop()
         if idle
-        else _Reader(
-            Consumer(
-                logged(
-                    {
-                        **dict(settings),
-                        "group.id": "streamjoin-reader",
-                        "enable.auto.commit": False,
-                        "enable.partition.eof": True,
-                        "isolation.level": "read_committed",
-                        # A reader kept for the next task leaves a fetch at the broker, which
-                        # holds it up to this long when nothing more is there (a range read to
-                        # a partition's end); the next task's first fetch waits for it on the
-                        # same connection: 500 ms by default, in a task that reads for 30
-                        "fetch.wait.max.ms": 10,
-                        "fetch.queue.backoff.ms": 1,
-                        "auto.offset.reset": "earliest",
-                    }
-                )
-            ),
-            set(),
-        )
+        else _Reader(committed_reader(dict(settings), "streamjoin-reader"), set())
     )
     if topic not in reader.topics:
         # A client looks a topic it has not met up at its next scan of its topics, up to a
