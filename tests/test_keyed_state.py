@@ -19,7 +19,7 @@ from state.joins.temporal_join import (
     key_to_plain,
 )
 from state.store.encoding import FORMAT, StateFormatError, dump, load
-from state.store.keyed_state import KeyedBucket, StoredKeys, as_is, never
+from state.store.keyed_state import KeyedBucket, StoredKeys, as_is, due_keys, never
 
 
 class CountingStore:
@@ -64,6 +64,20 @@ class CountingStore:
         calls = (self.gets, self.puts, self.removes)
         self.gets = self.puts = self.removes = 0
         return calls
+
+
+def test_the_keys_due_come_earliest_first_by_their_timer_or_their_earliest_waiting_row() -> None:
+    # the joins emit a watermark's rows key by key in this order
+    timers = {"a": 40, "b": 10, "c": 90}
+    waiting = {
+        "a": [(1, 30, ("a1",), "+I"), (2, 20, ("a2",), "+I")],  # waits from 20, before its timer
+        "d": [(3, 15, ("d1",), "+I")],
+        "e": [(4, 60, ("e1",), "+I")],
+        "b": [(5, 50, ("b1",), "+I")],  # its timer is earlier
+    }
+    assert due_keys(timers, waiting, 50) == ["b", "d", "a"]
+    assert due_keys(timers, waiting, 9) == []
+    assert due_keys(timers, waiting, 100) == ["b", "d", "a", "e", "c"]
 
 
 def test_a_batch_reads_and_writes_only_the_keys_it_touches() -> None:

@@ -51,10 +51,12 @@ def next_time(timers: dict[Any, int], waiting: Waiting) -> int | None:
 def due_keys(timers: dict[Any, int], waiting: Waiting, now: int) -> list[Any]:
     """The keys with a timer or a waiting row at or before `now`, earliest first."""
     due = {k: t for k, t in timers.items() if t <= now}
+    # a scan of every waiting key, several times a visit: most keys wait with one row
     for key, rows in waiting.items():
-        time = min(row[1] for row in rows)
+        time = rows[0][1] if len(rows) == 1 else min([row[1] for row in rows])
         if time <= now:
-            due[key] = min(time, due.get(key, time))
+            was = due.get(key)
+            due[key] = time if was is None or time < was else was
     return sorted(due, key=due.__getitem__)
 
 
