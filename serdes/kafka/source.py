@@ -423,7 +423,11 @@ def _reader(settings: tuple[tuple[str, str], ...], topic: str) -> _Reader:
     if topic not in reader.topics:
         # A client looks a topic it has not met up at its next scan of its topics, up to a
         # second after the partitions are assigned; asked now, the first fetch goes at once
-        reader.consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
+        try:
+            reader.consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
+        except BaseException:
+            reader.consumer.close()  # a reader that failed is not kept, nor left open
+            raise
         reader.topics.add(topic)
     return reader
 
