@@ -382,26 +382,18 @@ def test_event_time_temporal_joins_emit_flinks_rows(spark, tmp_path: Path) -> No
     assert yen == [50, 102, 228, 348, 510]
 
 
-def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
-    spark, tmp_path: Path
-) -> None:
-    minute = 60_000
-    orders = [{"ts": i * minute, "v": [f"o{i}", f"p{i % 5}"]} for i in range(300)]
-    prices = [{"ts": 0, "op": "+I", "v": [f"p{k}", k]} for k in range(5)]
-    for i in range(5, 300, 15):  # every quarter of an hour a product changes price
-        old = next(p for p in reversed(prices) if p["v"][0] == f"p{i % 5}")
-        prices += [
-            {"ts": i * minute, "op": "-U", "v": old["v"]},
-            {"ts": i * minute, "op": "+U", "v": [f"p{i % 5}", i]},
-        ]
-    case = {
-        "id": "temporal_soak",
-        "options": {"replay_batch_rows": 40},
+def _orders_as_of_prices(
+    name: str, orders: list[dict], prices: list[dict], batch_rows: int, orders_delay_ms: int = 0
+) -> dict:
+    """A case: orders (`id`, `p`) LEFT JOIN prices (`p`, `price`) as of the orders' time."""
+    return {
+        "id": name,
+        "options": {"replay_batch_rows": batch_rows},
         "streams": {
             "orders": {
                 "fields": [["id", "STRING"], ["p", "STRING"]],
                 "rowtime": "t",
-                "watermark": {"delay_ms": 0},
+                "watermark": {"delay_ms": orders_delay_ms},
                 "rows": orders,
             },
             "prices": {
@@ -420,6 +412,21 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
             "on": "L.p = R.p",
         },
     }
+
+
+def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
+    spark, tmp_path: Path
+) -> None:
+    minute = 60_000
+    orders = [{"ts": i * minute, "v": [f"o{i}", f"p{i % 5}"]} for i in range(300)]
+    prices = [{"ts": 0, "op": "+I", "v": [f"p{k}", k]} for k in range(5)]
+    for i in range(5, 300, 15):  # every quarter of an hour a product changes price
+        old = next(p for p in reversed(prices) if p["v"][0] == f"p{i % 5}")
+        prices += [
+            {"ts": i * minute, "op": "-U", "v": old["v"]},
+            {"ts": i * minute, "op": "+U", "v": [f"p{i % 5}", i]},
+        ]
+    case = _orders_as_of_prices("temporal_soak", orders, prices, batch_rows=40)
     changes = run_case(spark, case, tmp_path)
     assert len(changes) == 300  # every order once, joined with the price valid at its time
     assert all(row["R_price"] is not None for _op, row in changes)
@@ -436,6 +443,22 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
     assert {key: len(versions) for key, (versions, _timer, _last) in held.items()} == {
         (f"p{k}",): 1 for k in range(5)
     }
+
+
+def test_orders_held_back_by_their_watermark_s_delay_wait_parked_and_join_as_of_their_time(
+    spark, tmp_path: Path
+) -> None:
+    """Orders that a watermark delay of five minutes holds back pile up in their bucket by the
+    hundred, beyond what a bucket keeps in its own value, and come out as the watermark passes
+    them, each with the price of its time, once."""
+    orders = [{"ts": i * 1_000, "v": [f"o{i}", "p0"]} for i in range(1_000)]
+    prices = [{"ts": 0, "op": "+I", "v": ["p0", 0]}, {"ts": 500_000, "op": "+U", "v": ["p0", 5]}]
+    case = _orders_as_of_prices(
+        "temporal_parked", orders, prices, batch_rows=200, orders_delay_ms=300_000
+    )
+    changes = run_case(spark, case, tmp_path)
+    joined = sorted((row["L_id"], row["R_price"]) for _op, row in changes)
+    assert joined == sorted((f"o{i}", 0 if i < 500 else 5) for i in range(1_000))
 
 
 # `SemiAntiJoinStreamITCase` runs below with the very SQL Flink ran. Its cases' structured

@@ -21,6 +21,7 @@ from state.spark.normalizer import NormalizeOperator
 from state.spark.regular import RegularJoinOperator
 from state.spark.temporal import EventTimeTemporalJoinOperator
 from state.store.encoding import dump, dump_key
+from state.store.parked import PARK_FROM_ROWS, park
 
 ORDERS = SideSpec(("order_id", "product_id", "ts"), ("order_id",))
 PRODUCTS = SideSpec(("product_id", "price", "ts"), ("product_id",))
@@ -63,7 +64,7 @@ def test_an_entry_whose_time_has_come_holds_nothing() -> None:
     assert held(operator, "keys", dump_key(("p1",)), entry, now=1_000) == []
 
 
-def test_a_temporal_join_holds_versions_by_key_and_probe_rows_waiting_in_the_bucket() -> None:
+def test_a_temporal_join_holds_versions_by_key_and_probe_rows_in_its_bucket_or_parked() -> None:
     operator = EventTimeTemporalJoinOperator(
         TemporalJoinSpec("left", "L.product_id = R.product_id", ORDERS, PRODUCTS, "ts")
     )
@@ -76,6 +77,10 @@ def test_a_temporal_join_holds_versions_by_key_and_probe_rows_waiting_in_the_buc
     bucket = dump((8, [], waiting, [], None))
     assert held(operator, "bucket", None, bucket) == [
         ("left", ("p2",), 2, 3, [("o1", "p2", 7), ("o2", "p2", 3)])
+    ]
+    parked, value = park({("p3",): [(2, 5, ("o3", "p3", 5), "+I")] * PARK_FROM_ROWS})
+    assert held(operator, "keys", parked[0], value) == [
+        ("left", ("p3",), PARK_FROM_ROWS, 5, [("o3", "p3", 5)] * PARK_FROM_ROWS)
     ]
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.joins.specs import SideSpec, TemporalJoinSpec
+from state.store.encoding import dump, load
 from tests.frames import join_frame
 from tests.test_regular_processor import Reports
 
@@ -160,6 +161,71 @@ def test_after_another_join_rows_released_at_a_watermark_join_as_of_their_time()
         outputs.append(([] if out.empty else yen(out), dict(late)))
     # the table's versions came from its topic, behind the watermark: late in both
     assert outputs == [([228, 348], {("right",): 2}), ([], {("left",): 2, ("right",): 2})]
+
+
+def _orders(first_seq: int, times: range) -> pd.DataFrame:
+    """An order of 1 Euro at each of `times`."""
+    return pd.concat(
+        [
+            changes((0, "+I", first_seq + i, (1, "Euro"))).assign(ts=ms)
+            for i, ms in enumerate(times)
+        ],
+        ignore_index=True,
+    )
+
+
+def test_many_waiting_orders_are_parked_apart_from_the_bucket_and_join_as_of_their_time() -> None:
+    """A catch-up leaves micro-batches of orders waiting behind the watermark: each batch's are
+    written once to an entry of their own, not carried in the bucket's value that every visit
+    reads and writes whole; they come out as of their time, those a watermark leaves waiting
+    parked again, and every one once."""
+    spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    reports = Reports()
+    tester = TwsTester(
+        join_frame(spec, {"L_amount": "integral", "R_rate": "integral"}, held_rows=reports),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda _row: float("inf"),
+    )
+    tester.testInPandas(0, changes((1, "+I", 1, ("Euro", 114))).assign(ts=0))
+    tester.testInPandas(0, changes((1, "+U", 2, ("Euro", 116))).assign(ts=1_300))
+    bucket = tester.handle.value_states["bucket"].state
+    (without_orders,) = (len(value[0]) for value in bucket.values())
+    assert tester.testInPandas(0, _orders(10, range(1_000, 1_600))).empty
+    assert tester.testInPandas(0, _orders(1_000, range(2_000, 2_600))).empty
+    (with_orders,) = (len(value[0]) for value in bucket.values())
+    assert with_orders - without_orders < 100  # two parked entries' names, times and counts
+    (entries,) = tester.handle.map_states["keys"].state.values()
+    assert len(entries) == 1 + 2  # the Euro's versions, each batch's orders
+    assert reports.latest[("join", "left", 0)] == 1_200
+    assert list(tester.handle.listTimers()) == [1_000]
+
+    first = yen(tester.setWatermark(1_449))  # half the first batch's: the rest parked again
+    assert first == [114] * 300 + [116] * 150
+    assert reports.latest[("join", "left", 0)] == 750
+    assert yen(tester.setWatermark(3_000)) == [116] * 750
+    assert reports.latest[("join", "left", 0)] == 0
+    (entries,) = tester.handle.map_states["keys"].state.values()
+    assert len(entries) == 1  # the Euro's version valid at the watermark
+
+
+def test_orders_waiting_in_a_bucket_written_before_parking_come_out() -> None:
+    """A checkpoint written before rows were parked keeps them in the bucket's value (six
+    fields): they come out at their watermark, with those that arrive after."""
+    spec = TemporalJoinSpec(SPEC.kind, SPEC.on, SPEC.left, SPEC.right, "order_time")
+    tester = TwsTester(
+        join_frame(spec, {"L_amount": "integral", "R_rate": "integral"}),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda _row: float("inf"),
+    )
+    tester.testInPandas(0, changes((1, "+I", 1, ("Euro", 114))).assign(ts=0))
+    waiting = {("Euro",): [(5, 500, (2, "Euro"), "+I"), (6, 700, (3, "Euro"), "+I")]}
+    state = tester.handle.value_states["bucket"].state
+    ((key, (old,)),) = state.items()
+    _timer, timers, _none, ledger, known, token, _parked = load(old)
+    state[key] = (dump((500, timers, waiting, ledger, known, token)),)
+    tester.handle.registerTimer(500)
+    assert tester.testInPandas(0, _orders(10, range(800, 1_200))).empty
+    assert yen(tester.setWatermark(2_000)) == [228, 342] + [114] * 400
 
 
 def test_late_orders_go_to_the_letters_and_late_versions_still_update_the_table() -> None:

@@ -21,6 +21,7 @@ from state.spark.pipelined import wire
 from state.store.encoding import dump, dump_packed, load
 from state.store.key_filter import KeyFilter
 from state.store.keyed_state import EntryStore, KeyedBucket, StoredKeys, Waiting
+from state.store.parked import park
 from state.store.warm import Copies, ReadCounts, WarmEntries, new_token
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
@@ -140,7 +141,8 @@ class KeyedEntries:
     writes the keys it touches. The bucket's own value holds its engine timer, the keys that
     wait for time, the rows that wait in it, the ledger of its entries and the filter of the
     names they were written under (`state.store.key_filter`), and is written only when those
-    change.
+    change. Many rows left waiting by a visit are parked in an entry of their own
+    (`state.store.parked`), not kept in that value.
 
     The filter starts with an empty bucket, and only without a TTL: an entry Spark drops unseen
     would stay in it as a name that finds nothing, and a bucket whose keys come and go under a
@@ -171,12 +173,13 @@ class KeyedEntries:
         """The bucket `key` as of `now`, the processing time that ages its entries under a TTL."""
         stored = self.own.get()
         # a bucket's value from before filters (4 fields) has no filter, and may hold entries;
-        # one from before warm copies (5 fields) no token
+        # one from before warm copies (5 fields) no token; one from before parked rows (6) none
         spark_timer, timers, waiting, ledger, *rest = (
-            (None, [], {}, [], None, None) if stored is None else load(stored[0])
+            (None, [], {}, [], None, None, []) if stored is None else load(stored[0])
         )
         filtered = rest[0] if rest else None
         token = rest[1] if len(rest) > 1 else None
+        parked = [tuple(entry) for entry in rest[2]] if len(rest) > 2 else []
         known = None
         if filtered is not None:
             known = KeyFilter.from_plain(filtered)
@@ -201,11 +204,21 @@ class KeyedEntries:
             now,
             known,
         )
-        bucket = KeyedBucket(keys, waiting, spark_timer, token)
+        bucket = KeyedBucket(keys, waiting, spark_timer, token, parked)
         return bucket, None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
-        bucket.keys.flush()
+        """The keys' entries, and the rows left waiting parked in one of their own
+        (`state.store.parked`) if they are many and no TTL could drop it unseen."""
+        parking = None if self.ttl_ms is not None else park(bucket.waiting)
+        puts = []
+        if parking is not None:
+            entry, blob = parking
+            bucket.parked.append(entry)
+            bucket.waiting = {}
+            puts.append((entry[0], blob))
+        bucket.keys.flush(puts, bucket.unparked)
+        bucket.unparked = []
 
     def write(self, bucket: KeyedBucket, before: bytes | None) -> None:
         """The bucket's own value, with a fresh token if its entries were written (and so its
@@ -217,6 +230,7 @@ class KeyedEntries:
             bucket.spark_timer is None
             and not keys.timers
             and not bucket.waiting
+            and not bucket.parked
             and not keys.ledger
         ):
             if before is not None:
@@ -234,6 +248,7 @@ class KeyedEntries:
                 list(keys.ledger.items()),
                 known,
                 token,
+                bucket.parked,
             )
         )
         if blob != before:

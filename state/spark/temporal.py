@@ -31,6 +31,7 @@ from state.spark.frame import Held, InputRows, KeyHeld
 from state.spark.layouts import KeyedEntries, entry_state, waiting_rows
 from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, as_is, never
+from state.store.parked import Waiting, is_parked, parked_rows
 
 PROBE, BUILD = 0, 1  # the sides: the probe input, the versioned table
 
@@ -55,16 +56,18 @@ class EventTimeTemporalJoinOperator:
 
     def held(self, bucket: KeyedBucket) -> dict[str, Held]:
         """Probe rows waiting for the watermark; the table's versions."""
-        return {"left": sum(map(len, bucket.waiting.values())), "right": bucket.keys.held[1]}
+        return {"left": bucket.rows_waiting, "right": bucket.keys.held[1]}
 
     variables = ("bucket", "keys")
 
     def inspect(
         self, variable: str, name: bytes | None, value: bytes, now: int
     ) -> Iterator[KeyHeld]:
-        """A key's entry: the table's versions (right); the bucket's own value: the probe rows
-        waiting for the watermark (left)."""
-        if variable == "keys" and name is not None:
+        """A key's entry: the table's versions (right); the bucket's own value and its parked
+        entries: the probe rows waiting for the watermark (left)."""
+        if variable == "keys" and name is not None and is_parked(name):
+            yield from self._waiting_held(parked_rows(value))
+        elif variable == "keys" and name is not None:
             plain = entry_state(value, now)
             if plain is not None and plain[0]:
                 versions = self._key_from_plain(plain).versions
@@ -76,11 +79,13 @@ class EventTimeTemporalJoinOperator:
                     [row for _op, row in versions.values()],
                 )
         elif variable == "bucket":
-            waiting = waiting_rows(value)
-            if self.widenings[PROBE] is not None:
-                widen_waiting(waiting, self.widenings[PROBE])
-            for key, rows in waiting.items():
-                yield KeyHeld("left", key, len(rows), min(r[1] for r in rows), [r[2] for r in rows])
+            yield from self._waiting_held(waiting_rows(value))
+
+    def _waiting_held(self, waiting: Waiting) -> Iterator[KeyHeld]:
+        if self.widenings[PROBE] is not None:
+            widen_waiting(waiting, self.widenings[PROBE])
+        for key, rows in waiting.items():
+            yield KeyHeld("left", key, len(rows), min(r[1] for r in rows), [r[2] for r in rows])
 
     def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
         bucket.keys.prefetch(bucket.due(now))

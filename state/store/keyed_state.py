@@ -11,18 +11,19 @@ measures).
 
 What a bucket needs across its keys is one small value of its own: the keys with a pending
 timer and when, and the rows that wait there for time (a temporal join's probe rows, bounded by
-the watermark delay: not worth an entry call each). Only what waits for time is in it, not
-every key with state.
+the watermark delay: not worth an entry call each; many of them parked in an entry of their
+own, `state.store.parked`). Only what waits for time is in it, not every key with state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from state.store.encoding import dump, dump_key, load
 from state.store.key_filter import KeyFilter
+from state.store.parked import Parked, Waiting, earliest, unpark_due
 
 
 def as_is(value: Any) -> Any:
@@ -37,9 +38,6 @@ def never(_state: Any) -> None:
 def unsized(_state: Any) -> tuple[int, int]:
     """The size of a state whose rows nobody counts (per side: none)."""
     return 0, 0
-
-
-Waiting = dict[Any, list[tuple]]  # key -> rows waiting for time, each (seq, time, ...)
 
 
 def next_time(timers: dict[Any, int], waiting: Waiting) -> int | None:
@@ -229,12 +227,15 @@ class StoredKeys:
         self._fetch(key)
         return self.live.pop(key, default)
 
-    def flush(self) -> None:
+    def flush(
+        self, puts: list[tuple[bytes, bytes]] | None = None, removes: list[bytes] | None = None
+    ) -> None:
         """Write back the keys whose state changed, remove the emptied ones, update `timers` and
-        the ledger."""
+        the ledger; with them, in the same call, the bucket's other entries `puts` and
+        `removes` (parked rows, `state.store.parked`)."""
         expires = None if self.ttl_ms is None else ledger_slot(self.now + self.ttl_ms, self.ttl_ms)
-        puts: list[tuple[bytes, bytes]] = []
-        removes: list[bytes] = []
+        puts = list(puts or [])
+        removes = list(removes or [])
         new_names: list[bytes] = []
         for key, (name, before, was_expiring, was) in self.read.items():
             state = self.live.get(key)
@@ -270,18 +271,29 @@ class StoredKeys:
 
 @dataclass
 class KeyedBucket:
-    """A bucket whose keys are entries of their own (`StoredKeys`), the rows that wait in the
-    bucket's own value (a temporal join's probe rows: few, bounded by the watermark delay, and
-    not worth an entry call each), and its engine timer; `token` the one its entries were last
-    written with (`state.store.warm`)."""
+    """A bucket whose keys are entries of their own (`StoredKeys`), the rows that wait for time
+    (a temporal join's probe rows, bounded by the watermark delay, not worth an entry call
+    each): in the bucket's own value (`waiting`) or parked a visit's at a time in entries of
+    their own (`parked`, `state.store.parked`), and its engine timer; `token` the one its
+    entries were last written with (`state.store.warm`)."""
 
     keys: StoredKeys
     waiting: Waiting
     spark_timer: int | None = None
     token: bytes | None = None
+    parked: list[Parked] = field(default_factory=list)
+    unparked: list[bytes] = field(default_factory=list)  # parked entries taken, to remove
+
+    @property
+    def rows_waiting(self) -> int:
+        return sum(map(len, self.waiting.values())) + sum(rows for *_, rows in self.parked)
 
     def next_timer(self) -> int | None:
-        return next_time(self.keys.timers, self.waiting)
+        times = (next_time(self.keys.timers, self.waiting), earliest(self.parked))
+        return min((time for time in times if time is not None), default=None)
 
     def due(self, now: int) -> list[Any]:
+        """The keys due at `now`, earliest first, the parked rows due among `waiting` now."""
+        if self.parked:
+            self.unparked += unpark_due(self.keys.store, self.parked, self.waiting, now)
         return due_keys(self.keys.timers, self.waiting, now)
