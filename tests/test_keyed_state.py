@@ -7,6 +7,7 @@ import pickle
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -190,6 +191,37 @@ def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for
     firing.keys.flush()
     assert (firing.waiting, firing.next_timer()) == ({}, 5_000)
     assert store.calls() == (1, 0, 0)  # p2 read; its one version unchanged
+
+
+def test_orders_joined_as_of_versions_they_leave_as_they_were_encode_no_key_again() -> None:
+    """Due orders read their keys' versions; a key the trim leaves as it was is neither written
+    nor encoded again to find that out, while one the trim shortens is written back."""
+    join = EventTimeTemporalJoin("left", lambda probe, version: True)
+    store, timers, encoded = CountingStore(), {}, []
+
+    def counted(state: Any) -> tuple:
+        encoded.append(state)
+        return key_to_plain(state)
+
+    def bucket(waiting: dict) -> KeyedBucket:
+        keys = StoredKeys(store, timers, counted, key_from_plain, key_timer)
+        return KeyedBucket(keys, waiting)
+
+    loading = bucket({})
+    for i in range(100):
+        join.version(loading, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
+    join.version(loading, ("p1",), "+U", 5_000, ("p1", 100))
+    loading.keys.flush()
+    store.calls()
+    encoded.clear()
+
+    firing = bucket({(f"p{i}",): [(i, 6_000, (f"o{i}",), "+I")] for i in range(100)})
+    out = join.fire_due(firing, 6_000)
+    assert len(out) == 100 and Change("+I", ("o1",), ("p1", 100)) in out
+    firing.keys.flush()
+    assert [state.versions for state in encoded] == [{5_000: ("+U", ("p1", 100))}]
+    assert store.calls() == (100, 1, 0)
+    assert timers == {}
 
 
 def test_state_is_plain_data_behind_a_format_byte() -> None:

@@ -91,11 +91,19 @@ def key_size(state: VersionedKey) -> tuple[int, int]:
     return 0, len(state.versions)
 
 
+class KeyVersions(dict[Any, VersionedKey]):
+    """The keys' versions in memory; `peek` reads a key's without taking them to change, as
+    `state.store.keyed_state.StoredKeys.peek` does."""
+
+    def peek(self, key: Any, default: Any = None) -> Any:
+        return self.get(key, default)
+
+
 @dataclass
 class VersionedBucket:
     """The keys of one bucket, in memory: their versions, and the probe rows that wait."""
 
-    keys: dict[Any, VersionedKey] = field(default_factory=dict)
+    keys: KeyVersions = field(default_factory=KeyVersions)
     waiting: Waiting = field(default_factory=dict)
     spark_timer: int | None = None  # the pending engine timer, if any
 
@@ -158,21 +166,28 @@ class EventTimeTemporalJoin:
             # table loaded ahead of the watermark leaves no key waiting for time.
             self._timer_at(state, sorted(state.versions)[1])
 
-    def fire_due(self, bucket: VersionedBucket, watermark: int) -> list[Change]:
-        """Every key whose timer the watermark reached: emit its due probe rows, trim versions."""
+    def fire_due(
+        self, bucket: VersionedBucket, watermark: int, due_keys: list[Any] | None = None
+    ) -> list[Change]:
+        """Every key whose timer the watermark reached (`due_keys`, if the caller found them
+        already): emit its due probe rows, trim versions. A key's versions are written back
+        only if the trim changed them."""
         out: list[Change] = []
-        for key in bucket.due(watermark):
+        for key in bucket.due(watermark) if due_keys is None else due_keys:
             waiting = bucket.waiting.pop(key, [])
             later = [p for p in waiting if p[1] > watermark]
             if later:
                 bucket.waiting[key] = later
-            state = bucket.keys.get(key)
+            state = bucket.keys.peek(key)
             due = sorted((p for p in waiting if p[1] <= watermark), key=lambda p: p[0])
             out += self._emit(due, state.versions if state is not None else {})
-            if state is not None:
-                self._trim(state, watermark)
-                if not state.versions:
-                    del bucket.keys[key]
+            if state is None:
+                continue
+            trimmed = self._trim(state, watermark)
+            if not state.versions:
+                del bucket.keys[key]
+            elif trimmed:
+                bucket.keys[key] = state
         return out
 
     def _emit(self, due: list[tuple], versions: dict[int, tuple[str, Row]]) -> list[Change]:
@@ -193,14 +208,19 @@ class EventTimeTemporalJoin:
         return out
 
     @staticmethod
-    def _trim(state: VersionedKey, watermark: int) -> None:
+    def _trim(state: VersionedKey, watermark: int) -> bool:
         """Keep the version valid at the watermark and the later ones; as in Flink, a key's
-        versions wait for no further time until another row of the key comes."""
-        times = sorted(state.versions)
-        keep_from = max(bisect_right(times, watermark) - 1, 0)
-        for time in times[:keep_from]:
-            del state.versions[time]
+        versions wait for no further time until another row of the key comes. Whether that
+        changed the key's state."""
+        changed = state.timer is not None
+        if len(state.versions) > 1:
+            times = sorted(state.versions)
+            keep_from = max(bisect_right(times, watermark) - 1, 0)
+            for time in times[:keep_from]:
+                del state.versions[time]
+            changed = changed or keep_from > 0
         state.timer = None
+        return changed
 
 
 class ProcessingTimeTemporalJoin:

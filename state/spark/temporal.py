@@ -88,10 +88,11 @@ class EventTimeTemporalJoinOperator:
             yield KeyHeld("left", key, len(rows), min(r[1] for r in rows), [r[2] for r in rows])
 
     def fire_due(self, bucket: KeyedBucket, now: int) -> list[Change]:
-        bucket.keys.prefetch(bucket.due(now))
+        due = bucket.due(now)
+        bucket.keys.prefetch(due)
         if self.widenings[PROBE] is not None:  # rows that waited since before columns grew
             widen_waiting(bucket.waiting, self.widenings[PROBE])
-        return self.join.fire_due(bucket, now)
+        return self.join.fire_due(bucket, now, due)
 
     def apply(self, bucket: KeyedBucket, rows: InputRows, now: int) -> list[Change]:
         join = self.join

@@ -146,6 +146,8 @@ class StoredKeys:
         # key -> (key bytes, entry read, its expiry, its size)
         self.read: dict[Any, tuple[bytes, bytes | None, int | None, tuple[int, ...]]] = {}
         self.live: dict[Any, Any] = {}
+        # keys set, removed or handed out to change (`get`): `flush` compares only their bytes
+        self.changed: set[Any] = set()
 
     @property
     def stored(self) -> int:
@@ -212,19 +214,32 @@ class StoredKeys:
             self._found(key, name, None)
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """A key's state, which the caller may change in place: `flush` writes it back if its
+        bytes changed."""
+        self._fetch(key)
+        self.changed.add(key)
+        return self.live.get(key, default)
+
+    def peek(self, key: Any, default: Any = None) -> Any:
+        """A key's state to read only: `flush` writes it back only if it is set again. A visit
+        reads many keys it leaves as they were (a temporal join's versions, as of its due rows),
+        each of which `flush` would otherwise encode again to find it unchanged."""
         self._fetch(key)
         return self.live.get(key, default)
 
     def __setitem__(self, key: Any, state: Any) -> None:
         self._fetch(key)
+        self.changed.add(key)
         self.live[key] = state
 
     def __delitem__(self, key: Any) -> None:
         self._fetch(key)
+        self.changed.add(key)
         del self.live[key]
 
     def pop(self, key: Any, default: Any = None) -> Any:
         self._fetch(key)
+        self.changed.add(key)
         return self.live.pop(key, default)
 
     def flush(
@@ -237,7 +252,10 @@ class StoredKeys:
         puts = list(puts or [])
         removes = list(removes or [])
         new_names: list[bytes] = []
+        changed = self.changed
         for key, (name, before, was_expiring, was) in self.read.items():
+            if key not in changed:
+                continue  # read only: as stored, its timer as it was
             state = self.live.get(key)
             timer = None if state is None else self.timer_of(state)
             if timer is None:
@@ -267,6 +285,7 @@ class StoredKeys:
             self.store.write_many(puts, removes)
         self.read.clear()
         self.live.clear()
+        changed.clear()
 
 
 @dataclass
