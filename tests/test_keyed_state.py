@@ -4,7 +4,7 @@ versioned plain data that outlives the code's classes."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -162,21 +162,32 @@ def test_a_key_finds_its_entry_whether_or_not_its_equal_values_are_one_object() 
     assert second.get(("ab" + str(1), "ab" + str(1))) == ("o1",)
 
 
-def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for_nothing() -> None:
-    """A table loaded ahead of the watermark (one version per key) leaves no key waiting; an
-    order reads its key's versions once, when the watermark passes it."""
+def _loaded_table(
+    products: int,
+    store: CountingStore,
+    timers: dict,
+    to_plain: Callable[[Any], Any] = key_to_plain,
+) -> tuple[EventTimeTemporalJoin, Callable[[dict], KeyedBucket]]:
+    """A LEFT temporal join, and a bucket over `store` with rows `waiting`, after a table of
+    `products` keys `p<i>` loaded at 1 s (price i) and p1 updated at 5 s (price 100)."""
     join = EventTimeTemporalJoin("left", lambda probe, version: True)
-    store, timers = CountingStore(), {}
 
     def bucket(waiting: dict) -> KeyedBucket:
-        keys = StoredKeys(store, timers, key_to_plain, key_from_plain, key_timer)
-        return KeyedBucket(keys, waiting)
+        return KeyedBucket(StoredKeys(store, timers, to_plain, key_from_plain, key_timer), waiting)
 
     loading = bucket({})
-    for i in range(1000):
+    for i in range(products):
         join.version(loading, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
     join.version(loading, ("p1",), "+U", 5_000, ("p1", 100))
     loading.keys.flush()
+    return join, bucket
+
+
+def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for_nothing() -> None:
+    """A table loaded ahead of the watermark (one version per key) leaves no key waiting; an
+    order reads its key's versions once, when the watermark passes it."""
+    store, timers = CountingStore(), {}
+    join, bucket = _loaded_table(1000, store, timers)
     assert timers == {("p1",): 5_000}  # two versions: the first is trimmed once 5 s pass
     assert store.calls() == (1000, 1000, 0)
 
@@ -196,22 +207,13 @@ def test_probe_rows_wait_without_reading_their_keys_and_a_loaded_table_waits_for
 def test_orders_joined_as_of_versions_they_leave_as_they_were_encode_no_key_again() -> None:
     """Due orders read their keys' versions; a key the trim leaves as it was is neither written
     nor encoded again to find that out, while one the trim shortens is written back."""
-    join = EventTimeTemporalJoin("left", lambda probe, version: True)
     store, timers, encoded = CountingStore(), {}, []
 
     def counted(state: Any) -> tuple:
         encoded.append(state)
         return key_to_plain(state)
 
-    def bucket(waiting: dict) -> KeyedBucket:
-        keys = StoredKeys(store, timers, counted, key_from_plain, key_timer)
-        return KeyedBucket(keys, waiting)
-
-    loading = bucket({})
-    for i in range(100):
-        join.version(loading, (f"p{i}",), "+I", 1_000, (f"p{i}", i))
-    join.version(loading, ("p1",), "+U", 5_000, ("p1", 100))
-    loading.keys.flush()
+    join, bucket = _loaded_table(100, store, timers, counted)
     store.calls()
     encoded.clear()
 
