@@ -15,6 +15,7 @@ import pytest
 from state.changes import Change
 from state.joins.temporal_join import (
     EventTimeTemporalJoin,
+    ProcessingTimeTemporalJoin,
     key_from_plain,
     key_timer,
     key_to_plain,
@@ -224,6 +225,30 @@ def test_orders_joined_as_of_versions_they_leave_as_they_were_encode_no_key_agai
     assert [state.versions for state in encoded] == [{5_000: ("+U", ("p1", 100))}]
     assert store.calls() == (100, 1, 0)
     assert timers == {}
+
+
+def test_lookups_of_the_latest_rows_encode_no_key_again() -> None:
+    """A processing-time temporal join's orders read their product's latest row: the flush
+    after them neither writes nor encodes a key; a new row of the table is written."""
+    join = ProcessingTimeTemporalJoin("left", lambda probe, version: True)
+    store, encoded = CountingStore(), []
+
+    def counted(state: Any) -> Any:
+        encoded.append(state)
+        return state
+
+    latest = StoredKeys(store, {}, as_is, as_is, never)
+    for i in range(100):
+        join.version(latest, (f"p{i}",), "+I", (f"p{i}", i))
+    latest.flush()
+    store.calls()
+    looking = StoredKeys(store, {}, counted, as_is, never)
+    out = [c for i in range(100) for c in join.probe(looking, (f"p{i}",), (f"o{i}",))]
+    assert out[7] == Change("+I", ("o7",), ("p7", 7))
+    join.version(looking, ("p1",), "+U", ("p1", 100))
+    looking.flush()
+    assert encoded == [("p1", 100)]
+    assert store.calls() == (100, 1, 0)
 
 
 def test_state_is_plain_data_behind_a_format_byte() -> None:

@@ -7,6 +7,7 @@ import random
 from state.joins.normalize import normalize
 from state.joins.temporal_join import (
     EventTimeTemporalJoin,
+    KeysInMemory,
     ProcessingTimeTemporalJoin,
     VersionedBucket,
 )
@@ -29,7 +30,7 @@ def matches(left, right) -> bool:
 
 def test_processing_time_joins_the_latest_rate_known_when_the_order_comes() -> None:
     """The seed's LatestRates: the Euro moves from 114 to 116 at 10:52."""
-    join, latest = ProcessingTimeTemporalJoin("inner", matches), {}
+    join, latest = ProcessingTimeTemporalJoin("inner", matches), KeysInMemory()
     join.version(latest, "Euro", "+I", ("Euro", 114))
     join.version(latest, "US Dollar", "+I", ("US Dollar", 102))
     yen = []

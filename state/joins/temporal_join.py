@@ -91,9 +91,9 @@ def key_size(state: VersionedKey) -> tuple[int, int]:
     return 0, len(state.versions)
 
 
-class KeyVersions(dict[Any, VersionedKey]):
-    """The keys' versions in memory; `peek` reads a key's without taking them to change, as
-    `state.store.keyed_state.StoredKeys.peek` does."""
+class KeysInMemory(dict[Any, Any]):
+    """The keys' states in memory (versions, or a latest row); `peek` reads one without taking
+    it to change, as `state.store.keyed_state.StoredKeys.peek` does."""
 
     def peek(self, key: Any, default: Any = None) -> Any:
         return self.get(key, default)
@@ -103,7 +103,7 @@ class KeyVersions(dict[Any, VersionedKey]):
 class VersionedBucket:
     """The keys of one bucket, in memory: their versions, and the probe rows that wait."""
 
-    keys: KeyVersions = field(default_factory=KeyVersions)
+    keys: KeysInMemory = field(default_factory=KeysInMemory)
     waiting: Waiting = field(default_factory=dict)
     spark_timer: int | None = None  # the pending engine timer, if any
 
@@ -231,15 +231,16 @@ class ProcessingTimeTemporalJoin:
         self.matches = matches
 
     def probe(
-        self, latest: dict[Any, Row], key: Any, row: Row, op: str = RowKind.INSERT
+        self, latest: KeysInMemory, key: Any, row: Row, op: str = RowKind.INSERT
     ) -> list[Change]:
-        version = latest.get(key)
+        """A probe row joins its key's latest row, which it only reads."""
+        version = latest.peek(key)
         if version is not None and self.matches(row, version):
             return [Change(op, row, version)]
         return [Change(op, row)] if self.left_outer else []
 
     @staticmethod
-    def version(latest: dict[Any, Row], key: Any, op: str, row: Row) -> None:
+    def version(latest: KeysInMemory, key: Any, op: str, row: Row) -> None:
         if op in RowKind.ACCUMULATE:
             latest[key] = row
         elif op != RowKind.UPDATE_BEFORE:
