@@ -13,6 +13,7 @@ from app.config.windows import windowing
 from app.plan.planner import query_plan
 from app.replay import case_config, load_cases, replay, run_case, sql_join
 from state.store.encoding import load
+from state.store.parked import PARK_FROM_ROWS
 
 pytestmark = pytest.mark.spark
 
@@ -453,6 +454,7 @@ def test_orders_held_back_by_their_watermark_s_delay_wait_parked_and_join_as_of_
     them, each with the price of its time, once."""
     orders = [{"ts": i * 1_000, "v": [f"o{i}", "p0"]} for i in range(1_000)]
     prices = [{"ts": 0, "op": "+I", "v": ["p0", 0]}, {"ts": 500_000, "op": "+U", "v": ["p0", 5]}]
+    assert PARK_FROM_ROWS < 300  # the five minutes' orders of its one key wait in one bucket
     case = _orders_as_of_prices(
         "temporal_parked", orders, prices, batch_rows=200, orders_delay_ms=300_000
     )

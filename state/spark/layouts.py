@@ -203,6 +203,7 @@ class KeyedEntries:
             self.ttl_ms,
             now,
             known,
+            scannable=not parked,
         )
         bucket = KeyedBucket(keys, waiting, spark_timer, token, parked)
         return bucket, None if stored is None else stored[0]

@@ -121,6 +121,9 @@ class StoredKeys:
     `known`, when given, holds every name the store was written under since it was empty
     (`state.store.key_filter`): a key it says was never written is absent without a call, and
     `flush` adds the names it writes; it is dropped (None) once full.
+
+    `scannable` False: the store holds entries other than the keys' that a pass over it would
+    stream too, large ones (parked rows, `state.store.parked`): keys are read by name only.
     """
 
     def __init__(
@@ -135,9 +138,11 @@ class StoredKeys:
         ttl_ms: int | None = None,
         now: int = 0,
         known: KeyFilter | None = None,
+        scannable: bool = True,
     ) -> None:
         self.store = store
         self.known = known
+        self.scannable = scannable
         self.timers = timers
         self.ttl_ms, self.now = ttl_ms, now
         self.ledger = {e: c for e, c in (ledger or {}).items() if e is None or e > now}
@@ -201,7 +206,7 @@ class StoredKeys:
             self._found(wanted.pop(name), name, blob)
         if not wanted:
             return
-        if self.stored > DENSE * len(wanted):
+        if not self.scannable or self.stored > DENSE * len(wanted):
             names = list(wanted)
             for name, blob in zip(names, self.store.get_many(names), strict=True):
                 self._found(wanted[name], name, blob)
