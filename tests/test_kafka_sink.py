@@ -65,6 +65,24 @@ def test_records_go_to_their_own_topic_or_the_sinks_with_their_headers(kafka: st
     assert [(r.key, r.value) for r in read_topic(kafka, side)] == [(b"k2", b"v2")]
 
 
+def test_each_record_keeps_its_headers_in_order_in_any_slice_of_a_batch() -> None:
+    one, two = {"key": "op", "value": b"+I"}, {"key": "trace", "value": None}
+    rows = [
+        (b"k1", b"v1", [one, two], None),
+        (b"k2", b"v2", [two, one], None),
+        (b"k3", b"v3", [], "dlq"),
+        (b"k4", None, None, None),
+        (b"k5", b"v5", [one], None),
+    ]
+    writer = KafkaStreamWriter("out", {}, None)
+    assert list(writer.records(iter([batch(rows).slice(1, 4)]))) == [
+        ("out", b"k2", b"v2", [("trace", None), ("op", b"+I")]),
+        ("dlq", b"k3", b"v3", None),
+        ("out", b"k4", None, None),
+        ("out", b"k5", b"v5", [("op", b"+I")]),
+    ]
+
+
 def test_undelivered_records_fail_the_write() -> None:
     writer = KafkaStreamWriter(
         "t", {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": "1500"}, None

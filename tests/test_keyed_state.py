@@ -20,8 +20,8 @@ from state.joins.temporal_join import (
     key_timer,
     key_to_plain,
 )
-from state.store.encoding import FORMAT, StateFormatError, dump, load
-from state.store.keyed_state import KeyedBucket, StoredKeys, as_is, due_keys, never
+from state.store.encoding import FORMAT, StateFormatError, dump, dump_key, load
+from state.store.keyed_state import KeyedBucket, StoredKeys, as_is, due_keys, never, unsized
 
 
 class CountingStore:
@@ -149,6 +149,28 @@ def test_under_a_ttl_what_the_store_holds_is_counted_until_spark_drops_it_unseen
     assert gone.get(("p2",)) == ("o3",)
     gone.flush()
     assert store.calls() == (2, 0, 0)
+
+
+def test_under_a_ttl_a_key_handed_out_unchanged_is_not_rewritten_though_its_expiry_moved() -> None:
+    """A key's entry is rewritten only when its state changed: not to move its expiry on (a
+    row's retention is its own, `state.store.retention`). An entry written whole, as before
+    states were nested, is read, and rewritten nested once it changes."""
+    store, ttl = CountingStore(), 60_000
+    first = StoredKeys(store, {}, as_is, as_is, never, None, unsized, ttl, 0)
+    first[("p1",)] = ("o1",)
+    first[("p2",)] = ("o2",)
+    first.flush()
+    store.entries[dump_key(("p3",))] = dump((ttl, ("o3",)))  # the layout before
+    store.calls()
+    later = StoredKeys(store, {}, as_is, as_is, never, first.ledger, unsized, ttl, 30_000)
+    later.prefetch([("p1",), ("p2",), ("p3",)])
+    later[("p1",)] = ("o1",)  # as it was
+    later[("p2",)] = ("o2", "o4")
+    assert later.get(("p3",)) == ("o3",)
+    later.flush()
+    assert store.calls()[1:] == (2, 0)  # p2 and p3 written (p3 nested now), p1 not
+    last = StoredKeys(store, {}, as_is, as_is, never, later.ledger, unsized, ttl, 61_000)
+    assert [last.get((k,)) for k in ("p1", "p2", "p3")] == [None, ("o2", "o4"), ("o3",)]
 
 
 def test_a_key_finds_its_entry_whether_or_not_its_equal_values_are_one_object() -> None:

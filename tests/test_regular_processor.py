@@ -10,7 +10,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.joins.pages import pages_for
 from state.joins.specs import RegularJoinSpec, SideSpec
-from state.store.encoding import load
+from state.store.encoding import load, load_entry
 from tests.frames import join_frame
 
 SPEC = RegularJoinSpec(
@@ -55,7 +55,8 @@ def joined(frame: pd.DataFrame) -> list[tuple]:
 
 def stored_keys(tester: TwsTester, bucket: int) -> dict:
     """The bucket's entries: join key -> both sides' views, as plain data."""
-    return {load(k[0]): load(v[0])[1] for k, v in tester.peekMapState("keys", bucket).items()}
+    entries = tester.peekMapState("keys", bucket).items()
+    return {load(k[0]): load_entry(v[0])[1] for k, v in entries}
 
 
 def test_rows_of_a_bucket_are_joined_in_arrival_order_and_each_key_keeps_its_own_entry() -> None:

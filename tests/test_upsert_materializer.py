@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from state.joins.materialize import materialize
-from state.store.encoding import load
+from state.store.encoding import load, load_entry
 from tests.frames import upsert_frame
 
 A, B, C = ("o1", "p1"), ("o1", "p2"), ("o1", "p3")
@@ -81,7 +81,7 @@ def test_the_processor_applies_each_keys_changes_in_seq_order_and_keeps_its_rows
         ("+I", b"o1", "o1", 2),
     ]
     entries = tester.peekMapState("keys", 0)
-    assert {load(k[0]): load(v[0]) for k, v in entries.items()} == {
+    assert {load(k[0]): load_entry(v[0])[:2] for k, v in entries.items()} == {
         b"o1": (None, [("o1", 2)]),
         b"o2": (None, [("o2", 5)]),  # no TTL: no expiry
     }

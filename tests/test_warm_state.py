@@ -5,15 +5,18 @@ the keeper its executor's workers share."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester, _InMemoryStatefulProcessorHandle
 
+from state.joins import pages
 from state.joins.specs import RegularJoinSpec, SideSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
 from state.spark.layouts import KeyedEntries
@@ -21,7 +24,7 @@ from state.store.keeper import KeeperCopies, start
 from state.store.keyed_state import as_is, never, unsized
 from state.store.warm import ENTRY_OVERHEAD, Copies, ReadCounts, WarmStore
 from tests.frames import RandomChanges, join_frame
-from tests.test_regular_processor import KINDS, SPEC, changes, joined
+from tests.test_regular_processor import KINDS, SPEC, changes, joined, stored_keys
 from tests.test_temporal_processor import SPEC as RATES
 from tests.test_temporal_processor import changes as rate_changes
 from tests.test_temporal_processor import yen
@@ -284,10 +287,25 @@ def _restore(handle: _InMemoryStatefulProcessorHandle, saved: Any) -> None:
         handle.map_states[name].state = state
 
 
+@contextlib.contextmanager
+def tiny_pages(paged: bool) -> Iterator[None]:
+    """A side's rows in pages from its third row on, a page of one row or more (`paged`)."""
+    sizes = pages.INLINE_ROWS, pages.PAGE_ROWS
+    if paged:
+        pages.INLINE_ROWS, pages.PAGE_ROWS = 2, 1
+    try:
+        yield
+    finally:
+        pages.INLINE_ROWS, pages.PAGE_ROWS = sizes
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["inline", "paged"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_changes_run_by_random_workers_with_failed_attempts_join_as_without_copies(
-    seed: int,
+    seed: int, paged: bool
 ) -> None:
+    """`paged`: the workers keep a key's rows in pages (read with the copies, moved in and out
+    of pages as keys grow and shrink), the join they are checked against inline."""
     rng = random.Random(seed)
     spec = RegularJoinSpec(
         "left",
@@ -297,7 +315,7 @@ def test_random_changes_run_by_random_workers_with_failed_attempts_join_as_witho
         state_ttl_ms=rng.choice([0, 5_000]),
     )
     cold, workers = _workers(spec, 3)
-    source = RandomChanges(rng, 12, 4)
+    source = RandomChanges(rng, 12, 2 if paged else 4)  # paged: keys grow and shrink past pages
     for batch in range(40):
         now = 1_000 * (batch + 1)
         rows = source.batch(rng.randrange(1, 6))
@@ -306,10 +324,37 @@ def test_random_changes_run_by_random_workers_with_failed_attempts_join_as_witho
         expected = _joined(cold.testInPandas(0, input_rows))
         for worker in workers:
             worker._currentProcessingTimeMs = now
-        if rng.random() < 0.3:  # an attempt that fails after its visit: its writes rolled back
-            saved = _snapshot(workers[0].handle)
-            rng.choice(workers).testInPandas(0, input_rows.copy())
-            _restore(workers[0].handle, saved)
-        got = _joined(rng.choice(workers).testInPandas(0, input_rows.copy()))
+        with tiny_pages(paged):
+            if rng.random() < 0.3:  # an attempt that fails after its visit: rolled back
+                saved = _snapshot(workers[0].handle)
+                rng.choice(workers).testInPandas(0, input_rows.copy())
+                _restore(workers[0].handle, saved)
+            got = _joined(rng.choice(workers).testInPandas(0, input_rows.copy()))
+        if paged:  # a paged side's rows come page by page, as Flink's MapState's in key order
+            got, expected = sorted(got, key=repr), sorted(expected, key=repr)
         assert got == expected, f"batch {batch}"
     assert sum(worker.processor.reads.hits for worker in workers) > 0
+    if paged:
+        assert workers[0].handle.map_states["pages"].state, "no key's rows were ever paged"
+
+
+def test_a_key_s_pages_resized_in_a_visit_hold_what_the_visit_left_not_the_copies() -> None:
+    """Three orders of one product in pages, kept warm; a visit deletes one and adds 47, so
+    the rows move to more pages; the product then joins the 49 orders left, not the deleted
+    one the copies' pages still held."""
+    reads = Counted()
+    frame = join_frame(SPEC, KINDS)
+    frame.warm = WarmState(2**20, reads)
+    tester = TwsTester(frame)
+    with tiny_pages(True):
+        tester.testInPandas(0, changes(*[(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(3)]))
+        added = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(3, 50)]
+        tester.testInPandas(0, changes((0, "-D", 10, ("o0", "p1", 1)), *added))
+        (left, _right) = stored_keys(tester, 0)[("p1",)]
+        assert left[2][:2] == (pages.pages_for(49), 49) and pages.pages_for(49) > pages.pages_for(3)
+        out = tester.testInPandas(0, changes((1, "+I", 20, ("p1", 10))))
+    frame.close()
+    assert sorted(row[1] for row in joined(out) if row[0] == "+I") == sorted(
+        f"o{i}" for i in range(1, 50)
+    )
+    assert reads.counts[("hit",)] > 0

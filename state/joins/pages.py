@@ -7,9 +7,14 @@ them all.
 Past `INLINE_ROWS` rows a side's rows move to pages, entries of their own named by the join key,
 the side and the page number, each holding the rows whose identity (unique key, or the row) hashes
 to it; the key's entry keeps the number of pages and of rows. A change reads and rewrites its own
-page; matching the other side reads every page of it in one state call (Flink iterates its
-MapState), and the changed pages are written back in one. Pages double when they average twice
-`PAGE_ROWS`, and the rows go back inline when few are left.
+page. A micro-batch reads the pages its changes fall in and every page of the sides they match
+(Flink iterates its MapState), of all its keys, in one state call (`PageReads`), and writes the
+changed pages back in one. Pages double when they average twice `PAGE_ROWS`, and the rows go
+back inline when few are left.
+
+Smaller pages (a key's rows in pages from a few dozen on) cost the workers less per change and
+the JVM more per micro-batch, an entry more written per change: on two cores that was a loss
+(`docs/performance.md`).
 """
 
 from __future__ import annotations
@@ -63,28 +68,32 @@ class PagedRows(MutableMapping):
 
     def _page(self, number: int) -> dict:
         if number not in self.loaded:
-            assert self.store is not None, "pages read before `bind`"
-            name = dump_key((*self.prefix, number))
-            self._loaded(number, name, self.store.get(name))
+            reads = PageReads()
+            reads.want(self, number)
+            reads.read()
         return self.loaded[number][2]
 
-    def _loaded(self, number: int, name: bytes, blob: bytes | None) -> None:
+    def loaded_from(self, number: int, name: bytes, blob: bytes | None) -> None:
+        """Page `number` as read (None: no entry)."""
         rows = {} if blob is None else dict(load(blob))
         self.loaded[number] = (name, blob, self.widen(rows) if self.widen else rows)
 
+    def name(self, number: int) -> bytes:
+        return dump_key((*self.prefix, number))
+
     def read_all(self) -> None:
         """Every page not read yet, in one call."""
-        assert self.store is not None, "pages read before `bind`"
-        missing = [n for n in range(self.pages) if n not in self.loaded]
-        if not missing:
-            return
-        names = [dump_key((*self.prefix, n)) for n in missing]
-        for number, name, blob in zip(missing, names, self.store.get_many(names), strict=True):
-            self._loaded(number, name, blob)
+        reads = PageReads()
+        reads.want_all(self)
+        reads.read()
+
+    def number_of(self, identity: Any) -> int:
+        """The page an identity's row is on."""
+        hashed = identity if self.hashed is None else identity[: self.hashed]
+        return page_of(hashed, self.pages)
 
     def _page_of(self, identity: Any) -> dict:
-        hashed = identity if self.hashed is None else identity[: self.hashed]
-        return self._page(page_of(hashed, self.pages))
+        return self._page(self.number_of(identity))
 
     def __getitem__(self, identity: Any) -> Any:
         return self._page_of(identity)[identity]
@@ -158,6 +167,40 @@ class PagedRows(MutableMapping):
         return rows
 
 
+class PageReads:
+    """The pages a micro-batch is about to use, of any keys' rows in one bucket's pages, read
+    in one call: those the warm copies hold (`state.store.warm`) from them, the rest in one
+    `get_many`."""
+
+    def __init__(self) -> None:
+        self.wanted: dict[bytes, tuple[PagedRows, int]] = {}
+        self.whole: set[int] = set()  # the rows all of whose pages are wanted, by `id`
+
+    def want(self, rows: PagedRows, number: int) -> None:
+        if number not in rows.loaded:
+            self.wanted[rows.name(number)] = (rows, number)
+
+    def want_all(self, rows: PagedRows) -> None:
+        if id(rows) not in self.whole:
+            self.whole.add(id(rows))
+            for number in range(rows.pages):
+                self.want(rows, number)
+
+    def read(self) -> None:
+        if not self.wanted:
+            return
+        store = next(iter(self.wanted.values()))[0].store
+        assert store is not None, "pages read before `bind`"
+        found = store.recall(list(self.wanted))
+        missing = [name for name in self.wanted if name not in found]
+        if missing:
+            found.update(zip(missing, store.get_many(missing), strict=True))
+        for name, blob in found.items():
+            rows, number = self.wanted[name]
+            rows.loaded_from(number, name, blob)
+        self.wanted.clear()
+
+
 class _PageItems(ItemsView):
     _mapping: PagedRows
 
@@ -198,7 +241,10 @@ def settle(
         version = 0
     paged = PagedRows(pages, 0, version, hashed)
     paged.bind(store, key, side)
-    paged.read_all()  # in one call, not one a page as the rows fill them
+    # no page of the key's side is stored: its rows were inline, or their pages just removed
+    # (which a warm copy, current as of the visit's start, would not know)
+    for number in range(pages):
+        paged.loaded_from(number, paged.name(number), None)
     paged.update(rows)
     paged.flush()
     return paged

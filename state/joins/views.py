@@ -26,7 +26,7 @@ from typing import Any
 
 from state.changes import Row
 from state.columns import Widening
-from state.joins.pages import PagedRows
+from state.joins.pages import PagedRows, PageReads
 from state.store.retention import FOREVER, Retention
 
 
@@ -86,6 +86,16 @@ class _EntriesView:
 
     def prune(self) -> None:
         _prune(self.rows, self.retention)
+
+    def want_pages(self, reads: PageReads, row: Row | None) -> None:
+        """Ask `reads` for the pages a change will use, if the rows are paged: the page of
+        `row`, a change of this side; every page (None) for a change the rows are matched
+        with."""
+        if isinstance(self.rows, PagedRows):
+            if row is None:
+                reads.want_all(self.rows)
+            else:
+                reads.want(self.rows, self.rows.number_of(self._key(row)))
 
     def __len__(self) -> int:
         """Entries: known without reading a paged view's pages."""

@@ -18,20 +18,23 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from state.spark.deferred import writes_deferred
 from state.spark.pipelined import wire
-from state.store.encoding import dump, dump_packed, load
+from state.store.encoding import dump, dump_packed, load, load_entry
 from state.store.key_filter import KeyFilter
 from state.store.keyed_state import EntryStore, KeyedBucket, StoredKeys, Waiting
 from state.store.parked import park
-from state.store.warm import Copies, ReadCounts, WarmEntries, new_token
+from state.store.warm import Copies, ReadCounts, WarmEntries, WarmVisit, new_token
 
 BUCKET_STATE = StructType([StructField("bucket", BinaryType())])
 ENTRY_KEY = StructType([StructField("key", BinaryType())])
+# A page's name among a bucket's warm copies, beside its keys' (a key's name starts with the
+# state format's byte, never with this one).
+PAGES_PREFIX = b"p"
 
 
 def entry_state(value: bytes, now: int) -> Any | None:
     """A `KeyedEntries` entry's plain state, None once its time has come (Spark may not have
     dropped it yet; the next visit would not see it)."""
-    expires, plain = load(value)
+    expires, plain, _body = load_entry(value)
     return plain if expires is None or expires > now else None
 
 
@@ -156,11 +159,19 @@ class KeyedEntries:
         timer_of: Callable[[Any], int | None],
         size_of: Callable[[Any], tuple[int, int]],
         ttl_ms: int | None = None,
+        pages: bool = False,
     ) -> None:
         """`ttl_ms`: Spark drops an entry not written for that long (processing time), from
-        its own index of expiry times: no timer, no scan of the keys."""
+        its own index of expiry times: no timer, no scan of the keys. `pages`: the keys keep
+        rows in entries of a `MapState` of their own besides (`state.joins.pages`), kept warm
+        with the keys'."""
         self.own = writes_deferred(handle.getValueState("bucket", BUCKET_STATE))
         self.entries = MapEntries(handle.getMapState("keys", ENTRY_KEY, BUCKET_STATE, ttl_ms))
+        self.pages = (
+            MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl_ms))
+            if pages
+            else None
+        )
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
         self.size_of = size_of
         self.ttl_ms = ttl_ms
@@ -186,12 +197,14 @@ class KeyedEntries:
         elif self.ttl_ms is None and not any(counts[0] for _expiry, counts in ledger):
             known = KeyFilter()  # no entries: every one from now on is in the filter
         entries: EntryStore = self.entries
+        pages: EntryStore | None = self.pages
         # a copy ages by the visit's clock under a TTL: an operator without one keeps none
         if self.copies is not None and (self.ttl_ms is None or now > 0):
             owner = (self.owner, str(key))  # the key as text: a plain message to the keeper
-            entries = WarmEntries(
-                self.entries, self.copies, owner, token, self.counts, now, self.ttl_ms
-            )
+            visit = WarmVisit(self.copies, owner, token, self.counts, now, self.ttl_ms)
+            entries = WarmEntries(self.entries, visit)
+            if self.pages is not None:
+                pages = WarmEntries(self.pages, visit, PAGES_PREFIX)
         keys = StoredKeys(
             entries,
             dict(timers),
@@ -205,7 +218,7 @@ class KeyedEntries:
             known,
             scannable=not parked,
         )
-        bucket = KeyedBucket(keys, waiting, spark_timer, token, parked)
+        bucket = KeyedBucket(keys, waiting, spark_timer, token, parked, pages=pages)
         return bucket, None if stored is None else stored[0]
 
     def flush(self, bucket: KeyedBucket) -> None:
@@ -226,7 +239,7 @@ class KeyedEntries:
         warm copy current at that token, `state.store.warm`)."""
         keys = bucket.keys
         entries = keys.store
-        copy = entries if isinstance(entries, WarmEntries) else None
+        copy = entries.visit if isinstance(entries, WarmEntries) else None
         if (
             bucket.spark_timer is None
             and not keys.timers

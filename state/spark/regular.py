@@ -23,7 +23,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from state.changes import SIDES, Change, Row
 from state.joins.fanout import Fanout
 from state.joins.mini_batch import folded
-from state.joins.pages import PagedRows, settle
+from state.joins.pages import PagedRows, PageReads, settle
 from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
 from state.joins.views import (
     MultisetView,
@@ -35,7 +35,7 @@ from state.joins.views import (
     views_to_plain,
 )
 from state.spark.frame import Held, InputRows, KeyHeld
-from state.spark.layouts import BUCKET_STATE, ENTRY_KEY, KeyedEntries, MapEntries, entry_state
+from state.spark.layouts import KeyedEntries, entry_state
 from state.store.encoding import load
 from state.store.keyed_state import KeyedBucket, held_by_expiry, never
 from state.store.retention import InputRetentions
@@ -76,9 +76,15 @@ class RegularJoinOperator:
         return self.retentions.store_ttl_ms
 
     def store(self, handle: StatefulProcessorHandle) -> KeyedEntries:
-        ttl = self.store_ttl_ms
-        self.pages = MapEntries(handle.getMapState("pages", ENTRY_KEY, BUCKET_STATE, ttl))
-        return KeyedEntries(handle, views_to_plain, self._views_from_plain, never, views_size, ttl)
+        return KeyedEntries(
+            handle,
+            views_to_plain,
+            self._views_from_plain,
+            never,
+            views_size,
+            self.store_ttl_ms,
+            pages=True,
+        )
 
     def _views_from_plain(self, plain: tuple) -> tuple[View, ...]:
         return views_from_plain(plain, self.retentions.each, self.widenings)
@@ -129,7 +135,8 @@ class RegularJoinOperator:
         for side, view in enumerate(views):
             rows = getattr(view, "rows", None)
             if isinstance(rows, PagedRows):
-                rows.bind(self.pages, key, side)
+                assert bucket.pages is not None
+                rows.bind(bucket.pages, key, side)
         return views
 
     def fire_due(self, bucket: Any, now: int) -> list[Change]:
@@ -141,20 +148,28 @@ class RegularJoinOperator:
         changes: list[Change] = []
         touched: dict[Any, tuple[View, ...]] = {}
         bucket.keys.prefetch(rows.keys)
-        for i, kind in self._changes(rows):
-            key = rows.keys[i]
+        todo = [(i, kind, self._row(rows, i)) for i, kind in self._changes(rows)]
+        pages = PageReads()
+        for i, _kind, row in todo:
+            key, side = rows.keys[i], rows.sides[i]
             views = touched.get(key)
             if views is None:
                 views = touched[key] = bucket.keys[key] = self._views(bucket, key)
-            emitted = self.join.process(rows.sides[i], kind, self._row(rows, i), views)
+            for other, view in enumerate(views):
+                if isinstance(view, UniqueKeyView | MultisetView):
+                    view.want_pages(pages, row if other == side else None)
+        pages.read()
+        for i, kind, row in todo:
+            emitted = self.join.process(rows.sides[i], kind, row, touched[rows.keys[i]])
             self.fanout.emitted(len(emitted))
             changes += emitted
         for key, views in touched.items():
             for side, view in enumerate(views):
                 view.prune()
                 if isinstance(view, UniqueKeyView | MultisetView):
+                    assert bucket.pages is not None
                     hashed = hashed_columns(view, self.widenings[side])
-                    view.rows = settle(view.rows, self.pages, key, side, hashed)
+                    view.rows = settle(view.rows, bucket.pages, key, side, hashed)
             sizes = [len(view) for view in views]
             if not any(sizes):
                 del bucket.keys[key]  # an emptied key leaves no entry

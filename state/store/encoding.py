@@ -16,8 +16,9 @@ the one before; `app.run.checkpoint` records it in the checkpoint and refuses to
 written in another format, naming what to do. A new plain form this code tells from the one
 before it, and reads both, keeps the format, so that a checkpoint resumes across the change (an
 interval join's bucket: four fields with every key's state in it, then five with each key's
-state apart; a bucket's value unpacked, then packed); a streamjoin from before such a change
-cannot read what the new one wrote.
+state apart; a bucket's value unpacked, then packed; a key's entry with its state pickled in
+it, then nested as bytes); a streamjoin from before such a change cannot read what the new one
+wrote.
 """
 
 from __future__ import annotations
@@ -114,6 +115,22 @@ def dump_key(key: Any) -> bytes:
 
 
 _key_pickler = threading.local()
+
+
+def dump_entry(expires: int | None, body: bytes) -> bytes:
+    """A key's entry (`state.store.keyed_state`): when it expires, and its state's bytes
+    (`dump`) nested whole, so that whether the state changed is a comparison of those bytes,
+    whatever the entry's expiry, without pickling the state a second time."""
+    return dump((expires, body))
+
+
+def load_entry(blob: bytes) -> tuple[int | None, Any, bytes | None]:
+    """A key's entry as its expiry, its state's plain data and that state's bytes (None for an
+    entry from before states were nested, `(expires, plain)` pickled whole)."""
+    expires, body = load(blob)
+    if isinstance(body, bytes):
+        return expires, load(body), body
+    return expires, body, None
 
 
 def load(blob: bytes) -> Any:

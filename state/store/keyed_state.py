@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from state.store.encoding import dump, dump_key, load
+from state.store.encoding import dump, dump_entry, dump_key, load_entry
 from state.store.key_filter import KeyFilter
 from state.store.parked import Parked, Waiting, earliest, unpark_due
 
@@ -148,7 +148,7 @@ class StoredKeys:
         self.ledger = {e: c for e, c in (ledger or {}).items() if e is None or e > now}
         self.size_of = size_of
         self.to_plain, self.from_plain, self.timer_of = to_plain, from_plain, timer_of
-        # key -> (key bytes, entry read, its expiry, its size)
+        # key -> (key bytes, its state's bytes as read, its expiry, its size)
         self.read: dict[Any, tuple[bytes, bytes | None, int | None, tuple[int, ...]]] = {}
         self.live: dict[Any, Any] = {}
         # keys set, removed or handed out to change (`get`): `flush` compares only their bytes
@@ -177,10 +177,13 @@ class StoredKeys:
     def _found(self, key: Any, name: bytes, blob: bytes | None) -> None:
         """Take in an entry as read; one whose time has come is gone, whatever the store said."""
         if blob is not None:
-            expires, plain = load(blob)
+            expires, plain, body = load_entry(blob)
             if expires is None or expires > self.now:
                 self.live[key] = state = self.from_plain(plain)
-                self.read[key] = (name, blob, expires, self.size_of(state))
+                # what `flush` compares the state's bytes with: an entry from before states
+                # were nested, whole, never equal to them (its first write nests it)
+                stored = blob if body is None else body
+                self.read[key] = (name, stored, expires, self.size_of(state))
                 return
         self.read[key] = (name, None, None, (0, 0))
 
@@ -272,13 +275,10 @@ class StoredKeys:
                     removes.append(name)
                     self._count(was_expiring, was, -1)
                 continue
-            plain = self.to_plain(state)
-            blob = dump((was_expiring, plain))
-            if blob == before:
-                continue
-            if was_expiring != expires:
-                blob = dump((expires, plain))
-            puts.append((name, blob))
+            body = dump(self.to_plain(state))
+            if body == before:
+                continue  # unchanged: not written, so its expiry stays as it was
+            puts.append((name, dump_entry(expires, body)))
             if before is not None:
                 self._count(was_expiring, was, -1)
             else:
@@ -307,6 +307,7 @@ class KeyedBucket:
     token: bytes | None = None
     parked: list[Parked] = field(default_factory=list)
     unparked: list[bytes] = field(default_factory=list)  # parked entries taken, to remove
+    pages: EntryStore | None = None  # where its keys' pages are (`state.joins.pages`), if any
 
     @property
     def rows_waiting(self) -> int:

@@ -138,14 +138,13 @@ class ReadCounts:
         return counted
 
 
-class WarmEntries:
-    """An `EntryStore` for one visit of a bucket that asks its `copies` first, current at the
-    `token` the visit read, and hands them what it read and wrote at `settle`. `now`: the
+class WarmVisit:
+    """One visit of a bucket: the copies current at the `token` it read, asked first by each of
+    its stores (`WarmEntries`), and handed what they read and wrote at `settle`. `now`: the
     visit's processing time, by which entries under `ttl_ms` age."""
 
     def __init__(
         self,
-        store: Entries,
         copies: Copies,
         owner: Owner,
         token: bytes | None,
@@ -153,12 +152,12 @@ class WarmEntries:
         now: int,
         ttl_ms: int | None,
     ) -> None:
-        self.store, self.copies, self.owner, self.token = store, copies, owner, token
+        self.copies, self.owner, self.token = copies, owner, token
         self.counts, self.now, self.ttl_ms = counts, now, ttl_ms
         self.kept: dict[bytes, Kept] = {}
         self.written = False
 
-    def _fresh(self, kept: Kept) -> bool:
+    def fresh(self, kept: Kept) -> bool:
         """Whether a copy's entry is surely what the store holds: under a TTL, one written by
         a visit, until its TTL comes near."""
         blob, written = kept
@@ -166,24 +165,42 @@ class WarmEntries:
             return True
         return written is not None and self.now < written + self.ttl_ms - TTL_MARGIN_MS
 
+    def settle(self, new: Token, budget: int) -> None:
+        """The visit left the bucket at `new` (None: the bucket is empty, or unknown)."""
+        self.copies.settle(self.owner, self.token, new, self.kept, budget)
+
+
+class WarmEntries:
+    """An `EntryStore` for one visit of a bucket (`WarmVisit`) that asks the visit's copies
+    first. A bucket's other stores (a regular join's pages) share the visit, their names kept
+    under a `prefix` of their own, so that one token proves them all and one message settles
+    them."""
+
+    def __init__(self, store: Entries, visit: WarmVisit, prefix: bytes = b"") -> None:
+        self.store, self.visit, self.prefix = store, visit, prefix
+
     def recall(self, keys: list[bytes]) -> dict[bytes, bytes | None]:
         """The entries among `keys` the copies hold, current."""
-        if self.token is None:
+        visit = self.visit
+        if visit.token is None:
             return {}
+        prefix = self.prefix
+        names = [prefix + name for name in keys] if prefix else keys
         found = {
-            name: kept[0]
-            for name, kept in self.copies.recall(self.owner, self.token, keys).items()
-            if self._fresh(kept)
+            name[len(prefix) :]: kept[0]
+            for name, kept in visit.copies.recall(visit.owner, visit.token, names).items()
+            if visit.fresh(kept)
         }
-        self.counts.hits += len(found)
+        visit.counts.hits += len(found)
         return found
 
     def _read(self, name: bytes, blob: bytes | None) -> None:
         """Keep an entry as read from the store: under a TTL only an absent one (when a
         present one was written, and so when Spark drops it, is not known here)."""
-        self.counts.misses += 1
-        if blob is None or self.ttl_ms is None:
-            self.kept.setdefault(name, (blob, None))
+        visit = self.visit
+        visit.counts.misses += 1
+        if blob is None or visit.ttl_ms is None:
+            visit.kept.setdefault(self.prefix + name, (blob, None))
 
     def get(self, key: bytes) -> bytes | None:
         blob = self.store.get(key)
@@ -209,12 +226,9 @@ class WarmEntries:
 
     def write_many(self, puts: list[tuple[bytes, bytes]], removes: list[bytes]) -> None:
         self.store.write_many(puts, removes)
-        self.written = True
+        visit, prefix = self.visit, self.prefix
+        visit.written = True
         for name, blob in puts:
-            self.kept[name] = (blob, self.now)
+            visit.kept[prefix + name] = (blob, visit.now)
         for name in removes:
-            self.kept[name] = (None, self.now)
-
-    def settle(self, new: Token, budget: int) -> None:
-        """The visit left the bucket at `new` (None: the bucket is empty, or unknown)."""
-        self.copies.settle(self.owner, self.token, new, self.kept, budget)
+            visit.kept[prefix + name] = (None, visit.now)
