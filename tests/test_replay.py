@@ -12,7 +12,7 @@ import pytest
 from app.config.windows import windowing
 from app.plan.planner import query_plan
 from app.replay import case_config, load_cases, replay, run_case, sql_join
-from state.store.encoding import load
+from state.store.encoding import load, load_entry
 from state.store.parked import PARK_FROM_ROWS
 
 pytestmark = pytest.mark.spark
@@ -440,7 +440,7 @@ def test_temporal_join_state_stays_bounded_with_a_slowly_changing_table(
         .load()
         .collect()
     )
-    held = {load(e.user_map_key.key): load(e.user_map_value.bucket)[1] for e in entries}
+    held = {load(e.user_map_key.key): load_entry(e.user_map_value.bucket)[1] for e in entries}
     assert {key: len(versions) for key, (versions, _timer, _last) in held.items()} == {
         (f"p{k}",): 1 for k in range(5)
     }
