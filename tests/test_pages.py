@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from state.joins.pages import PagedRows, pages_for, settle
 from state.joins.views import MultisetView
+from state.store.retention import Retention
 from tests.test_keyed_state import CountingStore
 
 
@@ -28,3 +29,28 @@ def test_joining_every_row_of_a_paged_side_reads_and_writes_its_pages_in_one_cal
     orders.rows = settle(orders.rows, store, key, 0)
     assert store.round_trips == 2
     assert store.calls() == (pages_for(2000), pages_for(2000), 0)  # each page read and written once
+
+
+def test_a_row_expires_exactly_its_ttl_after_its_last_write_inline_or_paged() -> None:
+    """Flink hides a row once `written + ttl <= now`: a millisecond before, the row is joined and
+    kept; at that time it is neither joined nor kept, in a view's own rows or in its pages."""
+    store, key, ttl = CountingStore(), ("p1",), 120_000
+    for paged in (False, True):
+        retention = Retention(ttl)
+        orders = MultisetView(retention)
+        retention.at(1_000)
+        for i in range(2000 if paged else 3):
+            orders.add((f"o{i}", "p1"))
+        retention.at(2_000)
+        orders.add(("young", "p1"))
+        if paged:
+            orders.rows = settle(orders.rows, store, key, 0)
+            assert isinstance(orders.rows, PagedRows)
+            orders.rows.bind(store, key, 0)
+        retention.at(1_000 + ttl - 1)
+        assert len(list(orders.records())) == len(orders)
+        retention.at(1_000 + ttl)
+        assert [row for row, _associations in orders.records()] == [("young", "p1")]
+        orders.prune()
+        assert len(orders) == 1 and orders.holds(("young", "p1"))
+        assert not orders.holds(("o0", "p1"))

@@ -127,12 +127,12 @@ class PagedRows(MutableMapping):
         for number in range(self.pages):
             yield self.loaded[number][2]
 
-    def prune(self, alive: Callable[[Any], bool]) -> None:
-        """Drop the expired entries (`alive` false) of the pages read so far. Once every page
-        has been read, the count is theirs: a page that Spark's TTL removed (every row in it had
-        expired) is no longer counted."""
+    def prune(self, cutoff: int) -> None:
+        """Drop the expired entries (`[.., written]`, written at `cutoff` or before) of the
+        pages read so far. Once every page has been read, the count is theirs: a page that
+        Spark's TTL removed (every row in it had expired) is no longer counted."""
         for _name, _blob, rows in self.loaded.values():
-            for identity in [i for i, entry in rows.items() if not alive(entry)]:
+            for identity in [i for i, entry in rows.items() if entry[2] <= cutoff]:
                 del rows[identity]
                 self.count -= 1
         if len(self.loaded) == self.pages:

@@ -120,8 +120,8 @@ class UniqueKeyView(_EntriesView):
         self.rows.pop(self._key(row), None)
 
     def records(self) -> Iterator[tuple[Row, int]]:
-        alive = self.retention.alive
-        yield from [(row, n) for row, n, written in self.rows.values() if alive(written)]
+        cutoff = self.retention.cutoff
+        yield from [(row, n) for row, n, written in self.rows.values() if written > cutoff]
 
 
 class MultisetView(_EntriesView):
@@ -158,9 +158,9 @@ class MultisetView(_EntriesView):
 
     def records(self) -> Iterator[tuple[Row, int]]:
         """Every copy of every live row, as Flink's view yields them."""
-        alive = self.retention.alive
+        cutoff = self.retention.cutoff
         for row, (copies, associations, written) in list(self.rows.items()):
-            if alive(written):
+            if written > cutoff:
                 for _ in range(copies):
                     yield row, associations
 
@@ -174,11 +174,11 @@ def _prune(rows: dict | PagedRows, retention: Retention) -> None:
     for Spark's TTL on the page)."""
     if retention.ttl_ms <= 0:
         return
-    alive = retention.alive
+    cutoff = retention.cutoff
     if isinstance(rows, PagedRows):
-        rows.prune(lambda entry: alive(entry[2]))
+        rows.prune(cutoff)
         return
-    for identity in [i for i, entry in rows.items() if not alive(entry[2])]:
+    for identity in [i for i, entry in rows.items() if entry[2] <= cutoff]:
         del rows[identity]
 
 

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 # Spark's TTL on an entry runs this much past the rows' own: it only ever removes rows that
 # `alive` hides already, whatever the exact comparison Spark makes at the boundary.
 STORE_MARGIN_MS = 1000
+# Earlier than any write's time (without retention writes are stamped 0): no row expires.
+_BEFORE_ANY_WRITE = -(1 << 63)
 
 
 class Retention:
@@ -41,6 +43,12 @@ class Retention:
         """Whether a row last written at `written` is still visible (Flink: expired once
         `written + ttl <= now`)."""
         return self.ttl_ms <= 0 or self.now - written < self.ttl_ms
+
+    @property
+    def cutoff(self) -> int:
+        """The last write time of an expired row: `alive(written)` is `written > cutoff`, a
+        comparison a loop over a key's rows makes without a call per row."""
+        return self.now - self.ttl_ms if self.ttl_ms > 0 else _BEFORE_ANY_WRITE
 
     @property
     def store_ttl_ms(self) -> int | None:
