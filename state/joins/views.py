@@ -26,6 +26,7 @@ from typing import Any
 
 from state.changes import Row
 from state.columns import Widening
+from state.joins.inline import InlineRows, inline_rows
 from state.joins.pages import PagedRows, PageReads
 from state.store.retention import FOREVER, Retention
 
@@ -68,7 +69,7 @@ class _EntriesView:
     """A view of many rows: entries by a key of the row, each `[.., associations, written]`,
     in pages once many (`state.joins.pages`)."""
 
-    rows: dict[Row, list[Any]] | PagedRows
+    rows: dict[Row, list[Any]] | PagedRows | InlineRows
     retention: Retention
 
     def _key(self, row: Row) -> Row:
@@ -108,7 +109,7 @@ class UniqueKeyView(_EntriesView):
     def __init__(self, key_indices: Sequence[int], retention: Retention = FOREVER) -> None:
         self.key_indices = tuple(key_indices)
         self.retention = retention
-        self.rows = {}  # unique key -> [row, associations, written]
+        self.rows = InlineRows()  # unique key -> [row, associations, written]
 
     def _key(self, row: Row) -> Row:
         return tuple(row[i] for i in self.key_indices)
@@ -168,14 +169,14 @@ class MultisetView(_EntriesView):
 View = SingleRowView | UniqueKeyView | MultisetView
 
 
-def _prune(rows: dict | PagedRows, retention: Retention) -> None:
-    """Drop the expired entries (`[..., written]`) of a side's rows: all of them inline, those
-    of the pages a micro-batch read when paged (the others wait for a batch that reads them, or
-    for Spark's TTL on the page)."""
+def _prune(rows: dict | PagedRows | InlineRows, retention: Retention) -> None:
+    """Drop the expired entries (`[..., written]`) of a side's rows: all of them in a dict,
+    those a micro-batch read of rows paged or stored as added (the others wait for a batch that
+    reads them, or for Spark's TTL on their entry)."""
     if retention.ttl_ms <= 0:
         return
     cutoff = retention.cutoff
-    if isinstance(rows, PagedRows):
+    if not isinstance(rows, dict):
         rows.prune(cutoff)
         return
     for identity in [i for i, entry in rows.items() if entry[2] <= cutoff]:
@@ -199,6 +200,14 @@ def new_view(
 def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
     """Inline rows as they are; paged ones as what the key's entry keeps of them."""
     return rows if isinstance(rows, dict) else (rows.pages, rows.count, rows.version)
+
+
+def _unique_rows_plain(rows: dict | PagedRows | InlineRows) -> list | tuple:
+    """A unique key view's rows: inline as their count and pickles (`InlineRows`), paged as
+    what the key's entry keeps of them."""
+    if isinstance(rows, PagedRows):
+        return _rows_plain(rows)
+    return (rows if isinstance(rows, InlineRows) else InlineRows.of(rows)).plain()
 
 
 def _rows(
@@ -238,7 +247,7 @@ def _plain(view: View) -> tuple:
     if isinstance(view, SingleRowView):
         return "single", view.row, view.associations, view.written
     if isinstance(view, UniqueKeyView):
-        return "unique", view.key_indices, _rows_plain(view.rows)
+        return "unique", view.key_indices, _unique_rows_plain(view.rows)
     return "multiset", _rows_plain(view.rows)
 
 
@@ -251,7 +260,12 @@ def _view(plain: tuple, retention: Retention, widening: Widening | None) -> View
             view.row = widening(view.row)
     elif plain[0] == "unique":
         view = UniqueKeyView(plain[1], retention)
-        view.rows = _rows(plain[2], _widen_entries(widening) if widening else None, None)
+        widen = _widen_entries(widening) if widening else None
+        if isinstance(plain[2], list):
+            view.rows = inline_rows(plain[2], widen)
+        else:  # paged, or inline as one dict (the layout before `InlineRows`)
+            rows = _rows(plain[2], widen, None)
+            view.rows = InlineRows.of(rows) if isinstance(rows, dict) else rows
     else:
         view = MultisetView(retention)
         hashed = widening.held if widening else None
