@@ -31,8 +31,8 @@ from typing import Any
 
 from state.store.encoding import dump, load
 
-# Pickles a key's rows may be stored as before a visit that adds more writes them as one: a
-# tenth of a visit's cost to read and rewrite them all, without many small pickles to read.
+# Pickles a key's rows may be stored as before a visit that adds more writes them as one: one
+# visit in sixteen pays to read and rewrite them all, and a read has few pickles to decode.
 MAX_CHUNKS = 16
 
 _ABSENT = object()

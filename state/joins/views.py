@@ -203,7 +203,7 @@ def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
 
 
 def _unique_rows_plain(rows: dict | PagedRows | InlineRows) -> list | tuple:
-    """A unique key view's rows: inline as their count and pickles (`InlineRows`), paged as
+    """A unique key view's rows: inline as the pickles visits added (`InlineRows`), paged as
     what the key's entry keeps of them."""
     if isinstance(rows, PagedRows):
         return _rows_plain(rows)

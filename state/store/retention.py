@@ -42,12 +42,12 @@ class Retention:
     def alive(self, written: int) -> bool:
         """Whether a row last written at `written` is still visible (Flink: expired once
         `written + ttl <= now`)."""
-        return self.ttl_ms <= 0 or self.now - written < self.ttl_ms
+        return written > self.cutoff
 
     @property
     def cutoff(self) -> int:
-        """The last write time of an expired row: `alive(written)` is `written > cutoff`, a
-        comparison a loop over a key's rows makes without a call per row."""
+        """The last write time of an expired row: a row lives while written after it, a
+        comparison a loop over a key's rows makes without a call per row (`alive`)."""
         return self.now - self.ttl_ms if self.ttl_ms > 0 else _BEFORE_ANY_WRITE
 
     @property
