@@ -3,8 +3,11 @@ that only adds an order pays, and that the rows read back are Flink's."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 from state.joins.inline import MAX_CHUNKS, InlineRows
-from state.joins.views import UniqueKeyView, views_from_plain, views_to_plain
+from state.joins.views import MultisetView, UniqueKeyView, views_from_plain, views_to_plain
 from state.store.encoding import dump, load
 from state.store.retention import Retention
 
@@ -76,3 +79,71 @@ def test_under_a_ttl_a_visits_pickle_goes_unread_once_all_its_rows_expired() -> 
     assert isinstance(view.rows, InlineRows) and view.rows.read is None
     assert len(view) == 1 and len(_stored(view)) == 1
     assert [row for row, _associations in view.records()] == [("o2", "p1", 1)]
+
+
+def _bids_visit(plain: tuple, retention: Retention) -> MultisetView:
+    """An auction's bids as a visit reads them from what the last one stored."""
+    (view,) = views_from_plain(load(dump(plain)), (retention,))
+    assert isinstance(view, MultisetView)
+    return view
+
+
+def test_a_bid_added_to_an_auction_leaves_the_pickles_of_its_other_bids_as_they_were() -> None:
+    """An auction holding 100 bids (no unique key: a multiset) gets the same bid once more each
+    visit: the 100 stay the bytes read, and the bid's copies read back counted across visits."""
+    retention = Retention()
+    view = MultisetView(retention)
+    for i in range(100):
+        view.add((f"b{i}", 1))
+    plain = views_to_plain((view,))
+    first = list(plain[0][1])
+    for visit in range(1, MAX_CHUNKS):
+        view = _bids_visit(plain, retention)
+        view.add(("b0", 1))
+        stored = list(views_to_plain((view,))[0][1])
+        assert stored[:-1] == first and len(stored) == visit + 1
+        assert view.rows.read is None
+        first, plain = stored, views_to_plain((view,))
+    view = _bids_visit(plain, retention)
+    assert Counter(row for row, _associations in view.records()) == Counter(
+        {("b0", 1): MAX_CHUNKS, **{(f"b{i}", 1): 1 for i in range(1, 100)}}
+    )
+
+
+def test_a_multiset_stored_as_added_reads_as_flinks_map_of_counts_under_a_ttl() -> None:
+    """Random visits to one key under a 30 s TTL, each adding copies unread, some retracting,
+    counting associations or reading: every read gives the rows and counts of Flink's map state
+    (a copy added once the count expired starts it again; a retraction refreshes it), and the
+    stored pickles never outgrow `MAX_CHUNKS`."""
+    ttl, rows = 30_000, [(f"b{i}",) for i in range(6)]
+    retention, chance = Retention(ttl), random.Random(7)
+    flink: dict[tuple, list[int]] = {}  # row -> [copies, written]
+    plain, now = views_to_plain((MultisetView(retention),)), 0
+    for _visit in range(400):
+        now = retention.at(now + chance.choice((1_000, 5_000, 20_000, 40_000)))
+        view = _bids_visit(plain, retention)
+        for _ in range(chance.randint(1, 3)):
+            row = chance.choice(rows)
+            held = flink.get(row)
+            alive = held is not None and held[1] > now - ttl
+            if chance.random() < 0.85:
+                view.add(row)
+                flink[row] = [held[0] + 1 if alive else 1, now]
+            else:
+                view.retract(row)
+                if alive:
+                    flink[row] = [held[0] - 1, now]
+                    if not flink[row][0]:
+                        del flink[row]
+        if chance.random() < 0.1:
+            row = chance.choice(rows)
+            view.set_associations(row, 1)  # a write: a live row's time to live starts again
+            assert view.rows.read is not None
+            if row in flink and flink[row][1] > now - ttl:
+                flink[row][1] = now
+        view.prune()
+        if chance.random() < 0.3:
+            expected = {r: c for r, (c, written) in flink.items() if written > now - ttl}
+            assert Counter(row for row, _associations in view.records()) == expected
+        plain = views_to_plain((view,))
+        assert len(plain[0][1]) <= MAX_CHUNKS

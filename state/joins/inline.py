@@ -22,6 +22,11 @@ never sees them either way.
 The count is exact once the rows are read. A row added unread under a unique key the rows
 already hold (an append-only input repeating a key; a changelog retracts first) is counted
 twice until they are next read: the metrics of held rows can show one more, never fewer.
+
+A multiset (no unique key: Nexmark's bids) is stored the same way (`InlineMultiset`): a visit
+that adds copies without reading appends a pickle of row -> copies added, and reading merges
+each pickle's copies into the row's count before it, as Flink adds one to the count in its map
+state, unless the count had expired by the time they were added (then they start it again).
 """
 
 from __future__ import annotations
@@ -61,18 +66,21 @@ class InlineRows(MutableMapping):
         inline.read = rows
         return inline
 
+    def _merge(self, rows: dict, later: dict) -> None:
+        """Put entries stored or added later over `rows` (a unique key's latest row wins)."""
+        rows.update(later)
+
     def _rows(self) -> dict:
         """Every row, decoded (once a visit), with those added before."""
         if self.read is None:
             rows: dict = {}
             for _count, _latest, pickled in self.chunks:
-                rows.update(load(pickled))
-            if self.widen is not None:
-                rows = self.widen(rows)
+                part = load(pickled)
+                self._merge(rows, self.widen(part) if self.widen is not None else part)
             self.read = rows
             if self.cutoff is not None:
                 self.prune(self.cutoff)
-            rows.update(self.added)
+            self._merge(rows, self.added)
             self.added = {}
         return self.read
 
@@ -91,13 +99,17 @@ class InlineRows(MutableMapping):
         self.cutoff = cutoff
         rows = self.read
         if rows is None:
-            kept = 0
-            while kept < len(self.chunks) and self.chunks[kept][1] <= cutoff:
-                kept += 1
-            del self.chunks[:kept]
+            dropped = 0
+            while dropped < len(self.chunks) and self._expired(dropped, cutoff):
+                dropped += 1
+            del self.chunks[:dropped]
             return
         for identity in [i for i, entry in rows.items() if entry[2] <= cutoff]:
             del rows[identity]
+
+    def _expired(self, number: int, cutoff: int) -> bool:
+        """Whether pickle `number` can go unread: all its rows expired."""
+        return self.chunks[number][1] <= cutoff
 
     def __setitem__(self, identity: Any, entry: Any) -> None:
         if self.read is None:
@@ -139,6 +151,55 @@ class InlineRows(MutableMapping):
 
     def values(self) -> ValuesView:
         return self._rows().values()
+
+
+class InlineMultiset(InlineRows):
+    """A multiset's inline rows (row -> `[copies, associations, written]`): copies added before
+    any read kept apart (`add_unread`) and stored as a pickle of their own, merged into the
+    counts before them when read. Every pickle but the first holds what one visit added, all
+    written at its time."""
+
+    def __init__(
+        self,
+        chunks: list[Chunk] | None = None,
+        widen: Callable[[dict], dict] | None = None,
+        ttl_ms: int = 0,
+    ) -> None:
+        super().__init__(chunks, widen)
+        self.ttl_ms = ttl_ms
+
+    @property
+    def unread(self) -> bool:
+        """Whether no visit read the rows yet (copies are then added without reading them)."""
+        return self.read is None
+
+    def add_unread(self, row: Any, associations: int, now: int) -> None:
+        """A copy of `row` added without reading the rows: its count is merged when read."""
+        entry = self.added.get(row)
+        if entry is None:
+            self.added[row] = [1, associations, now]
+        else:
+            entry[0] += 1
+            entry[1], entry[2] = associations, now
+
+    def _merge(self, rows: dict, later: dict) -> None:
+        """Copies added later counted with the row's copies before, as `MultisetView.add` would
+        have counted them then: unless those had expired by the time of the later write."""
+        ttl = self.ttl_ms
+        for row, entry in later.items():
+            held = rows.get(row)
+            if held is None or (ttl > 0 and held[2] <= entry[2] - ttl):
+                rows[row] = entry
+            else:
+                held[0] += entry[0]
+                held[1], held[2] = entry[1], entry[2]
+
+    def _expired(self, number: int, cutoff: int) -> bool:
+        """All its rows expired, and had by the time of every later pickle's write: a later
+        copy of one of its rows started the count again, so none of its copies count."""
+        latest = self.chunks[number][1]
+        later = [chunk[1] for chunk in self.chunks[number + 1 :]]
+        return latest <= cutoff and latest <= min(later, default=latest + self.ttl_ms) - self.ttl_ms
 
 
 def _chunk(rows: dict) -> Chunk:

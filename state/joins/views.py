@@ -26,7 +26,7 @@ from typing import Any
 
 from state.changes import Row
 from state.columns import Widening
-from state.joins.inline import InlineRows, inline_rows
+from state.joins.inline import InlineMultiset, InlineRows, inline_rows
 from state.joins.pages import PagedRows, PageReads
 from state.store.retention import FOREVER, Retention
 
@@ -76,8 +76,9 @@ class _EntriesView:
         return row
 
     def set_associations(self, row: Row, associations: int) -> None:
+        """Of a live row (an expired one a visit has not dropped yet stays expired)."""
         entry = self.rows.get(self._key(row))
-        if entry is not None:
+        if entry is not None and self.retention.alive(entry[2]):
             entry[1], entry[2] = associations, self.retention.now
 
     def holds(self, row: Row) -> bool:
@@ -131,7 +132,7 @@ class MultisetView(_EntriesView):
 
     def __init__(self, retention: Retention = FOREVER) -> None:
         self.retention = retention
-        self.rows = {}  # row -> [copies, associations, written]
+        self.rows = InlineMultiset()  # row -> [copies, associations, written]
 
     def _live(self, row: Row) -> list[int] | None:
         """The row's entry, unless it expired (then it is dropped, as Flink never reads it)."""
@@ -142,6 +143,9 @@ class MultisetView(_EntriesView):
         return entry
 
     def add(self, row: Row, associations: int = 0) -> None:
+        if isinstance(self.rows, InlineMultiset) and self.rows.unread:
+            self.rows.add_unread(row, associations, self.retention.now)
+            return
         entry = self._live(row)
         if entry is None:
             self.rows[row] = [1, associations, self.retention.now]
@@ -197,16 +201,11 @@ def new_view(
     return MultisetView(retention)
 
 
-def _rows_plain(rows: dict | PagedRows) -> dict | tuple:
-    """Inline rows as they are; paged ones as what the key's entry keeps of them."""
-    return rows if isinstance(rows, dict) else (rows.pages, rows.count, rows.version)
-
-
-def _unique_rows_plain(rows: dict | PagedRows | InlineRows) -> list | tuple:
-    """A unique key view's rows: inline as the pickles visits added (`InlineRows`), paged as
-    what the key's entry keeps of them."""
+def _rows_plain(rows: dict | PagedRows | InlineRows) -> list | tuple:
+    """A view's rows: inline as the pickles visits added (`InlineRows`), paged as what the
+    key's entry keeps of them."""
     if isinstance(rows, PagedRows):
-        return _rows_plain(rows)
+        return rows.pages, rows.count, rows.version
     return (rows if isinstance(rows, InlineRows) else InlineRows.of(rows)).plain()
 
 
@@ -247,7 +246,7 @@ def _plain(view: View) -> tuple:
     if isinstance(view, SingleRowView):
         return "single", view.row, view.associations, view.written
     if isinstance(view, UniqueKeyView):
-        return "unique", view.key_indices, _unique_rows_plain(view.rows)
+        return "unique", view.key_indices, _rows_plain(view.rows)
     return "multiset", _rows_plain(view.rows)
 
 
@@ -268,8 +267,12 @@ def _view(plain: tuple, retention: Retention, widening: Widening | None) -> View
             view.rows = InlineRows.of(rows) if isinstance(rows, dict) else rows
     else:
         view = MultisetView(retention)
-        hashed = widening.held if widening else None
-        view.rows = _rows(plain[1], _widen_identities(widening) if widening else None, hashed)
+        widen = _widen_identities(widening) if widening else None
+        if isinstance(plain[1], list):
+            view.rows = InlineMultiset(list(plain[1]), widen, retention.ttl_ms)
+        else:  # paged, or inline as one dict (the layout before `InlineMultiset`)
+            rows = _rows(plain[1], widen, widening.held if widening else None)
+            view.rows = InlineMultiset.of(rows) if isinstance(rows, dict) else rows
     return view
 
 
