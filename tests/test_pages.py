@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from state.joins.inline import MAX_CHUNKS
 from state.joins.pages import PagedRows, pages_for, settle
-from state.joins.views import MultisetView
+from state.joins.views import MultisetView, views_from_plain, views_to_plain
+from state.store.encoding import dump, load
 from state.store.retention import Retention
 from tests.test_keyed_state import CountingStore
 
@@ -54,3 +58,20 @@ def test_a_row_expires_exactly_its_ttl_after_its_last_write_inline_or_paged() ->
         orders.prune()
         assert len(orders) == 1 and orders.holds(("young", "p1"))
         assert not orders.holds(("o0", "p1"))
+
+
+def test_rows_added_again_unread_stay_inline_while_few() -> None:
+    """A multiset of 40 rows gets each of them once more at each visit, unread: the pickles the
+    visits add count 40 rows each, past `INLINE_ROWS` by the 14th, but the key holds 40 distinct
+    rows, so they stay in its entry and no page is written."""
+    store, key = CountingStore(), ("k1",)
+    retention = Retention()
+    view = MultisetView(retention)
+    for visit in range(MAX_CHUNKS - 1):
+        for i in range(40):
+            view.add((f"r{i}", "k1"))
+        view.rows = settle(view.rows, store, key, 0)
+        assert not isinstance(view.rows, PagedRows), f"paged at visit {visit}"
+        (view,) = views_from_plain(load(dump(views_to_plain((view,)))), (retention,))
+    assert store.calls() == (0, 0, 0)
+    assert Counter(row for row, _ in view.records()) == {(f"r{i}", "k1"): 15 for i in range(40)}

@@ -198,8 +198,8 @@ class InlineMultiset(InlineRows):
         """All its rows expired, and had by the time of every later pickle's write: a later
         copy of one of its rows started the count again, so none of its copies count."""
         latest = self.chunks[number][1]
-        later = [chunk[1] for chunk in self.chunks[number + 1 :]]
-        return latest <= cutoff and latest <= min(later, default=latest + self.ttl_ms) - self.ttl_ms
+        later = self.chunks[number + 1 :]
+        return latest <= cutoff and all(latest <= chunk[1] - self.ttl_ms for chunk in later)
 
 
 def _chunk(rows: dict) -> Chunk:

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from typing import Any
 
+from state.joins.inline import InlineRows
 from state.store.encoding import dump, dump_key, load
 from state.store.keyed_state import EntryStore
 
@@ -222,23 +223,30 @@ def pages_for(count: int) -> int:
 
 
 def settle(
-    rows: dict | PagedRows, store: EntryStore, key: Any, side: int, hashed: int | None = None
-) -> dict | PagedRows:
+    rows: dict | PagedRows | InlineRows,
+    store: EntryStore,
+    key: Any,
+    side: int,
+    hashed: int | None = None,
+) -> dict | PagedRows | InlineRows:
     """A side's rows as they are to be stored after a micro-batch, their changed pages written:
     inline while few, else in pages (placed by the first `hashed` columns of their identities,
     `PagedRows`), resized when they hold over twice `PAGE_ROWS` rows on average or under half."""
-    count, pages = len(rows), pages_for(len(rows))
+    count = len(rows)
     if isinstance(rows, PagedRows):
-        if count > INLINE_ROWS // 2 and rows.pages // 2 <= pages <= 2 * rows.pages:
+        if count > INLINE_ROWS // 2 and rows.pages // 2 <= pages_for(count) <= 2 * rows.pages:
             rows.flush()
             return rows
         version, rows = rows.version + 1, rows.drop()
         if count <= INLINE_ROWS // 2:
             return rows
-    elif count <= INLINE_ROWS:
+    # rows stored as visits added them count a row added unread in two visits twice
+    # (`state.joins.inline`): read, before they go to pages, their count is exact
+    elif count <= INLINE_ROWS or len(rows.keys()) <= INLINE_ROWS:
         return rows
     else:
         version = 0
+    pages = pages_for(len(rows))
     paged = PagedRows(pages, 0, version, hashed)
     paged.bind(store, key, side)
     # no page of the key's side is stored: its rows were inline, or their pages just removed
