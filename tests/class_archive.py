@@ -38,7 +38,9 @@ def recorded() -> Path | None:
 # A test's service lives for seconds over a few hundred rows, and the tests' own session runs
 # hundreds of such queries: the JIT's optimizing compiler (C2) would spend more of the two cores
 # compiling than its code saves. An operator's service, up for months, keeps the JVM's default.
-SHORT_LIVED = "-XX:TieredStopAtLevel=1"
+# Without C2 the JVM reserves only 48 MB for compiled code, and the tests' session, compiling each
+# query's generated classes, fills more than that: the tiered default's room (240 MB) is kept.
+SHORT_LIVED = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def driver_options(short_lived: bool) -> dict[str, str]:
