@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from state.spark.arrow_groups import _timers_up_to_batch_watermark, groups
+from state.spark.arrow_groups import groups
 
 
 def test_groups_are_runs_of_equal_keys_joined_across_batches() -> None:
@@ -25,42 +25,3 @@ def test_groups_are_runs_of_equal_keys_joined_across_batches() -> None:
         ((2, "y"), [14, 15]),
     ]
     assert {tuple(s.schema.names) for _, slices in found for s in slices} == {("v",)}
-
-
-class Client:
-    """pyspark's state client as far as the task's timers read it: Spark's watermark, fetched
-    once and kept for the task."""
-
-    def __init__(self, watermark: int) -> None:
-        self.spark_watermark = watermark
-        self._watermark_timestamp = -1
-
-    def get_timestamps(self, _mode: str) -> tuple[int, int]:
-        if self._watermark_timestamp == -1:
-            self._watermark_timestamp = self.spark_watermark
-        return 0, self._watermark_timestamp
-
-
-class Processor:
-    def __init__(self, shown: int | None) -> None:
-        self.shown = shown
-
-    def batch_watermark(self) -> int | None:
-        return self.shown
-
-
-class Utils:
-    """What pyspark pickles as a transformWithStateInPandas stage's function: a method of an
-    object that holds the processor."""
-
-    def __init__(self, processor: Processor) -> None:
-        self._stateful_processor = processor
-
-    def transformWithStateUDF(self) -> None: ...
-
-
-def test_a_tasks_timers_fire_up_to_the_watermark_its_rows_show_never_below_sparks() -> None:
-    for shown, spark, fired_up_to in ((900, 400, 900), (300, 400, 400), (None, 400, 400)):
-        client = Client(spark)
-        _timers_up_to_batch_watermark(Utils(Processor(shown)).transformWithStateUDF, client)
-        assert client.get_timestamps("eventtime") == (0, fired_up_to)

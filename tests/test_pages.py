@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from state.joins.inline import MAX_CHUNKS
+from state.joins.inline import APART, MAX_CHUNKS
 from state.joins.pages import PagedRows, pages_for, settle
 from state.joins.views import MultisetView, views_from_plain, views_to_plain
 from state.store.encoding import dump, load
@@ -63,7 +63,7 @@ def test_a_row_expires_exactly_its_ttl_after_its_last_write_inline_or_paged() ->
 def test_rows_added_again_unread_stay_inline_while_few() -> None:
     """A multiset of 40 rows gets each of them once more at each visit, unread: the pickles the
     visits add count 40 rows each, past `INLINE_ROWS` by the 14th, but the key holds 40 distinct
-    rows, so they stay in its entry and no page is written."""
+    rows, so they stay inline and no page is written (once read, they are stored apart)."""
     store, key = CountingStore(), ("k1",)
     retention = Retention()
     view = MultisetView(retention)
@@ -73,5 +73,6 @@ def test_rows_added_again_unread_stay_inline_while_few() -> None:
         view.rows = settle(view.rows, store, key, 0)
         assert not isinstance(view.rows, PagedRows), f"paged at visit {visit}"
         (view,) = views_from_plain(load(dump(views_to_plain((view,)))), (retention,))
-    assert store.calls() == (0, 0, 0)
+    assert [load(name)[2] for name in store.entries] == [APART]
+    view.rows.bind(store, key, 0)
     assert Counter(row for row, _ in view.records()) == {(f"r{i}", "k1"): 15 for i in range(40)}

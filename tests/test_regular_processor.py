@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from state.joins.inline import inline_rows
+from state.joins.inline import APART, MAX_CHUNKS, inline_rows
 from state.joins.pages import pages_for
 from state.joins.specs import RegularJoinSpec, SideSpec
 from state.store.encoding import load, load_entry
@@ -172,6 +172,51 @@ def test_a_key_with_many_rows_rewrites_only_the_page_a_change_falls_in() -> None
         ("o1999",),
         ("o5000",),
     ]
+
+
+def test_a_product_with_many_orders_gets_an_order_by_writing_the_orders_added_since() -> None:
+    """100 orders of one product, then one order a visit (the soak's shape): the orders read
+    and written as one are stored apart, so a visit writes the key's entry with the orders
+    added since, not the 100; every `MAX_CHUNKS` visits they are written as one again; a price
+    change joins every order."""
+    tester = TwsTester(join_frame(SPEC, KINDS))
+    orders = [(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(100)]
+    tester.testInPandas(0, changes((1, "+I", -1, ("p1", 10)), *orders))
+    (((name,), (apart,)),) = tester.peekMapState("pages", 0).items()
+    assert load(name) == (("p1",), 0, APART) and len(load(apart)) == 100
+    calls = Calls(tester, "keys", "pages")
+    for visit in range(1, MAX_CHUNKS):
+        order = (f"n{visit}", "p1", 2)
+        added = tester.testInPandas(0, changes((0, "+I", 1000 + visit, order)))
+        assert joined(added) == [("+I", *order, "p1", 10)]
+        assert calls.taken() == {"keys": 1, "pages": 0}
+        ((entry,),) = tester.peekMapState("keys", 0).values()
+        assert b"o99" not in entry and len(entry) < len(apart)  # none of the 100 orders
+    tester.testInPandas(0, changes((0, "+I", 2000, ("last", "p1", 3))))
+    assert calls.taken() == {"keys": 1, "pages": 1}  # all 116 orders written as one, apart
+    repriced = tester.testInPandas(
+        0, changes((1, "-U", 2001, ("p1", 10)), (1, "+U", 2002, ("p1", 11)))
+    )
+    rejoined = {row[1] for row in joined(repriced) if row[0] == "+I" and row[5] == 11}
+    assert len(rejoined) == 100 + MAX_CHUNKS == len(repriced) / 4
+
+
+def test_under_a_state_ttl_orders_stored_apart_expire_and_their_entry_goes() -> None:
+    """40 orders of a product stored apart, one more 29 s later: once the 40 expired, a price
+    change joins the one order alone and the entry of the 40 is removed."""
+    spec = RegularJoinSpec("inner", SPEC.on, SPEC.left, SPEC.right, state_ttl_ms=60_000)
+    tester = TwsTester(join_frame(spec, KINDS), timeMode="ProcessingTime")
+    tester.setProcessingTime(1_000)
+    tester.testInPandas(0, changes(*[(0, "+I", i, (f"o{i}", "p1", 1)) for i in range(40)]))
+    assert len(tester.peekMapState("pages", 0)) == 1  # the 40 orders, apart
+    tester.setProcessingTime(30_000)
+    tester.testInPandas(0, changes((0, "+I", 40, ("o40", "p1", 1))))
+    tester.setProcessingTime(70_000)  # the 40 expired at 61 s; o40 lives to 90 s
+    out = tester.testInPandas(0, changes((1, "+I", 41, ("p1", 10))))
+    assert joined(out) == [("+I", "o40", "p1", 1, "p1", 10)]
+    assert tester.peekMapState("pages", 0) == {}
+    (left, _right) = stored_keys(tester, 0)[("p1",)]
+    assert list(inline_rows(left[2], None)) == [("o40",)]
 
 
 class Reports:

@@ -13,6 +13,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from app.cli import main
 from app.state_report import RowShape, key_text, table
+from state.joins.inline import APART
 from state.joins.interval_join import Bucket, KeyState, bucket_to_plain
 from state.joins.pages import PagedRows
 from state.joins.specs import IntervalJoinSpec, RegularJoinSpec, SideSpec, TemporalJoinSpec
@@ -52,6 +53,18 @@ def test_a_regular_join_key_holds_each_sides_rows_and_a_paged_side_its_count() -
     page = dump([(("o7",), [("o7", "p1", 9), 0, 0])])
     assert held(operator, "pages", dump_key((("p1",), 0, 3)), page) == [
         ("left", ("p1",), 0, None, [("o7", "p1", 9)])
+    ]
+    # orders stored apart: counted and shown from their own entry, the key's entry holding
+    # those added since
+    added = {("o9",): [("o9", "p1", 8), 0, 0]}
+    inline = ("unique", (0,), [(40, 0, None), (1, 0, dump(added))])
+    entry = dump((None, (inline, ("multiset", {}))))
+    assert held(operator, "keys", dump_key(("p1",)), entry) == [
+        ("left", ("p1",), 1, None, [("o9", "p1", 8)])
+    ]
+    apart = dump({(f"o{i}",): [(f"o{i}", "p1", i), 0, 0] for i in range(40)})
+    assert held(operator, "pages", dump_key((("p1",), 0, APART)), apart) == [
+        ("left", ("p1",), 40, None, [(f"o{i}", "p1", i) for i in range(40)])
     ]
 
 

@@ -14,6 +14,12 @@ association count, or move them to pages) decodes every pickle and writes them b
 visit changes a read row's association count in place, unseen: the key's entry is rewritten
 only if its bytes then differ). Past `MAX_CHUNKS` pickles the rows are read and written as one.
 
+Once many, the rows a visit read and wrote as one are stored apart (`settle_apart`), in an entry
+of their own beside the join key's pages (`state.joins.pages`), and the key's entry keeps their
+count and time: a later visit that only adds rows writes the key's entry with the pickles added
+since, not every row again. A visit that reads the rows reads that entry too, in the one call
+that reads the micro-batch's pages (`PageReads`), and writes it back only if its bytes changed.
+
 Under a state TTL a pickle all of whose rows expired is dropped unread: a key that gets a row
 every few seconds, each visit's rows a pickle of their own, holds the last TTL's rows. The
 expired rows of a pickle that also holds live ones stay until the rows are next read; the join
@@ -32,18 +38,28 @@ state, unless the count had expired by the time they were added (then they start
 from __future__ import annotations
 
 from collections.abc import Callable, ItemsView, Iterator, KeysView, MutableMapping, ValuesView
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from state.store.encoding import dump, load
+from state.store.encoding import dump, dump_key, load
+
+if TYPE_CHECKING:
+    from state.store.keyed_state import EntryStore
 
 # Pickles a key's rows may be stored as before a visit that adds more writes them as one: one
 # visit in sixteen pays to read and rewrite them all, and a read has few pickles to decode.
 MAX_CHUNKS = 16
+# Rows written as one from this many on are stored apart: an entry of a few dozen rows costs
+# the state server about what a small one does, one of a hundred several times that.
+APART_ROWS = 32
+# The page number of a side's rows stored apart, among its join key's pages (numbered from 0)
+APART = -1
 
 _ABSENT = object()
+_UNREAD = object()
 
 
-Chunk = tuple[int, int, bytes]  # rows, the latest time one was written, their pickle
+# rows, the latest time one was written, their pickle (None: stored apart, `settle_apart`)
+Chunk = tuple[int, int, bytes | None]
 
 
 class InlineRows(MutableMapping):
@@ -58,6 +74,36 @@ class InlineRows(MutableMapping):
         self.added: dict[Any, Any] = {}
         self.read: dict[Any, Any] | None = None if self.chunks else {}
         self.cutoff: int | None = None  # of the last `prune`
+        self.store: EntryStore | None = None
+        self.name = b""  # of the rows stored apart, once bound
+        # the entry of the rows stored apart: as read (None: no entry), and whether one is held
+        self.apart: Any = _UNREAD
+        self.held_apart = bool(self.chunks) and self.chunks[0][2] is None
+        self.written_apart = False  # this visit's rows, stored apart by `settle_apart`
+
+    def bind(self, store: EntryStore, key: Any, side: int) -> None:
+        """Where the rows stored apart are: the join key's pages, for one micro-batch."""
+        self.store, self.name = store, dump_key((key, side, APART))
+
+    @property
+    def apart_unread(self) -> bool:
+        """Whether the rows stored apart are held and their entry not read yet."""
+        return self.held_apart and self.apart is _UNREAD and self.read is None
+
+    def loaded_from(self, _number: int, _name: bytes, blob: bytes | None) -> None:
+        """The entry of the rows stored apart, as read (`PageReads`)."""
+        self.apart = blob
+
+    def _pickle(self, pickled: bytes | None) -> dict:
+        """A stored pickle's rows; the rows stored apart read from their entry if not read
+        yet (none if Spark's TTL dropped it: every row in it had expired)."""
+        if pickled is None:
+            if self.apart is _UNREAD:
+                assert self.store is not None, "rows stored apart read before `bind`"
+                found = self.store.recall([self.name])
+                self.apart = found[self.name] if found else self.store.get(self.name)
+            return {} if self.apart is None else load(self.apart)
+        return load(pickled)
 
     @classmethod
     def of(cls, rows: dict) -> InlineRows:
@@ -75,7 +121,7 @@ class InlineRows(MutableMapping):
         if self.read is None:
             rows: dict = {}
             for _count, _latest, pickled in self.chunks:
-                part = load(pickled)
+                part = self._pickle(pickled)
                 self._merge(rows, self.widen(part) if self.widen is not None else part)
             self.read = rows
             if self.cutoff is not None:
@@ -90,7 +136,27 @@ class InlineRows(MutableMapping):
             self._rows()
         if self.read is None:
             return [*self.chunks, _chunk(self.added)] if self.added else self.chunks
+        if self.written_apart:
+            return [(len(self.read), _latest(self.read), None)]
         return [_chunk(self.read)] if self.read else []
+
+    def settle_apart(self, kept: bool = True) -> None:
+        """Once bound: store the rows this visit wrote as one apart if they are many
+        (`APART_ROWS`) and `kept` inline, else remove the entry of rows stored apart that no
+        longer are (read here, expired, or moved to pages); a write only if bytes change."""
+        assert self.store is not None, "rows settled before `bind`"
+        if self.read is None and self.added and len(self.chunks) >= MAX_CHUNKS:
+            self._rows()
+        if self.read is not None and kept and len(self.read) >= APART_ROWS:
+            blob = dump(self.read)
+            if blob != self.apart:
+                self.store.write_many([(self.name, blob)], [])
+            self.written_apart = True
+            return
+        held = bool(self.chunks) and self.chunks[0][2] is None and self.read is None
+        if self.held_apart and not held:
+            self.store.write_many([], [self.name])
+            self.held_apart = False
 
     def prune(self, cutoff: int) -> None:
         """Drop the expired entries (`[.., written]`, written at `cutoff` or before): of rows a
@@ -202,8 +268,12 @@ class InlineMultiset(InlineRows):
         return latest <= cutoff and all(latest <= chunk[1] - self.ttl_ms for chunk in later)
 
 
+def _latest(rows: dict) -> int:
+    return max(entry[2] for entry in rows.values())
+
+
 def _chunk(rows: dict) -> Chunk:
-    return len(rows), max(entry[2] for entry in rows.values()), dump(rows)
+    return len(rows), _latest(rows), dump(rows)
 
 
 def inline_rows(plain: list[Chunk], widen: Callable[[dict], dict] | None) -> InlineRows:

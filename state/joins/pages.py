@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable, ItemsView, Iterator, MutableMapping, ValuesView
 from typing import Any
 
-from state.joins.inline import InlineRows
+from state.joins.inline import APART, InlineRows
 from state.store.encoding import dump, dump_key, load
 from state.store.keyed_state import EntryStore
 
@@ -174,12 +174,17 @@ class PageReads:
     `get_many`."""
 
     def __init__(self) -> None:
-        self.wanted: dict[bytes, tuple[PagedRows, int]] = {}
+        self.wanted: dict[bytes, tuple[PagedRows | InlineRows, int]] = {}
         self.whole: set[int] = set()  # the rows all of whose pages are wanted, by `id`
 
     def want(self, rows: PagedRows, number: int) -> None:
         if number not in rows.loaded:
             self.wanted[rows.name(number)] = (rows, number)
+
+    def want_apart(self, rows: InlineRows) -> None:
+        """The entry of a side's rows stored apart (`InlineRows.settle_apart`), if not read."""
+        if rows.apart_unread:
+            self.wanted[rows.name] = (rows, APART)
 
     def want_all(self, rows: PagedRows) -> None:
         if id(rows) not in self.whole:
@@ -233,6 +238,8 @@ def settle(
     inline while few, else in pages (placed by the first `hashed` columns of their identities,
     `PagedRows`), resized when they hold over twice `PAGE_ROWS` rows on average or under half."""
     count = len(rows)
+    if isinstance(rows, InlineRows):
+        rows.bind(store, key, side)
     if isinstance(rows, PagedRows):
         if count > INLINE_ROWS // 2 and rows.pages // 2 <= pages_for(count) <= 2 * rows.pages:
             rows.flush()
@@ -243,9 +250,13 @@ def settle(
     # rows stored as visits added them count a row added unread in two visits twice
     # (`state.joins.inline`): read, before they go to pages, their count is exact
     elif count <= INLINE_ROWS or len(rows.keys()) <= INLINE_ROWS:
+        if isinstance(rows, InlineRows):
+            rows.settle_apart()
         return rows
     else:
         version = 0
+        if isinstance(rows, InlineRows):
+            rows.settle_apart(kept=False)
     pages = pages_for(len(rows))
     paged = PagedRows(pages, 0, version, hashed)
     paged.bind(store, key, side)

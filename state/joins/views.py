@@ -92,12 +92,15 @@ class _EntriesView:
     def want_pages(self, reads: PageReads, row: Row | None) -> None:
         """Ask `reads` for the pages a change will use, if the rows are paged: the page of
         `row`, a change of this side; every page (None) for a change the rows are matched
-        with."""
+        with. Inline rows stored apart are read for a change they are matched with; a change
+        of this side that reads them (a retraction) reads them when it does."""
         if isinstance(self.rows, PagedRows):
             if row is None:
                 reads.want_all(self.rows)
             else:
                 reads.want(self.rows, self.rows.number_of(self._key(row)))
+        elif isinstance(self.rows, InlineRows) and row is None:
+            reads.want_apart(self.rows)
 
     def __len__(self) -> int:
         """Entries: known without reading a paged view's pages."""

@@ -10,17 +10,15 @@ lies (a zero-copy slice), a group that spans batches as several slices, and the 
 each column of them whole (`state.spark.frame.StatefulFrame`).
 
 `install` wraps pyspark's `read_udfs` in a worker (the daemon's, `app.run.worker_daemon`): for a
-`transformWithStateInPandas` stage it keeps what pyspark made for it (the processor's function,
-the grouping columns, the state client, the output's schema) and replaces how the input is
-grouped and how the output becomes Arrow; every other kind of UDF is pyspark's own. The rest of
-the protocol is pyspark's: the function called once per group with that group's rows, then for
-the timers (up to the watermark the task's rows show, where the frame knows it:
-`StatefulFrame.batch_watermark`), then to complete the partition. The frame's output comes back
-as plain columns (`OutputColumns`), made into the output's Arrow types at once, where pyspark
-would build a pandas DataFrame and convert it column by column; a pandas DataFrame is still
-converted as pyspark does. Where pyspark's function does not have the parts named here
-(another pyspark), it is left as it is, and the frame takes and gives pandas as before
-(`installed`).
+`transformWithStateInPandas` stage it keeps what pyspark made for it (the processor's function, the
+grouping columns, the state client, the output's schema) and replaces how the input is grouped and
+how the output becomes Arrow; every other kind of UDF is pyspark's own. The rest of the protocol is
+pyspark's: the function called once per group with that group's rows, then for the timers due at
+the watermark Spark gave the task, then to complete the partition. The frame's output comes back as
+plain columns (`OutputColumns`), made into the output's Arrow types at once, where pyspark would
+build a pandas DataFrame and convert it column by column; a pandas DataFrame is still converted as
+pyspark does. Where pyspark's function does not have the parts named here (another pyspark), it is
+left as it is, and the frame takes and gives pandas as before (`installed`).
 """
 
 from __future__ import annotations
@@ -91,24 +89,10 @@ def _arrow_grouped(parts: dict[str, Any], convert: Callable[[Any], pa.RecordBatc
     def transform_with_state(split_index: int, batches: Iterator[pa.RecordBatch]) -> Iterator:
         for key, rows in groups(batches, parts["key_offsets"], parts["value_offsets"]):
             yield from converted(udf(client, Mode.PROCESS_DATA, key, rows))
-        _timers_up_to_batch_watermark(udf, client)
         yield from converted(udf(client, Mode.PROCESS_TIMER, None, iter([])))
         yield from converted(udf(client, Mode.COMPLETE, None, iter([])))
 
     return transform_with_state
-
-
-def _timers_up_to_batch_watermark(udf: Any, client: Any) -> None:
-    """Where the processor knows the watermark its task's rows show the query reaching after
-    this micro-batch (`StatefulFrame.batch_watermark`), the task's timers fire up to it: pyspark
-    lists the timers due at the watermark it keeps for the task, and hands that on to them."""
-    processor = getattr(getattr(udf, "__self__", None), "_stateful_processor", None)
-    shown = getattr(processor, "batch_watermark", None)
-    watermark = shown() if callable(shown) else None
-    if watermark is None:
-        return
-    client.get_timestamps("eventtime")  # Spark's, fetched once for the task
-    client._watermark_timestamp = max(client._watermark_timestamp, watermark)
 
 
 def install() -> None:

@@ -28,10 +28,10 @@ its time passes in the next, one micro-batch late. Where the layout carries each
 (`state.columns`: its input's watermark once this micro-batch is read), the task learns the
 watermark the next micro-batch will have, as far as its own rows show it: the least, over the
 inputs, of the largest bound of each input's rows it took (none while an input showed it none).
-Its timers then fire up to that in this micro-batch (`batch_watermark`, taken by
-`state.spark.arrow_groups` for the task's timers), after all its rows were applied at the
-watermark Spark gave: what Flink emits once the watermark passes, emitted before the next
-micro-batch's rows, as the next micro-batch would, only sooner.
+A bucket's visit then fires its timers up to that (`batch_watermark`), after its rows were
+applied at the watermark Spark gave: what Flink emits once the watermark passes, emitted before
+the next micro-batch's rows, as the next micro-batch would, only sooner. A bucket without rows
+in the micro-batch fires at the watermark Spark gives, a micro-batch later.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from state.changes import SIDES, Change, Row
 from state.joins.fanout import Fanout
+from state.joins.inline import APART, InlineRows
 from state.joins.mini_batch import folded
 from state.joins.pages import PagedRows, PageReads, settle
 from state.joins.specs import Clock, MultiJoinSpec, RegularJoinSpec
@@ -100,7 +101,8 @@ class RegularJoinOperator:
     def inspect(
         self, variable: str, name: bytes | None, value: bytes, now: int
     ) -> Iterator[KeyHeld]:
-        """A key's entry: each side's rows (a paged side's count alone); a page: its rows."""
+        """A key's entry: each side's rows (a paged side's count alone; of an inline side, those
+        its entry holds); a page: its rows; rows stored apart: their count and rows."""
         self.retentions.at(now)
         if variable == "keys" and name is not None:
             plain = entry_state(value, now)
@@ -108,24 +110,34 @@ class RegularJoinOperator:
                 return
             key = load(name)
             for side, view in zip(self.sides, self._views_from_plain(plain), strict=True):
-                if isinstance(getattr(view, "rows", None), PagedRows):
+                rows_held = getattr(view, "rows", None)
+                if isinstance(rows_held, PagedRows):
                     yield KeyHeld(side, key, len(view))
                     continue
+                if isinstance(rows_held, InlineRows) and rows_held.apart_unread:
+                    # the rows stored apart are reported with the pages
+                    rows_held.loaded_from(APART, rows_held.name, None)
                 rows = [row for row, _associations in view.records()]
                 if rows:
                     yield KeyHeld(side, key, len(rows), rows=rows)
         elif variable == "pages" and name is not None:
-            key, side, _page = load(name)
+            key, side, page = load(name)
             view = self.spec.new_views(self.retentions.each)[side]
             alive = self.retentions[side].alive
-            entries = [(identity, e) for identity, e in load(value) if alive(e[2])]
+            stored = load(value)  # a page's items, or the dict of rows stored apart
+            items = stored.items() if isinstance(stored, dict) else stored
+            entries = [(identity, e) for identity, e in items if alive(e[2])]
             rows = (
                 [e[0] for _identity, e in entries]
                 if isinstance(view, UniqueKeyView)
                 else [identity for identity, e in entries for _ in range(e[0])]
             )
             widen = self.widenings[side]
-            yield KeyHeld(self.sides[side], key, 0, rows=list(map(widen, rows)) if widen else rows)
+            # a page's rows are counted in its key's entry, rows stored apart are not
+            count = len(rows) if page == APART else 0
+            yield KeyHeld(
+                self.sides[side], key, count, rows=list(map(widen, rows)) if widen else rows
+            )
 
     def _views(self, bucket: KeyedBucket, key: Any) -> tuple[View, ...]:
         """A key's views, their pages (if any) read from this bucket's pages when used."""
@@ -134,7 +146,7 @@ class RegularJoinOperator:
             return self.spec.new_views(self.retentions.each)
         for side, view in enumerate(views):
             rows = getattr(view, "rows", None)
-            if isinstance(rows, PagedRows):
+            if isinstance(rows, PagedRows | InlineRows):
                 assert bucket.pages is not None
                 rows.bind(bucket.pages, key, side)
         return views
