@@ -75,15 +75,34 @@ class InlineRows(MutableMapping):
         self.read: dict[Any, Any] | None = None if self.chunks else {}
         self.cutoff: int | None = None  # of the last `prune`
         self.store: EntryStore | None = None
-        self.name = b""  # of the rows stored apart, once bound
+        self.owner: tuple = ()  # the join key and side, once bound
+        self._name: bytes | None = None
         # the entry of the rows stored apart: as read (None: no entry), and whether one is held
         self.apart: Any = _UNREAD
-        self.held_apart = bool(self.chunks) and self.chunks[0][2] is None
+        self.held_apart = self._apart_first()
         self.written_apart = False  # this visit's rows, stored apart by `settle_apart`
 
     def bind(self, store: EntryStore, key: Any, side: int) -> None:
         """Where the rows stored apart are: the join key's pages, for one micro-batch."""
-        self.store, self.name = store, dump_key((key, side, APART))
+        self.store, self.owner, self._name = store, (key, side), None
+
+    @property
+    def name(self) -> bytes:
+        """The name of the entry of the rows stored apart, made only when used: most visits
+        of most keys never name it."""
+        if self._name is None:
+            self._name = dump_key((*self.owner, APART))
+        return self._name
+
+    def _apart_first(self) -> bool:
+        """Whether the first stored pickle is the rows stored apart."""
+        return bool(self.chunks) and self.chunks[0][2] is None
+
+    def _merge_if_many(self) -> None:
+        """Read the rows, to write them as one, once they are `MAX_CHUNKS` pickles and a
+        visit added more."""
+        if self.read is None and self.added and len(self.chunks) >= MAX_CHUNKS:
+            self._rows()
 
     @property
     def apart_unread(self) -> bool:
@@ -132,8 +151,7 @@ class InlineRows(MutableMapping):
 
     def plain(self) -> list[Chunk]:
         """The rows as stored (`state.store.encoding`)."""
-        if self.read is None and self.added and len(self.chunks) >= MAX_CHUNKS:
-            self._rows()
+        self._merge_if_many()
         if self.read is None:
             return [*self.chunks, _chunk(self.added)] if self.added else self.chunks
         if self.written_apart:
@@ -145,16 +163,14 @@ class InlineRows(MutableMapping):
         (`APART_ROWS`) and `kept` inline, else remove the entry of rows stored apart that no
         longer are (read here, expired, or moved to pages); a write only if bytes change."""
         assert self.store is not None, "rows settled before `bind`"
-        if self.read is None and self.added and len(self.chunks) >= MAX_CHUNKS:
-            self._rows()
+        self._merge_if_many()
         if self.read is not None and kept and len(self.read) >= APART_ROWS:
             blob = dump(self.read)
             if blob != self.apart:
                 self.store.write_many([(self.name, blob)], [])
             self.written_apart = True
             return
-        held = bool(self.chunks) and self.chunks[0][2] is None and self.read is None
-        if self.held_apart and not held:
+        if self.held_apart and not (self.read is None and self._apart_first()):
             self.store.write_many([], [self.name])
             self.held_apart = False
 

@@ -116,7 +116,7 @@ class RegularJoinOperator:
                     continue
                 if isinstance(rows_held, InlineRows) and rows_held.apart_unread:
                     # the rows stored apart are reported with the pages
-                    rows_held.loaded_from(APART, rows_held.name, None)
+                    rows_held.loaded_from(APART, b"", None)
                 rows = [row for row, _associations in view.records()]
                 if rows:
                     yield KeyHeld(side, key, len(rows), rows=rows)
