@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 from state.joins.inline import APART, MAX_CHUNKS
-from state.joins.pages import PagedRows, pages_for, settle
-from state.joins.views import MultisetView, views_from_plain, views_to_plain
-from state.store.encoding import dump, load
+from state.joins.pages import PagedRows, PageReads, pages_for, settle
+from state.joins.views import MultisetView, UniqueKeyView, views_from_plain, views_to_plain
+from state.store.encoding import dump, dump_key, load
 from state.store.retention import Retention
 from tests.test_keyed_state import CountingStore
 
@@ -76,3 +76,41 @@ def test_rows_added_again_unread_stay_inline_while_few() -> None:
     assert [load(name)[2] for name in store.entries] == [APART]
     view.rows.bind(store, key, 0)
     assert Counter(row for row, _ in view.records()) == {(f"r{i}", "k1"): 15 for i in range(40)}
+
+
+def test_the_visit_that_writes_rows_stored_apart_as_one_reads_them_with_its_pages() -> None:
+    """40 orders of a product stored apart, then one order a visit: the visit that writes them
+    all as one again (every `MAX_CHUNKS`th) reads the 40 in the one call that reads its
+    micro-batch's pages, not in a call of their own as it merges them; so does a retraction."""
+    store, key = CountingStore(), ("p1",)
+    retention = Retention()
+    orders = UniqueKeyView((0,), retention)
+    for i in range(40):
+        orders.add((f"o{i}", "p1"))
+    orders.rows = settle(orders.rows, store, key, 0)
+    assert [load(name)[2] for name in store.entries] == [APART]
+    reads_with_pages, reads_alone = [], []
+    for visit in range(MAX_CHUNKS):
+        (orders,) = views_from_plain(load(dump(views_to_plain((orders,)))), (retention,))
+        orders.rows.bind(store, key, 0)
+        store.calls()
+        reads = PageReads()
+        order = (f"n{visit}", "p1")
+        orders.want_pages(reads, order)
+        reads.read()
+        reads_with_pages.append(store.calls()[0])
+        orders.add(order)
+        orders.rows = settle(orders.rows, store, key, 0)
+        reads_alone.append(store.calls()[0])
+    assert reads_with_pages == [0] * (MAX_CHUNKS - 1) + [1]
+    assert reads_alone == [0] * MAX_CHUNKS
+    assert len(load(store.entries[dump_key((key, 0, APART))])) == 40 + MAX_CHUNKS
+
+    (orders,) = views_from_plain(load(dump(views_to_plain((orders,)))), (retention,))
+    orders.rows.bind(store, key, 0)
+    reads = PageReads()
+    orders.want_pages(reads, ("o3", "p1"), retracts=True)
+    reads.read()
+    assert store.calls()[0] == 1  # a retraction reads them with the pages too
+    orders.retract(("o3", "p1"))
+    assert store.calls()[0] == 0 and len(orders) == 40 + MAX_CHUNKS - 1

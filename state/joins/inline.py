@@ -98,10 +98,15 @@ class InlineRows(MutableMapping):
         """Whether the first stored pickle is the rows stored apart."""
         return bool(self.chunks) and self.chunks[0][2] is None
 
+    @property
+    def merges_when_added_to(self) -> bool:
+        """Whether a visit that adds rows reads them all, to write them as one: once they are
+        `MAX_CHUNKS` pickles."""
+        return self.read is None and len(self.chunks) >= MAX_CHUNKS
+
     def _merge_if_many(self) -> None:
-        """Read the rows, to write them as one, once they are `MAX_CHUNKS` pickles and a
-        visit added more."""
-        if self.read is None and self.added and len(self.chunks) >= MAX_CHUNKS:
+        """Read the rows, to write them as one, once a visit added to `MAX_CHUNKS` pickles."""
+        if self.added and self.merges_when_added_to:
             self._rows()
 
     @property

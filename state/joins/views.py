@@ -89,17 +89,21 @@ class _EntriesView:
     def prune(self) -> None:
         _prune(self.rows, self.retention)
 
-    def want_pages(self, reads: PageReads, row: Row | None) -> None:
+    def want_pages(self, reads: PageReads, row: Row | None, retracts: bool = False) -> None:
         """Ask `reads` for the pages a change will use, if the rows are paged: the page of
-        `row`, a change of this side; every page (None) for a change the rows are matched
-        with. Inline rows stored apart are read for a change they are matched with; a change
-        of this side that reads them (a retraction) reads them when it does."""
+        `row`, a change of this side (`retracts`: a retraction); every page (None) for a change
+        the rows are matched with. Inline rows stored apart are read for a change that reads
+        them: one they are matched with, a retraction, an addition that writes them as one
+        (`InlineRows.merges_when_added_to`), so that a visit reads them in the one call that
+        reads its micro-batch's pages, not in a call of their own."""
         if isinstance(self.rows, PagedRows):
             if row is None:
                 reads.want_all(self.rows)
             else:
                 reads.want(self.rows, self.rows.number_of(self._key(row)))
-        elif isinstance(self.rows, InlineRows) and row is None:
+        elif isinstance(self.rows, InlineRows) and (
+            row is None or retracts or self.rows.merges_when_added_to
+        ):
             reads.want_apart(self.rows)
 
     def __len__(self) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from state.changes import SIDES, Change, Row
+from state.changes import SIDES, Change, Row, RowKind
 from state.joins.fanout import Fanout
 from state.joins.inline import APART, InlineRows
 from state.joins.mini_batch import folded
@@ -162,14 +162,17 @@ class RegularJoinOperator:
         bucket.keys.prefetch(rows.keys)
         todo = [(i, kind, self._row(rows, i)) for i, kind in self._changes(rows)]
         pages = PageReads()
-        for i, _kind, row in todo:
+        for i, kind, row in todo:
             key, side = rows.keys[i], rows.sides[i]
             views = touched.get(key)
             if views is None:
                 views = touched[key] = bucket.keys[key] = self._views(bucket, key)
             for other, view in enumerate(views):
                 if isinstance(view, UniqueKeyView | MultisetView):
-                    view.want_pages(pages, row if other == side else None)
+                    if other == side:
+                        view.want_pages(pages, row, kind not in RowKind.ACCUMULATE)
+                    else:
+                        view.want_pages(pages, None)
         pages.read()
         for i, kind, row in todo:
             emitted = self.join.process(rows.sides[i], kind, row, touched[rows.keys[i]])
