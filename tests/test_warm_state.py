@@ -9,7 +9,10 @@ import contextlib
 import copy
 import itertools
 import random
+import socket
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +23,7 @@ from state.joins import pages
 from state.joins.specs import RegularJoinSpec, SideSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
 from state.spark.layouts import KeyedEntries
-from state.store.keeper import KeeperCopies, start
+from state.store.keeper import Keeper, KeeperCopies, start
 from state.store.keyed_state import as_is, never, unsized
 from state.store.warm import ENTRY_OVERHEAD, Copies, ReadCounts, WarmStore
 from tests.frames import RandomChanges, join_frame
@@ -120,6 +123,25 @@ def test_workers_sharing_the_keeper_find_each_other_s_copies(keeper: str) -> Non
     one.recall(("join", "-"), None, [])  # its settle reached the keeper before this answer
     assert visit(store.worker(other, counts), {"p1": 11}) == {"p1": 10}
     assert counts.take() == (1, 0)
+
+
+def test_a_settle_does_not_wait_for_the_keeper_to_read_it(tmp_path: Path) -> None:
+    """A visit's settle (every entry it wrote: more than a socket holds) is handed over, not
+    sent while the visit waits: the keeper, busy elsewhere, reads it later, whole."""
+    path = str(tmp_path / "socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()  # a keeper that accepts no connection yet, reads nothing
+        copies = KeeperCopies(path)
+        kept = {f"p{i}".encode(): (bytes(1000), 7) for i in range(10_000)}
+        settle = (("join", 0), None, b"t", kept, 2**30)
+        settling = threading.Thread(target=copies.settle, args=settle)
+        settling.start()
+        settling.join(timeout=30)
+        assert not settling.is_alive()
+        conn, _ = listener.accept()  # the keeper gets to it: the settle arrives, whole
+        threading.Thread(target=Keeper().serve, args=(conn,), daemon=True).start()
+        assert copies.recall(("join", 0), b"t", list(kept)) == kept
 
 
 def test_a_bucket_written_where_its_copy_was_not_kept_is_read_from_the_store(

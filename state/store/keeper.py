@@ -7,7 +7,10 @@ workers it forks where it listens (`KEEPER_SOCKET`); it ends when the daemon doe
 
 A visit costs one exchange to recall (the names a micro-batch wants, the bucket's token) and
 one message to settle, not waited for: what the copies hold is proved current by the tokens
-(`state.store.warm`) whatever order the keeper gets messages from several workers in. Messages
+(`state.store.warm`) whatever order the keeper gets messages from several workers in. A settle
+is larger than the socket's buffer (every entry the visit wrote), so a worker's messages go out
+from a thread of its own: the visit goes on to the next bucket while the keeper, another
+process on a busy machine, reads it; a recall follows the settles before it, in order. Messages
 are `marshal`led plain data over a Unix socket in a directory only this user can open:
 `marshal` builds data, never runs code. A worker that cannot reach the keeper reads the store,
 as without copies.
@@ -15,9 +18,11 @@ as without copies.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import marshal
 import os
+import queue
 import socket
 import struct
 import subprocess
@@ -36,9 +41,13 @@ _RECALL, _SETTLE = 0, 1
 log = logging.getLogger(__name__)
 
 
-def _send(conn: socket.socket, message: Any) -> None:
+def _frame(message: Any) -> bytes:
     body = marshal.dumps(message)
-    conn.sendall(_LENGTH.pack(len(body)) + body)
+    return _LENGTH.pack(len(body)) + body
+
+
+def _send(conn: socket.socket, message: Any) -> None:
+    conn.sendall(_frame(message))
 
 
 def _receive(stream: Any) -> Any:
@@ -114,12 +123,16 @@ def main(path: str, parent: int) -> None:
 
 
 class KeeperCopies:
-    """A worker's way to the keeper at `path` (`Copies`); once it fails, no copies at all."""
+    """A worker's way to the keeper at `path` (`Copies`); once it fails, no copies at all.
+
+    Its messages are sent in order by a thread of its own (`outbox`); a recall waits for its
+    answer, which the keeper gives once it has taken every message sent before."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.conn: socket.socket | None = None
         self.stream: Any = None
+        self.outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self.broken = False
 
     def _connected(self) -> socket.socket | None:
@@ -131,9 +144,24 @@ class KeeperCopies:
                 self._break(error)
                 return None
             self.conn, self.stream = conn, conn.makefile("rb")
+            threading.Thread(
+                target=self._send_all, args=(conn,), name="keeper-sender", daemon=True
+            ).start()
         return self.conn
 
+    def _send_all(self, conn: socket.socket) -> None:
+        try:
+            while True:
+                conn.sendall(self.outbox.get())
+        except OSError as error:
+            self._break(error)
+            # a recall waiting for its answer gets the end of the stream instead
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     def _break(self, error: OSError) -> None:
+        if self.broken:
+            return
         log.warning(
             "warm state: the keeper at %s does not answer (%s): reading the store", self.path, error
         )
@@ -144,8 +172,8 @@ class KeeperCopies:
         conn = self._connected()
         if conn is None:
             return {}
+        self.outbox.put(_frame((_RECALL, owner, token, names)))
         try:
-            _send(conn, (_RECALL, owner, token, names))
             found = _receive(self.stream)
         except OSError as error:
             self._break(error)
@@ -156,13 +184,8 @@ class KeeperCopies:
         return found
 
     def settle(self, owner: Owner, token: Token, new: Token, kept: Seen, budget: int) -> None:
-        conn = self._connected()
-        if conn is None:
-            return
-        try:
-            _send(conn, (_SETTLE, owner, token, new, kept, budget))
-        except OSError as error:
-            self._break(error)
+        if self._connected() is not None:
+            self.outbox.put(_frame((_SETTLE, owner, token, new, kept, budget)))
 
 
 _PROCESS_COPIES: Any = None
