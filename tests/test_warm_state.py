@@ -127,21 +127,27 @@ def test_workers_sharing_the_keeper_find_each_other_s_copies(keeper: str) -> Non
 
 def test_a_settle_does_not_wait_for_the_keeper_to_read_it(tmp_path: Path) -> None:
     """A visit's settle (every entry it wrote: more than a socket holds) is handed over, not
-    sent while the visit waits: the keeper, busy elsewhere, reads it later, whole."""
+    sent while the visit waits: the keeper, busy elsewhere, reads it later, whole. What a
+    keeper that reads nothing would leave queued in the worker is bounded: past the bound a
+    settle is dropped, and its bucket's copy is not found."""
     path = str(tmp_path / "socket")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(path)
         listener.listen()  # a keeper that accepts no connection yet, reads nothing
-        copies = KeeperCopies(path)
-        kept = {f"p{i}".encode(): (bytes(1000), 7) for i in range(10_000)}
-        settle = (("join", 0), None, b"t", kept, 2**30)
-        settling = threading.Thread(target=copies.settle, args=settle)
+        copies = KeeperCopies(path, queued_limit=15_000_000)
+        kept = {f"p{i}".encode(): (bytes(1000), 7) for i in range(10_000)}  # 10 MB
+        settling = threading.Thread(
+            target=lambda: [
+                copies.settle((f"join-{i}", 0), None, b"t", kept, 2**30) for i in (1, 2)
+            ]
+        )
         settling.start()
         settling.join(timeout=30)
         assert not settling.is_alive()
-        conn, _ = listener.accept()  # the keeper gets to it: the settle arrives, whole
+        conn, _ = listener.accept()  # the keeper gets to it: the first settle arrives, whole
         threading.Thread(target=Keeper().serve, args=(conn,), daemon=True).start()
-        assert copies.recall(("join", 0), b"t", list(kept)) == kept
+        assert copies.recall(("join-1", 0), b"t", list(kept)) == kept
+        assert copies.recall(("join-2", 0), b"t", list(kept)) == {}
 
 
 def test_a_bucket_written_where_its_copy_was_not_kept_is_read_from_the_store(

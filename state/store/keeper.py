@@ -35,6 +35,10 @@ from typing import Any
 from state.store.warm import Owner, Seen, Token, WarmStore
 
 KEEPER_SOCKET = "STREAMJOIN_KEEPER_SOCKET"
+# What a worker's messages may hold of its memory while the keeper has not read them. Past it (a
+# keeper that stopped reading) a settle is dropped, not queued: the keeper's copy of that bucket
+# then carries a token the store no longer holds, and the bucket's next visit reads the store.
+QUEUED_LIMIT_BYTES = 64 << 20
 _LENGTH = struct.Struct("!I")
 _RECALL, _SETTLE = 0, 1
 
@@ -125,14 +129,17 @@ def main(path: str, parent: int) -> None:
 class KeeperCopies:
     """A worker's way to the keeper at `path` (`Copies`); once it fails, no copies at all.
 
-    Its messages are sent in order by a thread of its own (`outbox`); a recall waits for its
-    answer, which the keeper gives once it has taken every message sent before."""
+    Its messages are sent in order by a thread of its own (`outbox`, `queued` bytes of them, a
+    settle dropped past `queued_limit`); a recall waits for its answer, which the keeper gives
+    once it has taken every message sent before."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, queued_limit: int = QUEUED_LIMIT_BYTES) -> None:
         self.path = path
         self.conn: socket.socket | None = None
         self.stream: Any = None
         self.outbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self.queued, self.queued_limit = 0, queued_limit
+        self.queue_lock = threading.Lock()
         self.broken = False
 
     def _connected(self) -> socket.socket | None:
@@ -152,7 +159,10 @@ class KeeperCopies:
     def _send_all(self, conn: socket.socket) -> None:
         try:
             while True:
-                conn.sendall(self.outbox.get())
+                message = self.outbox.get()
+                conn.sendall(message)
+                with self.queue_lock:
+                    self.queued -= len(message)
         except OSError as error:
             self._break(error)
             # a recall waiting for its answer gets the end of the stream instead
@@ -172,7 +182,7 @@ class KeeperCopies:
         conn = self._connected()
         if conn is None:
             return {}
-        self.outbox.put(_frame((_RECALL, owner, token, names)))
+        self._post(_frame((_RECALL, owner, token, names)))
         try:
             found = _receive(self.stream)
         except OSError as error:
@@ -185,7 +195,14 @@ class KeeperCopies:
 
     def settle(self, owner: Owner, token: Token, new: Token, kept: Seen, budget: int) -> None:
         if self._connected() is not None:
-            self.outbox.put(_frame((_SETTLE, owner, token, new, kept, budget)))
+            self._post(_frame((_SETTLE, owner, token, new, kept, budget)), droppable=True)
+
+    def _post(self, message: bytes, droppable: bool = False) -> None:
+        with self.queue_lock:
+            if droppable and self.queued + len(message) > self.queued_limit:
+                return
+            self.queued += len(message)
+        self.outbox.put(message)
 
 
 _PROCESS_COPIES: Any = None
