@@ -63,6 +63,38 @@ class LabelledAccumulatedCounter:
             self._seen[labels] = value
 
 
+class LargestByLabel(AccumulatorParam):
+    """Accumulates `{label tuple: number}` dictionaries, keeping each label's largest."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, first: dict, second: dict) -> dict:
+        for label, number in second.items():
+            if label not in first or first[label] < number:
+                first[label] = number
+        return first
+
+
+class LargestEventTimes:
+    """`streamjoin_event_time_max_seconds{side}`: the largest event time each input has
+    shown, fed by the accumulator its reading tasks add `{(side,): epoch ms}` to
+    (`serdes.kafka.decode`)."""
+
+    def __init__(self, registry: CollectorRegistry, context: SparkContext) -> None:
+        self.gauge = Gauge(
+            "streamjoin_event_time_max_seconds",
+            "Largest event time an input has shown, epoch seconds",
+            ["side"],
+            registry=registry,
+        )
+        self.accumulator: Accumulator[dict] = context.accumulator({}, LargestByLabel())
+
+    def update(self) -> None:
+        for labels, ms in dict(self.accumulator.value).items():
+            self.gauge.labels(*labels).set(ms / 1000)
+
+
 class LatestReports(AccumulatorParam):
     """Accumulates `{key: (when, value)}`, keeping each key's latest report."""
 
@@ -267,6 +299,16 @@ class ServiceMetrics:
         self.dead_letters = LabelledAccumulatedCounter(dead_letters, context)
 
         self.held_rows = HeldRowsGauge(self.registry, context)
+        self.event_times = LargestEventTimes(self.registry, context)
+        self.changes = LabelledAccumulatedCounter(
+            Counter(
+                "streamjoin_changes",
+                "Changes the join emitted, by kind (+I -U +U -D)",
+                ["kind"],
+                registry=self.registry,
+            ),
+            context,
+        )
         self.late_rows = LabelledAccumulatedCounter(
             Counter(
                 "streamjoin_late_rows",
@@ -308,9 +350,11 @@ class ServiceMetrics:
                 self.late_rows,
                 self.warm_reads,
                 self.lookups.events,
+                self.changes,
             ):
                 counter.update()
             self.held_rows.update()
+            self.event_times.update()
 
     def update(self) -> None:
         self.update_accumulated()

@@ -18,14 +18,11 @@ from pyspark.sql.streaming import StreamingQuery
 log = logging.getLogger(__name__)
 
 BATCH_SECONDS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-# The join's output counted by change kind, as the query observes it (`Dataset.observe`): one
-# column per kind, named by the kind.
-CHANGES_OBSERVATION = "changes"
-# The joined rows a select list's CAST failed on, sent to the dead-letter topic, per batch.
+# The joined rows a select list's CAST failed on, sent to the dead-letter topic, per batch, as
+# the query observes them (`Dataset.observe`). The join's changes and the inputs' event times
+# are counted by the tasks themselves (`ops.metrics`): an observation costs every task of its
+# stage a generated projection and every micro-batch's plan a node (`docs/performance.md`).
 CAST_FAILURES_OBSERVATION = "cast_failures"
-# Each input's largest event time in a batch (epoch ms), observed per side.
-EVENT_TIME_OBSERVATION = "{side}_event_time"
-_EVENT_TIME_SUFFIX = EVENT_TIME_OBSERVATION.format(side="")
 
 
 # In a source's latest offsets, the ends its broker did not confirm so far, by reason:
@@ -66,12 +63,6 @@ class ProgressMetrics:
         self.watermark_lag = Gauge(
             "streamjoin_watermark_lag_seconds",
             "Wall clock minus the combined watermark, when the last batch ran",
-            registry=registry,
-        )
-        self.max_event_time = Gauge(
-            "streamjoin_event_time_max_seconds",
-            "Largest event time of an input in its last batch with rows, epoch seconds",
-            ["side"],
             registry=registry,
         )
         self.kafka_lag = Gauge(
@@ -124,12 +115,6 @@ class ProgressMetrics:
             "streamjoin_batch_duration_seconds",
             "Duration of a micro-batch (trigger execution)",
             buckets=BATCH_SECONDS,
-            registry=registry,
-        )
-        self.changes = Counter(
-            "streamjoin_changes",
-            "Changes the join emitted, by kind (+I -U +U -D)",
-            ["kind"],
             registry=registry,
         )
         self.end_fallbacks = Counter(
@@ -197,13 +182,6 @@ class ProgressMetrics:
         if watermark is not None:
             self.watermark.set(watermark)
             self.watermark_lag.set(now - watermark)
-        observed = progress.get("observedMetrics") or {}
-        for name, values in observed.items():  # every input's, a chain's later tables' too
-            latest_ms = (values or {}).get("max_ms")
-            if name.endswith(_EVENT_TIME_SUFFIX) and latest_ms is not None:
-                self.max_event_time.labels(name.removesuffix(_EVENT_TIME_SUFFIX)).set(
-                    latest_ms / 1000
-                )
         for source in progress.get("sources") or ():
             latest = _offsets(source.get("latestOffset"))
             done, topics = _topics(_offsets(source.get("endOffset"))), _topics(latest)
@@ -219,13 +197,10 @@ class ProgressMetrics:
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)
+        observed = progress.get("observedMetrics") or {}
         failed_casts = (observed.get(CAST_FAILURES_OBSERVATION) or {}).get("rows")
         if failed_casts:
             self.dead_letters.labels("output", "cast").inc(int(failed_casts))
-        changes = observed.get(CHANGES_OBSERVATION) or {}
-        for kind, count in changes.items():
-            if count:
-                self.changes.labels(kind).inc(int(count))
         for i, operator in enumerate(progress.get("stateOperators") or ()):
             name = f"{i}-{operator.get('operatorName', 'state')}"
             self.state_entries.labels(name).set(operator.get("numRowsTotal", 0))

@@ -107,6 +107,32 @@ def test_the_decoding_task_writes_its_dead_letters_itself_and_passes_on_only_cha
     assert tally.counts == {("left", "bad-json"): 1}
 
 
+def test_the_decoding_task_keeps_the_largest_event_time_of_the_changes_it_passes_on() -> None:
+    """`streamjoin_event_time_max_seconds` comes from here: a record that could not be decoded
+    shows no event time, and an input without one reports none."""
+
+    class Largest:
+        def __init__(self) -> None:
+            self.added: list[dict] = []
+
+        def add(self, largest: dict) -> None:
+            self.added.append(largest)
+
+    def value(minute: int) -> bytes:
+        return json.dumps({"order_id": "o", "order_time": f"2024-01-01 00:{minute:02}:00"}).encode()
+
+    values = [value(3), value(7), b"{oops", value(5)]
+    make_format = partial(JsonFormat, ORDERS, ["order_id"])
+    timed, untimed = Largest(), Largest()
+    for time, kept in (("order_time", timed), ("proctime", untimed)):
+        run = decoder(make_format, ROW_TYPE, "left", time, Tally(), event_times=kept)
+        for _ in run(iter([kafka_batch(values[:2]), kafka_batch(values[2:])])):
+            pass
+    seventh_minute = datetime(2024, 1, 1, 0, 7, tzinfo=timezone.utc)
+    assert timed.added == [{("left",): int(seventh_minute.timestamp() * 1000)}]
+    assert untimed.added == []
+
+
 def test_json_in_utf_16_or_32_decodes_as_in_utf_8() -> None:
     """Decoding skips `json.loads`'s encoding detection only for a UTF-8 object: a record in
     another encoding JSON allows (and Jackson detects) still decodes to the same row."""

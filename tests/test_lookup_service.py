@@ -143,8 +143,13 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     # a lookup's counts reach the driver as its task ends, after its transaction committed:
     # each reading task's own, so the output can be complete before the last of them
     keys, misses = (f'streamjoin_lookup_events_total{{event="{e}"}}' for e in ("key", "miss"))
+    joined = 'streamjoin_changes_total{kind="+I"}'  # the join's output, counted by those tasks
     wait_for(
-        lambda: metric(service, keys) >= 4 and metric(service, misses) >= 4,
+        lambda: (
+            metric(service, keys) >= 4
+            and metric(service, misses) >= 4
+            and metric(service, joined) >= len(expected)
+        ),
         60,
         "the lookups never reached /metrics",
         service,
@@ -153,6 +158,7 @@ def test_orders_are_enriched_from_the_table_filtered_by_the_database_by_join_kin
     assert service.terminate() == 0, service.log()[-3000:]
     assert rows(kafka, out) == expected
     assert metric_in(page, "streamjoin_lookup_seconds_count") >= 1
+    assert metric_in(page, joined) == len(expected)
     assert_monitoring_reads_what_is_served(page)
     sent = [line for line in postgres.log.read_text().splitlines() if f'"{table}"' in line]
     assert any(

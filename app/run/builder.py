@@ -39,12 +39,11 @@ from app.run.joins import (
 from app.run.operators import idle_wait_ms, on_wall_clock
 from app.run.windows import windowed, windowed_type
 from ops.metrics import ServiceMetrics
-from ops.progress import CAST_FAILURES_OBSERVATION, CHANGES_OBSERVATION
+from ops.progress import CAST_FAILURES_OBSERVATION
 from serdes.kafka.dead_letters import DeadLetterTopic, LateRowLetters
 from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro_out import as_avro
 from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
-from state.changes import RowKind
 from state.columns import OP, SEQ, TS, side_column
 from state.joins.specs import JoinSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
@@ -147,6 +146,7 @@ def joined_changes(
     held = None if metrics is None else metrics.held_rows.accumulator
     late = None if metrics is None else metrics.late_rows.accumulator
     fanout = None if metrics is None else metrics.fanout.accumulator
+    counted = None if metrics is None else metrics.changes.accumulator  # the last join's output
     warm = warm_state(config, metrics)
     if plan.multi_way is not None:
         inputs = []
@@ -183,10 +183,18 @@ def joined_changes(
             spread=layout.spread_buckets,
             warm=warm,
             fanout=fanout,
+            changes_out=counted,
         )
     first = plan.stages[0]
     if first.lookup is not None:
-        joined = _looked_up(changes_of(config.left), first, plan.specs[0], metrics, lookup_letters)
+        joined = _looked_up(
+            changes_of(config.left),
+            first,
+            plan.specs[0],
+            metrics,
+            lookup_letters,
+            counted if first is last else None,
+        )
     else:
         left_type, right_type = row_type(first.left), row_type(first.right)
         inputs = {source.side: changes_of(source) for source in (first.left, first.right)}
@@ -225,6 +233,7 @@ def joined_changes(
             fanout=fanout,
             late_letters=late_letters and late_letters(1, plan.specs[0], left_type, right_type),
             bounds=bounds,
+            changes_out=counted if first is last else None,
         )
     for number, (stage, spec, chained) in enumerate(
         zip(plan.stages[1:], plan.specs[1:], config.chain, strict=True), 2
@@ -233,7 +242,9 @@ def joined_changes(
         left, left_type = as_left_input(joined, number, right_type, stage.left.time)
         if stage.lookup is not None:
             changes = left.select(OP, SEQ, TS, F.col("left").alias("row"))
-            joined = _looked_up(changes, stage, spec, metrics)
+            joined = _looked_up(
+                changes, stage, spec, metrics, changes_out=counted if stage is last else None
+            )
             continue
         right = join_input(
             changes_of(chained.input),
@@ -258,6 +269,7 @@ def joined_changes(
             warm=warm,
             fanout=fanout,
             late_letters=late_letters and late_letters(number, spec, left_type, right_type),
+            changes_out=counted if stage is last else None,
         )
     return joined
 
@@ -284,8 +296,10 @@ def _looked_up(
     spec: JoinSpec,
     metrics: ServiceMetrics | None,
     letters: DeadLetterTopic | None = None,
+    changes_out: Accumulator[dict] | None = None,
 ) -> DataFrame:
-    """A lookup join of `changes` (`op`, `seq`, `ts`, `row`): `op`, `seq`, `L_*`, `R_*`."""
+    """A lookup join of `changes` (`op`, `seq`, `ts`, `row`): `op`, `seq`, `L_*`, `R_*`, its
+    output counted by kind in `changes_out`."""
     from app.run.lookups import looked_up
 
     assert metrics is not None, "a lookup join runs in the service, which counts its lookups"
@@ -297,6 +311,7 @@ def _looked_up(
         metrics.lookups.latency,
         letters,
         metrics.dead_letters.accumulator,
+        changes_out,
     )
 
 
@@ -348,16 +363,13 @@ def joined_output(
             tasks.partitions[source.topic],
             job,
             idle_wait,
+            metrics.event_times.accumulator,
         )
         marked = partition_marks(config, source, tasks.partitions[source.topic])
         return timed_changes(decoded, source, marked, records=lookup_letters is not None)
 
     late_letters = late_letters_of(config, tasks, exactly_once, metrics.dead_letters.accumulator)
     joined = joined_changes(plan, changes_of, metrics, lookup_letters, late_letters)
-    joined = joined.observe(
-        CHANGES_OBSERVATION,
-        *[F.sum((F.col(OP) == kind).cast("long")).alias(kind) for kind in RowKind.ALL],
-    )
     joined = joined.withColumn(KEY_COLUMN, _join_key(plan.specs[-1]))
     if plan.last.join.select:
         keep = [KEY_COLUMN, SEQ] if plan.materialized else [KEY_COLUMN]

@@ -26,11 +26,17 @@ from app.plan.planner import StateLayout, input_widening, normalized
 from app.plan.pushdown import pushed_filter
 from app.run.session import task_slots
 from app.run.stateful import run_stateful, side_struct
-from ops.progress import EVENT_TIME_OBSERVATION
 from serdes.kafka.arrivals import IDLE_WAIT_MS
 from serdes.kafka.datasource import NAME, decoding_source, kafka_options
 from serdes.kafka.dead_letters import DeadLetterTopic
-from serdes.kafka.decode import RECORD_COLUMNS, Format, Tally, decoded_schema, decoder
+from serdes.kafka.decode import (
+    RECORD_COLUMNS,
+    EventTimes,
+    Format,
+    Tally,
+    decoded_schema,
+    decoder,
+)
 from serdes.kafka.event_times import WATERMARK_COLUMN, Peer, marks_group
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
 from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
@@ -119,12 +125,14 @@ def read_decoded(
     partitions: int,
     job: str,
     idle_wait_ms: int = IDLE_WAIT_MS,
+    event_times: EventTimes | None = None,
 ) -> DataFrame:
     """The input's changes as `decode_input` gives them, decoded by the `tasks` that read the
     topic (`serdes.kafka.datasource.decoding_source`), each input under a source name of its
     own; its dead letters written by those tasks; the watermark column filled where the input
-    has event time and several `partitions` (`watermarked`), its marks kept for the `job`."""
-    decode = input_decoder(config, source, tally, letters, keep_records)
+    has event time and several `partitions` (`watermarked`), its marks kept for the `job`;
+    its largest event time kept in `event_times`."""
+    decode = input_decoder(config, source, tally, letters, keep_records, event_times)
     name = f"{NAME}-{source.side}-{next(_SOURCE_NAMES)}"
     spark.dataSource.register(decoding_source(name, decode, decoded_schema(row_type(source))))
     group = marks_group(job, source.side) if partition_marks(config, source, partitions) else None
@@ -176,6 +184,7 @@ def input_decoder(
     tally: Tally | None,
     letters: DeadLetterTopic | None,
     keep_records: bool,
+    event_times: EventTimes | None = None,
 ) -> Callable:
     """The function that decodes the input's Kafka record batches (`serdes.kafka.decode`)."""
     return decoder(
@@ -188,6 +197,7 @@ def input_decoder(
         keep_records,
         source.metadata,
         pushed_filter(config, source) if config is not None else None,
+        event_times,
     )
 
 
@@ -281,10 +291,7 @@ def timed_changes(
     `records`, each with its Kafka record's columns (kept by `decode_input`)."""
     good = decoded.where(F.col("error").isNull())
     if source.time != "proctime":
-        good = watermarked(good, source.watermark_delay_ms, marked).observe(
-            EVENT_TIME_OBSERVATION.format(side=source.side),
-            F.max(F.unix_millis("event_time")).alias("max_ms"),
-        )
+        good = watermarked(good, source.watermark_delay_ms, marked)
     # The event time as a plain number: a column with watermark metadata would make Spark drop
     # rows behind the watermark before the join sees them (Flink's interval join keeps them).
     kept = RECORD_COLUMNS if records else ()

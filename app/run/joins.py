@@ -111,12 +111,14 @@ def bucketed_join(
     fanout: Accumulator[dict] | None = None,
     late_letters: LateLetters | None = None,
     bounds: bool = False,
+    changes_out: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """The joined changelog (`op` + `L_`/`R_` output columns) of the unified input changelog
     (`changelog_schema`), as the job's `number`-th join; with `sequenced`, each change's `seq`
     in its task's order, for `materialized_upserts` or a next join (`as_left_input`); `spread`
     as `run_stateful` takes it; `late_letters`: where its late rows go instead of joined;
-    `bounds`: the changelog carries each row's `bound` (`state.columns`)."""
+    `bounds`: the changelog carries each row's `bound` (`state.columns`); `changes_out`: where
+    its output is counted by kind (the job's last join)."""
     return run_stateful(
         changes,
         join_operator(spec, number),
@@ -133,6 +135,7 @@ def bucketed_join(
         fanout=fanout,
         late_letters=late_letters,
         bounds=bounds,
+        changes_out=changes_out,
     )
 
 
@@ -209,10 +212,12 @@ def multi_way_join(
     spread: bool = True,
     warm: WarmState | None = None,
     fanout: Accumulator[dict] | None = None,
+    changes_out: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """The multi-way join of its inputs' unified changes (`multi_way_input`), hashed by the key
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
-    inputs' labels; `spread` as `run_stateful` takes it."""
+    inputs' labels; `spread` as `run_stateful` takes it; `changes_out`: where its output is
+    counted by kind."""
     key_type = left[chained_column(0, spec.keys[0])].dataType
     key = F.when(F.col(SIDE) == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
     for index, name in enumerate(spec.keys[:-1]):
@@ -229,6 +234,7 @@ def multi_way_join(
         spread=spread,
         warm=warm,
         fanout=fanout,
+        changes_out=changes_out,
     )
 
 

@@ -137,6 +137,7 @@ def looked_up(
     latency: Accumulator[dict],
     letters: DeadLetterTopic | None = None,
     tally: Tally | None = None,
+    changes_out: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """The left changes (`op`, `seq`, `ts`, `row`) joined with the table: `op`, `seq`, `L_*`,
     `R_*`, each output row with its left change's kind and `seq`, as Flink's lookup join keeps
@@ -145,7 +146,8 @@ def looked_up(
     With `letters` (`LOOKUP_ON_ERROR=dead-letter`), the changes also carry their Kafka records
     (`key`, `value`, `topic`, `partition`, `offset`, `headers`), and a row whose lookup failed
     goes there as its record did, with the error and its coordinates (counted in `tally` as
-    reason `lookup-failed`), instead of failing the micro-batch."""
+    reason `lookup-failed`), instead of failing the micro-batch. `changes_out` counts the
+    output by kind."""
     from ops.metrics import latency_counts
 
     lookup, settings = table_lookup(config, spec), config.lookup.cache  # type: ignore[union-attr]
@@ -199,6 +201,7 @@ def looked_up(
         settle_worker()
         table, cache = _table_and_cache(settings, lookup)
         counts: dict[tuple[str], int] = {}
+        kinds: dict[tuple[str], int] = {}  # the output's, for `changes_out`
         undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
@@ -225,7 +228,13 @@ def looked_up(
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)
-            yield joined_batch(batch, keys, found)
+            out = joined_batch(batch, keys, found)
+            if changes_out is not None:
+                for kind in out.column(OP).to_pylist():
+                    kinds[(kind,)] = kinds.get((kind,), 0) + 1
+            yield out
+        if changes_out is not None and kinds:
+            changes_out.add(kinds)
         stats = table.stats
         counts |= {("query",): stats.queries, ("retry",): stats.retries, ("error",): stats.errors}
         stats.queries = stats.retries = stats.errors = 0

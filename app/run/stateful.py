@@ -66,6 +66,7 @@ def run_stateful(
     warm: WarmState | None = None,
     fanout: Accumulator[dict] | None = None,
     late_letters: LateLetters | None = None,
+    changes_out: Accumulator[dict] | None = None,
 ) -> DataFrame:
     """`operator` over `changes` (`op`, `seq`, `ts` if `times`, `bound` if `bounds`, `side` if
     two `sides`), grouped by a hash of its `keys` into `buckets`, each side's row the struct
@@ -75,7 +76,8 @@ def run_stateful(
     `app.run.key_buckets` (False: by its index, as a checkpoint made before ids keeps it);
     `warm`: the state the workers keep between micro-batches; `fanout`: where a join counts
     its fan-out and hot keys (`state.joins.fanout`); `late_letters`: where an event-time
-    operator's late rows go instead of to the operator."""
+    operator's late rows go instead of to the operator; `changes_out`: where its output is
+    counted by kind."""
     kinds = {key_column(i): value_kind(t) for i, (_, t) in enumerate(keys)}
     # every input column's kind, not only the output's: a SEMI/ANTI join outputs no right
     # column, yet its condition reads them (a NULL right INT read as NaN never IS NULL)
@@ -111,7 +113,7 @@ def run_stateful(
         StructField(side_column(s, f.name), f.dataType) for s in outputs for f in sides[s][1]
     ]
     frame = StatefulFrame(
-        operator, layout, late_rows, held_rows, chained, warm, fanout, late_letters
+        operator, layout, late_rows, held_rows, chained, warm, fanout, late_letters, changes_out
     )
     bucket = F.pmod(F.xxhash64(*key_columns), F.lit(buckets))
     if spread:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import (
     BinaryType,
@@ -150,6 +151,22 @@ class Tally(Protocol):
     def add(self, counts: dict[tuple[str, str], int]) -> None: ...
 
 
+class EventTimes(Protocol):
+    """Where each input's largest event time (epoch ms) is kept, by (input,): a Spark
+    accumulator (`ops.metrics.LargestEventTimes`)."""
+
+    def add(self, largest: dict[tuple[str], int]) -> None: ...
+
+
+def largest_event_time(batch: pa.RecordBatch, before: int | None) -> int | None:
+    """The largest event time (epoch ms) of a decoded batch's changes and `before`."""
+    times = batch.column("event_time").filter(pc.is_null(batch.column("error")))
+    found = pc.max(times.cast(pa.int64())).as_py()  # microseconds, None for none
+    if found is None:
+        return before
+    return found // 1000 if before is None else max(before, found // 1000)
+
+
 # A record's metadata, by Flink's keys (`METADATA FROM 'timestamp'`): what an input's
 # `<SIDE>_METADATA` columns are filled with, and where a special time attribute is read.
 METADATA: dict[str, Callable[[Format, dict], Any]] = {
@@ -215,6 +232,7 @@ def decoder(
     keep_records: bool = False,
     metadata: tuple[tuple[str, str], ...] = (),
     keep: str | None = None,
+    event_times: EventTimes | None = None,
 ):
     """The function for `mapInArrow`: raw Kafka batches in, decoded batches out. With
     `letters`, the records that cannot be decoded are written there once the input is exhausted
@@ -223,7 +241,8 @@ def decoder(
     the lookup join's failed lookups). `metadata`: the
     columns (column, key) filled from the record (`metadata_filler`). `keep`: a condition over
     the row's columns (`L.x` or `R.x` alike) a change must meet to be kept (a filter pushed
-    below the join, `app.plan.pushdown`)."""
+    below the join, `app.plan.pushdown`). `event_times` keeps the largest event time of the
+    changes, where the input has one."""
     schema = arrow_schema(decoded_schema(row_type))
     assert schema.field("headers").type == HEADER_TYPE
 
@@ -231,6 +250,7 @@ def decoder(
     with_metadata = metadata_filler(metadata, row_type)
     # what is read off the Kafka record itself (Debezium's source time is in the value)
     needs_record = time == "kafka_timestamp" or any(k in _RECORD_KEYS for _, k in metadata)
+    timed = event_times if time != "proctime" else None
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         settle_worker()
@@ -242,6 +262,7 @@ def decoder(
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         may_keep = fmt.may_keep if isinstance(fmt, JsonFormat) else None
+        largest = None
         for batch in batches:
             if may_keep is not None:  # the records this view of the topic may keep, unparsed
                 batch = batch.filter(may_keep(batch.column("value")))
@@ -271,12 +292,17 @@ def decoder(
                     if kept is not None and kept(row, row) is not True:
                         continue
                     out.change(op, base + i, row, event_time(fmt, record, row), src, keep_records)
-            yield out.output(schema)
+            decoded = out.output(schema)
+            if timed is not None:
+                largest = largest_event_time(decoded, largest)
+            yield decoded
         if letters is not None:
             written = sum(letters.write(p, found) for p, found in undecoded.items())
             if not written:  # by an earlier attempt of this batch, and counted then
                 reasons.clear()
         if dead is not None and reasons:
             dead.add(reasons)
+        if timed is not None and largest is not None:
+            timed.add({(side,): largest})
 
     return decode

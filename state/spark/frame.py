@@ -124,6 +124,13 @@ class WarmReads(Protocol):
     def add(self, counts: dict[tuple[str], int]) -> None: ...
 
 
+class ChangeCounts(Protocol):
+    """Where the changes of a job's last join are counted by kind, `{(kind,): count}`: a Spark
+    accumulator (`streamjoin_changes`)."""
+
+    def add(self, counts: dict[tuple[str], int]) -> None: ...
+
+
 class FanoutCounts(Protocol):
     """Where a join's fan-out and hot-key reports are counted (`state.joins.fanout`):
     `{("fanout", bound) | ("fanout", "sum") | ("hot", input): count}`."""
@@ -286,13 +293,15 @@ class StatefulFrame(StatefulProcessor):
         warm: WarmState | None = None,
         fanout: FanoutCounts | None = None,
         late_letters: LateLetters | None = None,
+        changes: ChangeCounts | None = None,
     ) -> None:
         """`late_rows` counts event-time rows that arrive behind the watermark, by side;
         `late_letters` takes those of its `sides` instead of the operator;
         `held_rows` takes what each bucket holds (`held`); `chained`: the left input is the
         result of a join before this one in the same query (see `handleInputRows`); `warm`:
         the state kept in the workers between micro-batches; `fanout`: where a join that
-        counts its fan-out (a `fanout` attribute, `state.joins.fanout`) adds it."""
+        counts its fan-out (a `fanout` attribute, `state.joins.fanout`) adds it; `changes`:
+        where its output is counted by kind, once a task."""
         self.operator = operator
         self.layout = layout
         self.late_rows = late_rows if operator.clock == "event" else None
@@ -301,6 +310,7 @@ class StatefulFrame(StatefulProcessor):
         self.chained = chained and operator.clock == "event"  # only time orders its work
         self.warm = warm
         self.fanout = fanout
+        self.changes = changes
         # the operator's name among every copy a worker keeps: made once, where the query is
         self.owner = uuid.uuid4().hex
 
@@ -314,6 +324,7 @@ class StatefulFrame(StatefulProcessor):
         self.handle = handle
         self.store = self.operator.store(handle)
         self.emitted = 0  # changes this task has emitted: the next one's `seq`
+        self.kinds: Counter[str] = Counter()  # of those changes, when they are counted
         self.late: list[LateRow] = []  # the task's rows for `late_letters`
         self.reads = ReadCounts()
         self.bounds: dict[int, int] = {}  # each input's largest `bound` among the task's rows
@@ -435,6 +446,8 @@ class StatefulFrame(StatefulProcessor):
         if not plain:
             import pandas as pd
         columns: dict[str, Any] = {OP: [c.kind for c in changes]}
+        if self.changes is not None:
+            self.kinds.update(columns[OP])
         if layout.out_seq:
             if changes[0].seq is None:  # the operator leaves the order to the frame
                 columns[SEQ] = list(range(self.emitted, self.emitted + len(changes)))
@@ -525,6 +538,8 @@ class StatefulFrame(StatefulProcessor):
         counted = getattr(self.operator, "fanout", None)
         if self.fanout is not None and counted is not None:
             self.fanout.add(counted.take())
+        if self.changes is not None and self.kinds:
+            self.changes.add({(kind,): n for kind, n in self.kinds.items()})
         if self.warm is None or self.warm.reads is None:
             return
         hits, misses = self.reads.take()
