@@ -230,8 +230,9 @@ def looked_up(
             found.update(fetched)
             out = joined_batch(batch, keys, found)
             if changes_out is not None:
-                for kind in out.column(OP).to_pylist():
-                    kinds[(kind,)] = kinds.get((kind,), 0) + 1
+                for counted in pc.value_counts(out.column(OP)).to_pylist():
+                    kind = (counted["values"],)
+                    kinds[kind] = kinds.get(kind, 0) + counted["counts"]
             yield out
         if changes_out is not None and kinds:
             changes_out.add(kinds)
