@@ -19,7 +19,7 @@ import textwrap
 import uuid
 from collections.abc import Mapping
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -88,7 +88,7 @@ ON O.product_id = P.product_id;
 
 def _sql_timestamp(ms: int) -> str:
     """Flink's JSON format writes TIMESTAMP(3) as `yyyy-MM-dd HH:mm:ss.SSS`."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def _product(row: tuple[str, str, str, int] | None) -> dict[str, str] | None:

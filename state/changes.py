@@ -8,12 +8,12 @@ into its string for every row that crosses to Arrow.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 Row = tuple[Any, ...]  # a row's column values, in its input's column order
 # Where event times and timestamps count from: Flink's epoch milliseconds, as Python datetimes
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The two inputs of a join, as the metrics, the state report and the join's columns name them
 SIDES = ("left", "right")
 

@@ -6,7 +6,7 @@ import io
 import json
 import struct
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import fastavro
@@ -77,7 +77,7 @@ def test_avro_records_decode_to_typed_rows(registry: SchemaRegistry) -> None:
         registry, ORDER, {"order_id": "o1", "price": Decimal("11.11"), "order_time": 60_000}
     )
     assert fmt.decode(None, value) == [
-        ("+I", ("o1", Decimal("11.11"), datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)))
+        ("+I", ("o1", Decimal("11.11"), datetime(1970, 1, 1, 0, 1, tzinfo=UTC)))
     ]
 
 
@@ -88,8 +88,8 @@ def test_debezium_avro_envelopes_decode_with_connect_time_units(registry: Schema
     before, after = {"id": 1, "updated": 1_000_000}, {"id": 1, "updated": 2_500_000}
     value = wire(registry, ENVELOPE, {"before": before, "after": after, "op": "u"})
     assert fmt.decode(b"k", value) == [
-        ("-U", (1, datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc))),
-        ("+U", (1, datetime(1970, 1, 1, 0, 0, 2, 500_000, tzinfo=timezone.utc))),
+        ("-U", (1, datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC))),
+        ("+U", (1, datetime(1970, 1, 1, 0, 0, 2, 500_000, tzinfo=UTC))),
     ]
     assert fmt.decode(b"k", None) == []  # tombstone
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
@@ -127,9 +128,9 @@ def test_flinks_scalar_functions_with_flinks_nulls(text: str, left: tuple, expec
 
 def test_date_functions_take_datetimes_and_epoch_microseconds() -> None:
     """The regular join's rows carry datetimes, the interval and temporal joins' epoch micros."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    august = datetime(2020, 8, 15, 0, 1, tzinfo=timezone.utc)
+    august = datetime(2020, 8, 15, 0, 1, tzinfo=UTC)
     micros = int(august.timestamp() * 1_000_000)
     for value in (august, micros):
         assert (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -29,7 +29,7 @@ TUTORIAL = DebeziumJsonFormat(
 ANNE = (1004, "Anne", "Kretchmar", "annek@noanswer.org")
 CAROL_NEW = (3, "carol", Decimal("30.25"), "NEW")
 CAROL_PAID = (3, "carol", Decimal("31.00"), "PAID")
-ED_AT = datetime(2026, 11, 22, 3, 12, 50, 269446, tzinfo=timezone.utc)
+ED_AT = datetime(2026, 11, 22, 3, 12, 50, 269446, tzinfo=UTC)
 
 EXPECTED = {
     "generated-pg-snapshot-r": (ORDERS, [("+I", (1, "alice", Decimal("10.50"), "NEW"))]),
@@ -47,7 +47,7 @@ EXPECTED = {
                     "sally@example.com",
                     Decimal("100.00"),
                     True,
-                    datetime(2026, 11, 22, 3, 12, 32, 852343, tzinfo=timezone.utc),
+                    datetime(2026, 11, 22, 3, 12, 32, 852343, tzinfo=UTC),
                 ),
             )
         ],
@@ -64,7 +64,7 @@ EXPECTED = {
     # ... and a delete's before image carries only the key (the rest are defaults).
     "generated-pg-defaultident-delete-d": (
         CUSTOMERS,
-        [("-D", (1002, "", None, None, datetime(1970, 1, 1, tzinfo=timezone.utc)))],
+        [("-D", (1002, "", None, None, datetime(1970, 1, 1, tzinfo=UTC)))],
     ),
     "docs-postgresql-create-c": (TUTORIAL, [("+I", (1, *ANNE[1:]))]),
     "docs-tutorial-snapshot-r": (TUTORIAL, [("+I", ANNE)]),
@@ -131,9 +131,7 @@ def test_bad_records_are_refused_with_a_reason(value: bytes, reason: str) -> Non
 def test_plain_json_rows_are_typed() -> None:
     fmt = JsonFormat(parse_schema("id STRING, at TIMESTAMP(3), price DECIMAL(10,2)"), ["id"])
     changes = fmt.decode(None, b'{"id": "o1", "at": "1970-01-01 00:01:00.000", "price": 1.5}')
-    assert changes == [
-        ("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc), Decimal("1.50")))
-    ]
+    assert changes == [("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=UTC), Decimal("1.50")))]
 
 
 @pytest.mark.parametrize(

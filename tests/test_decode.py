@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 
 import pyarrow as pa
@@ -18,7 +18,7 @@ from tests.kafka_io import create_topics, read_topic, unique
 
 ORDERS = parse_schema("order_id STRING, order_time TIMESTAMP(3)")
 ROW_TYPE = StructType([StructField(c.name, c.spark_type) for c in ORDERS])
-KAFKA_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)
+KAFKA_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 class Tally:
@@ -57,7 +57,7 @@ def decode(
 def test_event_time_comes_from_the_configured_attribute() -> None:
     value = json.dumps({"order_id": "o1", "order_time": "1970-01-01 00:01:00"}).encode()
     [by_column] = decode(JsonFormat, "order_time", [value])
-    assert by_column["event_time"] == datetime(1970, 1, 1, 0, 1, tzinfo=timezone.utc)
+    assert by_column["event_time"] == datetime(1970, 1, 1, 0, 1, tzinfo=UTC)
     assert by_column["seq"] == 20 and by_column["op"] == "+I"
     [by_kafka] = decode(JsonFormat, "kafka_timestamp", [value])
     assert by_kafka["event_time"] == KAFKA_TIME
@@ -68,7 +68,7 @@ def test_event_time_comes_from_the_configured_attribute() -> None:
 def test_debezium_source_time_is_the_database_change_time() -> None:
     event = {"op": "c", "after": {"order_id": "o1"}, "source": {"ts_ms": 43_200_000}}
     [change] = decode(DebeziumJsonFormat, "source_ts_ms", [json.dumps(event).encode()])
-    assert change["event_time"] == datetime(1970, 1, 1, 12, tzinfo=timezone.utc)
+    assert change["event_time"] == datetime(1970, 1, 1, 12, tzinfo=UTC)
 
 
 def test_bad_records_become_dead_letters_with_their_coordinates_and_are_counted() -> None:
@@ -128,7 +128,7 @@ def test_the_decoding_task_keeps_the_largest_event_time_of_the_changes_it_passes
         run = decoder(make_format, ROW_TYPE, "left", time, Tally(), event_times=kept)
         for _ in run(iter([kafka_batch(values[:2]), kafka_batch(values[2:])])):
             pass
-    seventh_minute = datetime(2024, 1, 1, 0, 7, tzinfo=timezone.utc)
+    seventh_minute = datetime(2024, 1, 1, 0, 7, tzinfo=UTC)
     assert timed.added == [{("left",): int(seventh_minute.timestamp() * 1000)}]
     assert untimed.added == []
 
@@ -159,7 +159,7 @@ def test_a_view_reads_its_kind_of_record_and_its_fields_from_nested_objects() ->
     run = decoder(make_format, row_type, "left", "dateTime")
     rows = [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
     assert [(r["row"]["auction"], r["row"]["price"]) for r in rows] == [(7, 100), (8, None)]
-    assert rows[0]["event_time"] == datetime(1970, 1, 1, 0, 0, 1, 500000, tzinfo=timezone.utc)
+    assert rows[0]["event_time"] == datetime(1970, 1, 1, 0, 0, 1, 500000, tzinfo=UTC)
     assert all(r["error"] is None for r in rows)
 
 

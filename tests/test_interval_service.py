@@ -9,7 +9,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -243,7 +243,7 @@ def test_an_interval_join_over_partitions_skewed_in_event_time_joins_every_pair(
             for side in ("left", "right")
         )
 
-    lagging = datetime(2026, 11, 22, 7, tzinfo=timezone.utc).timestamp()
+    lagging = datetime(2026, 11, 22, 7, tzinfo=UTC).timestamp()
 
     def at_the_lagging_partition() -> bool:
         """Every partition moved the watermark: it stands at the lagging partition's rows (as
@@ -319,7 +319,7 @@ def test_late_rows_go_to_the_dead_letter_topic_with_the_watermark_they_missed(
     )
     env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
     service = Service(env | {"LATE_ROWS": "dead-letter"}, tmp_path / "log")
-    nine = int(datetime(2026, 11, 22, 9, tzinfo=timezone.utc).timestamp())
+    nine = int(datetime(2026, 11, 22, 9, tzinfo=UTC).timestamp())
     try:
         wait_for(
             lambda: (metric(service, "streamjoin_watermark_seconds") or 0) >= nine,

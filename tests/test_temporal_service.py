@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ LATER_MS = 1597881600000  # 2020-08-20: closing rows move both watermarks past e
 def as_ms(text: str | None) -> int | None:
     if text is None:
         return None
-    return round(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return round(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
 
 
 def test_orders_from_cdc_join_the_rate_valid_at_their_time_as_flink_does(

@@ -172,8 +172,8 @@ class PostgresTable:
                 self.stats.latencies_s.append(time.monotonic() - started)
                 return [tuple(r) for r in records]
             except (
+                TimeoutError,
                 OSError,
-                asyncio.TimeoutError,
                 self.asyncpg.PostgresError,
                 self.asyncpg.InterfaceError,
             ) as error:
@@ -188,7 +188,7 @@ class PostgresTable:
                     continue
                 if attempt == self.lookup.max_retries:
                     self.stats.errors += 1
-                    reason = "timed out" if isinstance(error, asyncio.TimeoutError) else error
+                    reason = "timed out" if isinstance(error, TimeoutError) else error
                     raise LookupFailed(
                         f"lookup in {self.lookup.table} failed after {attempt + 1} attempts: "
                         f"{reason}"
@@ -314,6 +314,6 @@ def table_columns(
         return asyncio.run(read())
     except TableUnavailable:
         raise
-    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError) as error:
-        reason = "timed out" if isinstance(error, asyncio.TimeoutError) else error
+    except (TimeoutError, OSError, asyncpg.PostgresError) as error:
+        reason = "timed out" if isinstance(error, TimeoutError) else error
         raise TableUnavailable(f"cannot query the database: {reason}") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -110,7 +110,7 @@ def _parse_timestamp_text(text: str) -> datetime:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise _wrong(text, "a timestamp like 2024-01-31 12:00:00.000") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 # Kafka Connect / Debezium logical time types, by the unit of their integer value.
@@ -130,7 +130,7 @@ def _timestamp(connect_name: str | None) -> Converter:
             seconds, rest = divmod(value, per_second)
             return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
         if isinstance(value, datetime):  # Avro timestamp logical types arrive decoded
-            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
         if isinstance(value, str):
             return _parse_timestamp_text(value)
         raise _wrong(value, "a timestamp")
