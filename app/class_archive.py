@@ -30,7 +30,7 @@ import pyspark
 
 from app.config.env import SHUFFLE_PARTITIONS
 from app.jars import user_cache
-from ops.processes import running
+from ops.processes import python_module, running
 
 OFF = "off"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -121,7 +121,7 @@ class ClassArchive:
                 marker.unlink()
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # one recorder
             recorder = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(self.path.parent)],
+                python_module(__name__, str(self.path.parent)),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

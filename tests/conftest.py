@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.class_archive import SHORT_LIVED, record_once
 from tests.kafka_broker import broker_for_tests
+
+# Spark's Python workers import what the tests hand them (functions and classes of the tests'
+# modules) by name. They do not import from their working directory (`ops.processes`), so the
+# suite names its own folder to them, and to every process it starts.
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 _broker_kind: list[str] = []
 

@@ -116,6 +116,7 @@ def test_a_start_with_no_archive_has_one_recorded_by_a_process_of_its_own(tmp_pa
     try:
         assert recorder.args == [
             sys.executable,
+            "-P",
             "-m",
             "app.class_archive",
             str(tmp_path / "jvm"),

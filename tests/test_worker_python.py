@@ -20,6 +20,7 @@ import pyspark
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from app.run.session import worker_python
+from ops.processes import python_module
 from ops.worker.forkserver import FORKSERVER
 from ops.worker.interpreter import without_bundled_zips
 
@@ -44,6 +45,19 @@ def test_workers_import_pyspark_from_the_installed_package_and_keep_other_paths(
         check=True,
     ).stdout.strip()
     assert found == pyspark.__file__
+
+
+def test_the_services_python_processes_import_its_code_from_any_directory(tmp_path: Path) -> None:
+    """Spark's workers (`-m module` through `streamjoin-python`) and the service's own Python
+    processes (the fork server, the keeper of warm state, the class archive's recorder) start
+    in the user's directory; a folder there named like one of the service's packages is not
+    what they import."""
+    for name in ("app", "serdes", "state", "ops"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('not the service')\n")
+    for command in ([worker_python(), "-m", "ops.processes"], python_module("ops.processes")):
+        ran = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert ran.returncode == 0, ran.stderr[-2000:]
 
 
 def _worker_facts(_: int) -> tuple[str, bool]:

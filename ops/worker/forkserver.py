@@ -32,6 +32,8 @@ import tempfile
 import threading
 import traceback
 
+from ops.processes import python_module
+
 # Not under a prefix of the service's own variables, which refuses those it does not read.
 FORKSERVER = "DRIVER_FORKSERVER"
 
@@ -71,7 +73,7 @@ def start(preload: tuple[str, ...] = ()) -> None:
     path = os.path.join(tempfile.mkdtemp(prefix="streamjoin-forkserver-"), "socket")
     _started.append(
         subprocess.Popen(
-            [sys.executable, "-m", __name__, path, *preload],
+            python_module(__name__, path, *preload),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
         )

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from ops.processes import SAFE_PATH
+
 
 def _bundled(path: str) -> bool:
     """Whether `path` is a zip inside a pyspark package this interpreter imports from
@@ -47,4 +49,4 @@ def main() -> NoReturn:
             code = forkserver.request(server, args, env)
             if code is not None:
                 sys.exit(code)
-    os.execve(sys.executable, [sys.executable, *args], env)
+    os.execve(sys.executable, [sys.executable, SAFE_PATH, *args], env)

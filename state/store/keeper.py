@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from ops.processes import python_module
 from state.store.warm import Owner, Seen, Token, WarmStore
 
 KEEPER_SOCKET = "STREAMJOIN_KEEPER_SOCKET"
@@ -68,7 +69,7 @@ def start() -> str:
     folder = tempfile.mkdtemp(prefix="streamjoin-keeper-")  # mode 0700: this user's only
     path = os.path.join(folder, "socket")
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "state.store.keeper", path, str(os.getpid())],
+        python_module("state.store.keeper", path, str(os.getpid())),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,  # its word that it listens (the daemon's own talks to Spark)
         close_fds=True,
