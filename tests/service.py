@@ -27,6 +27,15 @@ def service_env(*, short_lived: bool = True, **variables: str) -> dict[str, str]
     return env
 
 
+def user_folder_shadowing_the_service(folder: Path) -> Path:
+    """`folder` as a user's directory may be: with folders named like the service's packages
+    (a project's own `app`), each failing as it is imported."""
+    for name in ("app", "serdes", "state", "ops"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text("raise ImportError('not the service')\n")
+    return folder
+
+
 def streamjoin_command() -> list[str]:
     return [sys.executable, "-m", "app.cli"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.broker import ApacheKafka
 from app.demo import SCRIPT
-from tests.service import service_env
+from tests.service import service_env, user_folder_shadowing_the_service
 
 pytestmark = pytest.mark.spark
 
@@ -25,21 +25,20 @@ EXAMPLE_TABLE = [
 ]
 
 
-SERVICE_PACKAGES = ("app", "serdes", "state", "ops")
-
-
 def test_demo_prints_the_examples_temporal_join_table_and_exits(tmp_path: Path) -> None:
     """Run as a user runs it: the installed command, from a directory of their own, whose
     folders may bear the service's package names (a project's `app`): Spark's Python workers,
     started there, still import the service's code."""
-    for name in SERVICE_PACKAGES:
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("raise ImportError('not the service')\n")
     env = service_env()
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
     command = [str(Path(sys.executable).with_name("streamjoin")), "demo"]
     result = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+        command,
+        env=env,
+        cwd=user_folder_shadowing_the_service(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.splitlines()

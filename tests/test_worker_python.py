@@ -23,6 +23,7 @@ from app.run.session import worker_python
 from ops.processes import python_module
 from ops.worker.forkserver import FORKSERVER
 from ops.worker.interpreter import without_bundled_zips
+from tests.service import user_folder_shadowing_the_service
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 
@@ -52,11 +53,9 @@ def test_the_services_python_processes_import_its_code_from_any_directory(tmp_pa
     processes (the fork server, the keeper of warm state, the class archive's recorder) start
     in the user's directory; a folder there named like one of the service's packages is not
     what they import."""
-    for name in ("app", "serdes", "state", "ops"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("raise ImportError('not the service')\n")
+    folder = user_folder_shadowing_the_service(tmp_path)
     for command in ([worker_python(), "-m", "ops.processes"], python_module("ops.processes")):
-        ran = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+        ran = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
         assert ran.returncode == 0, ran.stderr[-2000:]
 
 
