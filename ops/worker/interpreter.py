@@ -1,6 +1,7 @@
 """`streamjoin-python`: the interpreter Spark starts its Python workers with. It is this
 environment's Python, importing pyspark and py4j from their installed packages rather than from
-the zips Spark puts first on every worker's PYTHONPATH.
+the zips Spark puts first on every worker's PYTHONPATH, and the service's code from this
+environment too, never from the directory Spark starts it in (`ops.processes.SAFE_PATH`).
 
 Python compiles what it imports from a zip at every start (it never caches bytecode there), and
 Spark starts some twenty Python processes per query (a daemon per worker kind, its workers, the
