@@ -222,3 +222,52 @@ def test_an_upsert_key_is_read_as_json_where_it_is_json_else_as_its_text(
 ) -> None:
     fmt = UpsertJsonFormat(parse_schema(schema), ["id"])
     assert fmt.decode(key, None) == [("-D", (expected, None))]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b'{"id": "1", "at": 100000000000000000000000000000}', "wrong-type"),
+        (b'{"id": "1", "at": 253402300800000}', "wrong-type"),  # year 10000, in epoch ms
+        (b'{"id": "1", "at": "9999-12-31 23:59:59-01:00"}', "wrong-type"),  # 10000 in UTC
+        (b'{"id": "1", "at": "0001-01-01 00:00:00+01:00"}', "wrong-type"),  # year 0 in UTC
+        (b'{"id": "1", "day": 100000000000000000000000000000}', "wrong-type"),
+        (b'{"id": "1", "n": "\xc2\xb2"}', "wrong-type"),  # a digit to `isdigit`, not to `int`
+        (b'{"id": "1", "n": "%s"}' % (b"1" * 5000), "wrong-type"),
+        (b'{"id": "1", "n": %s}' % (b"1" * 5000), "bad-json"),  # beyond Python's 4,300 digits
+    ],
+    ids=[
+        "epoch-beyond-64-bits",
+        "epoch-past-9999",
+        "offset-past-9999",
+        "offset-before-year-1",
+        "days-beyond-64-bits",
+        "superscript-digit",
+        "digits-past-python-limit",
+        "number-past-python-limit",
+    ],
+)
+def test_a_value_beyond_its_columns_range_is_a_dead_letter_not_a_failed_task(
+    value: bytes, reason: str
+) -> None:
+    """Values Python's conversions cannot hold raise the decoder's error, which dead-letters
+    the record; any other error fails the task and stops the query."""
+    fmt = JsonFormat(parse_schema("id STRING, at TIMESTAMP(3), day DATE, n BIGINT"), ["id"])
+    with pytest.raises(DecodeError) as caught:
+        fmt.decode(None, value)
+    assert caught.value.reason == reason
+
+
+def test_a_whole_number_beyond_a_double_is_infinite_as_flink_reads_it() -> None:
+    fmt = JsonFormat(parse_schema("id STRING, v DOUBLE"), ["id"])
+    big = b"1" + b"0" * 400
+    assert fmt.decode(None, b'{"id": "a", "v": %s}' % big) == [("+I", ("a", float("inf")))]
+    assert fmt.decode(None, b'{"id": "a", "v": -%s}' % big) == [("+I", ("a", float("-inf")))]
+
+
+def test_an_upsert_key_that_is_neither_json_nor_utf8_is_a_dead_letter() -> None:
+    fmt = UpsertJsonFormat(parse_schema("id STRING, name STRING"), ["id"])
+    for key in (b"a\xff", b"\xff\xfe"):
+        with pytest.raises(DecodeError) as caught:
+            fmt.decode(key, b'{"name": "x"}')
+        assert caught.value.reason == "bad-key"

@@ -62,7 +62,7 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
             pass
     try:
         data = json.loads(_json_text(value))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except ValueError as err:  # bad JSON or UTF-8, a number beyond Python's 4,300 digits
         raise DecodeError("bad-json", str(err)) from None
     if not isinstance(data, dict):
         raise DecodeError("bad-json", f"expected a JSON object, got {type(data).__name__}")
@@ -93,7 +93,7 @@ def _json_key(key: bytes) -> Any:
         return None
     try:
         return json.loads(key)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except ValueError:  # not JSON (bad UTF-8, a number beyond Python's 4,300 digits)
         return None
 
 
@@ -302,7 +302,12 @@ class UpsertJsonFormat:
             inner = parsed.get("payload") if "schema" in parsed else None
             return inner if isinstance(inner, dict) else parsed
         if len(self.key_columns) == 1:
-            return {self.key_columns[0]: parsed if parsed is not None else key.decode("utf-8")}
+            if parsed is not None:
+                return {self.key_columns[0]: parsed}
+            try:
+                return {self.key_columns[0]: key.decode("utf-8")}
+            except UnicodeDecodeError:
+                raise DecodeError("bad-key", "the key is neither JSON nor UTF-8 text") from None
         raise DecodeError("bad-key", f"expected a JSON object with {self.key_columns}")
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:

@@ -8,6 +8,7 @@ Connect schema of the field) and then applied to every value. A value that does 
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
@@ -49,7 +50,10 @@ def _integer(bits: int) -> Converter:
         if type(value) is int and low <= value <= high:  # the common case first (not a bool)
             return value
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)  # Flink trims the text it reads as a number
+            try:
+                value = int(value)  # Flink trims the text it reads as a number
+            except ValueError:  # a digit `int` does not read ("²"), beyond 4,300 digits
+                raise _wrong(value, f"an integer of {bits} bits") from None
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
             return value
         raise _wrong(value, f"an integer of {bits} bits")
@@ -61,8 +65,13 @@ _INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 
 
 
 def _float(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # beyond a double: infinite, as `1e400` reads and Flink reads it
+            return math.inf if value > 0 else -math.inf
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -110,7 +119,18 @@ def _parse_timestamp_text(text: str) -> datetime:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise _wrong(text, "a timestamp like 2024-01-31 12:00:00.000") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return _in_range(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC), text)
+
+
+def _in_range(moment: datetime, value: Any) -> datetime:
+    """`moment`, if it falls in years 1-9999 in UTC, as a TIMESTAMP column holds it (a time
+    beyond would overflow where a later step reads it back)."""
+    if moment.year in (1, 9999):  # only there can an offset take it beyond
+        try:
+            moment.astimezone(UTC)
+        except OverflowError:
+            raise _wrong(value, "a timestamp between the years 1 and 9999") from None
+    return moment
 
 
 # Kafka Connect / Debezium logical time types, by the unit of their integer value.
@@ -128,9 +148,14 @@ def _timestamp(connect_name: str | None) -> Converter:
     def convert(value: Any) -> datetime:
         if type(value) is int:  # the common case first (not a bool)
             seconds, rest = divmod(value, per_second)
-            return EPOCH + timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+            try:
+                return EPOCH + timedelta(
+                    seconds=seconds, microseconds=rest * 1_000_000 // per_second
+                )
+            except OverflowError:
+                raise _wrong(value, "a timestamp between the years 1 and 9999") from None
         if isinstance(value, datetime):  # Avro timestamp logical types arrive decoded
-            return value if value.tzinfo else value.replace(tzinfo=UTC)
+            return _in_range(value if value.tzinfo else value.replace(tzinfo=UTC), value)
         if isinstance(value, str):
             return _parse_timestamp_text(value)
         raise _wrong(value, "a timestamp")
@@ -142,7 +167,10 @@ def _date(value: Any) -> date:
     if isinstance(value, date) and not isinstance(value, datetime):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return (EPOCH + timedelta(days=value)).date()  # Connect Date: days since the epoch
+        try:
+            return (EPOCH + timedelta(days=value)).date()  # Connect Date: days since the epoch
+        except OverflowError:
+            raise _wrong(value, "a date between the years 1 and 9999") from None
     if isinstance(value, str):
         try:
             return date.fromisoformat(value[:10])
