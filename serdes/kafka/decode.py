@@ -30,8 +30,9 @@ from serdes.kafka.event_times import WATERMARK_COLUMN
 from serdes.kafka.produce import OutputRecord
 from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
 from serdes.records.formats import DecodedChange, JsonFormat
+from serdes.records.json_batch import JsonBatchReader
 from serdes.records.values import DecodeError
-from state.changes import EPOCH
+from state.changes import EPOCH, RowKind
 from state.expr.condition import compile_predicate, parse_condition
 
 # Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
@@ -114,15 +115,10 @@ class _Output:
 
     def output(self, schema: pa.Schema) -> pa.RecordBatch:
         n = len(self.ops)
-        src = pa.array(self.src, pa.int64())
         kept = pa.array(self.kept, pa.int64()) if any(k is not None for k in self.kept) else None
 
         def decoded(name: str, values: list) -> pa.Array:
             return pa.array(values, schema.field(name).type)
-
-        def of_record(name: str) -> pa.Array:  # null where not kept (`take` of a null index)
-            column = self.batch.column(name)
-            return column.take(kept) if kept is not None else pa.nulls(n, column.type)
 
         def of_error(name: str) -> pa.Array:
             values = [None] * n
@@ -130,19 +126,75 @@ class _Output:
                 values[at] = error.reason if name == "reason" else str(error)
             return pa.array(values, pa.string())
 
-        columns = {
+        changes = {
             "op": decoded("op", self.ops),
             "seq": decoded("seq", self.seqs),
             "row": decoded("row", self.rows),
-            "timestamp": self.batch.column("timestamp").take(src),
             "event_time": decoded("event_time", self.event_times),
-            WATERMARK_COLUMN: pa.nulls(n, schema.field(WATERMARK_COLUMN).type),
             "reason": of_error("reason"),
             "error": of_error("error"),
-        } | {name: of_record(name) for name in RECORD_COLUMNS}
-        # every change's partition: the input's watermark is its partitions' least
-        columns["partition"] = self.batch.column("partition").take(src)
-        return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+        }
+        return output_batch(schema, self.batch, pa.array(self.src, pa.int64()), changes, kept)
+
+
+def output_batch(
+    schema: pa.Schema,
+    batch: pa.RecordBatch,
+    src: pa.Array,
+    changes: dict[str, pa.Array],
+    kept: pa.Array | None = None,
+) -> pa.RecordBatch:
+    """The decoded batch: `changes` (op, seq, row, event_time, reason, error), each row of
+    record `src` of the input `batch`, with that record's time and partition, and its Kafka
+    columns where `kept` names it (null elsewhere: `take` of a null index)."""
+    n = len(src)
+
+    def of_record(name: str) -> pa.Array:
+        column = batch.column(name)
+        return column.take(kept) if kept is not None else pa.nulls(n, column.type)
+
+    columns = (
+        changes
+        | {
+            "timestamp": batch.column("timestamp").take(src),
+            WATERMARK_COLUMN: pa.nulls(n, schema.field(WATERMARK_COLUMN).type),
+        }
+        | {name: of_record(name) for name in RECORD_COLUMNS}
+    )
+    # every change's partition: the input's watermark is its partitions' least
+    columns["partition"] = batch.column("partition").take(src)
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def read_at_once(
+    reader: JsonBatchReader,
+    batch: pa.RecordBatch,
+    schema: pa.Schema,
+    time_index: int | None,
+    kept: Callable[[tuple, tuple], Any] | None,
+) -> pa.RecordBatch | None:
+    """The batch decoded by `reader` at once (inserts; a record the view does not keep, or
+    whose row the pushed filter `kept` drops, gives none); None where it must be decoded record
+    by record (`serdes.records.json_batch`)."""
+    read = reader.read(batch.column("value"))
+    if read is None:
+        return None
+    src, rows = read
+    if kept is not None:
+        values = [tuple(row.values()) for row in rows.to_pylist()]
+        mask = pa.array([kept(row, row) is True for row in values], pa.bool_())
+        src, rows = src.filter(mask), rows.filter(mask)
+    n = len(src)
+    event_type = schema.field("event_time").type
+    changes = {
+        "op": pa.repeat(pa.scalar(RowKind.INSERT, pa.string()), n),
+        "seq": pc.multiply(batch.column("offset").take(src), SEQ_PER_RECORD),
+        "row": rows,
+        "event_time": rows.field(time_index) if time_index is not None else pa.nulls(n, event_type),
+        "reason": pa.nulls(n, pa.string()),
+        "error": pa.nulls(n, pa.string()),
+    }
+    return output_batch(schema, batch, src, changes)
 
 
 class Tally(Protocol):
@@ -262,10 +314,22 @@ def decoder(
         reasons: dict[tuple[str, str], int] = {}
         undecoded: dict[int, list[OutputRecord]] = {}  # by input partition
         may_keep = fmt.may_keep if isinstance(fmt, JsonFormat) else None
+        # plain JSON whose rows are the record's values alone: read a batch at a time
+        at_once = None
+        plain = not (metadata or keep_records or needs_record)
+        if isinstance(fmt, JsonFormat) and plain and (time in row_type.names or time == "proctime"):
+            at_once = JsonBatchReader.of(fmt, schema.field("row").type)
+        time_index = row_type.names.index(time) if time in row_type.names else None
         largest = None
         for batch in batches:
             if may_keep is not None:  # the records this view of the topic may keep, unparsed
                 batch = batch.filter(may_keep(batch.column("value")))
+            read = at_once and read_at_once(at_once, batch, schema, time_index, kept)
+            if read is not None:
+                if timed is not None:
+                    largest = largest_event_time(read, largest)
+                yield read
+                continue
             out = _Output(batch)
             for src, (key, value, offset) in enumerate(
                 zip(
