@@ -11,7 +11,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
 from serdes.kafka.decode import arrow_schema, decoded_schema, decoder
-from serdes.records.formats import JsonFormat
+from serdes.records.formats import JsonFormat, UpsertJsonFormat
 from serdes.records.json_batch import JsonBatchReader
 from serdes.records.schema import parse_schema
 from serdes.records.values import DecodeError
@@ -91,17 +91,29 @@ def record(rng: random.Random, odd: bool) -> bytes:
     return json.dumps(event, ensure_ascii=rng.random() < 0.5).encode()
 
 
-def one_by_one(fmt: JsonFormat, values: list[bytes]) -> tuple[list[int], list[tuple]] | None:
-    """What `JsonFormat` decodes, record by record; None where a record is a dead letter."""
+def read(
+    reader: JsonBatchReader, values: list[bytes | None], keys: list[bytes | None] | None = None
+) -> tuple[pa.Array, pa.StructArray] | None:
+    keys = keys or [None] * len(values)
+    return reader.read(pa.array(values, pa.binary()), pa.array(keys, pa.binary()))
+
+
+def one_by_one(
+    fmt: JsonFormat | UpsertJsonFormat,
+    values: list[bytes | None],
+    keys: list[bytes | None] | None = None,
+) -> tuple[list[int], list[tuple]] | None:
+    """What the format decodes, record by record (the records' indices, their changes); None
+    where a record is a dead letter."""
     kept, rows = [], []
-    for at, value in enumerate(values):
+    for at, (key, value) in enumerate(zip(keys or [None] * len(values), values, strict=True)):
         try:
-            changes = fmt.decode(None, value)
+            changes = fmt.decode(key, value)
         except DecodeError:
             return None
-        for _op, row in changes:
+        for op, row in changes:
             kept.append(at)
-            rows.append(row)
+            rows.append((op, row))
     return kept, rows
 
 
@@ -116,15 +128,54 @@ def test_rows_read_at_once_are_the_rows_read_one_by_one() -> None:
         if trial % 10 == 0:
             values.insert(rng.randrange(len(values) + 1), rng.choice(ODD_RECORDS))
         expected = one_by_one(fmt, values)
-        got = reader.read(pa.array(values, pa.binary()))
+        got = read(reader, values)
         if got is None:
             continue
         read_at_once += 1
         assert expected is not None, values  # a record the other path dead-letters
         kept, rows = got
         assert kept.to_pylist() == expected[0], values
-        assert [tuple(r.values()) for r in rows.to_pylist()] == expected[1], values
+        assert [("+I", tuple(r.values())) for r in rows.to_pylist()] == expected[1], values
     assert read_at_once > 200  # the common batch is read at once
+
+
+UPSERT_KEYS = [b"p1", b"17", b'"p2"', b"[1]", b" 3", b"temp", b'{"id": 1}', b"a\xff", None]
+
+
+def test_an_upsert_batch_read_at_once_is_the_rows_its_values_give_one_by_one() -> None:
+    """An upsert topic's row is its value, its key (of one column) a value the row overrides:
+    read at once only where no key may fail its record or fill its row, and no value is a
+    delete."""
+    rng = random.Random(11)
+    columns = parse_schema("id STRING, qty INT, at TIMESTAMP(3)")
+    fmt = UpsertJsonFormat(columns, ["id"])
+    row_type = StructType([StructField(c.name, c.spark_type) for c in columns])
+    reader = JsonBatchReader.of(fmt, arrow_schema(decoded_schema(row_type)).field("row").type)
+    assert reader is not None
+    read_at_once = 0
+    for _ in range(300):
+        size = rng.randint(1, 8)
+        keys = [rng.choice(UPSERT_KEYS[:3]) for _ in range(size)]
+        values: list[bytes | None] = [
+            json.dumps({"id": rng.choice(["p1", "p2"]), "qty": 3, "at": GOOD["at"][0]}).encode()
+            for _ in range(size)
+        ]
+        if rng.random() < 0.3:
+            keys[rng.randrange(size)] = rng.choice(UPSERT_KEYS)
+        if rng.random() < 0.1:
+            values[rng.randrange(size)] = rng.choice([None, b'{"qty": 1}', b'{"id": null}'])
+        expected = one_by_one(fmt, values, keys)
+        got = read(reader, values, keys)
+        if got is None:
+            continue
+        read_at_once += 1
+        assert expected is not None, (keys, values)
+        assert got[0].to_pylist() == expected[0]
+        changes = [("+U", tuple(r.values())) for r in got[1].to_pylist()]
+        assert changes == expected[1], (keys, values)
+    assert read_at_once > 100
+    two_columns = UpsertJsonFormat(parse_schema("id STRING, n STRING"), ["id", "n"])
+    assert JsonBatchReader.of(two_columns, ROW_ARROW) is None  # its key is a JSON object
 
 
 def test_a_batch_that_decodes_otherwise_is_left_to_the_record_by_record_path() -> None:
@@ -132,11 +183,11 @@ def test_a_batch_that_decodes_otherwise_is_left_to_the_record_by_record_path() -
     reader = JsonBatchReader.of(fmt, ROW_ARROW)
     assert reader is not None
     good = json.dumps({"event_type": 2, "id": 1, "bid": {"qty": 3}}).encode()
-    assert reader.read(pa.array([good], pa.binary())) is not None
+    assert read(reader, [good]) is not None
     for odd in ODD_RECORDS:
-        assert reader.read(pa.array([good, odd], pa.binary())) is None, odd
+        assert read(reader, [good, odd]) is None, odd
     missing_key = json.dumps({"event_type": 2, "bid": {"qty": 3}}).encode()
-    assert reader.read(pa.array([good, missing_key], pa.binary())) is None
+    assert read(reader, [good, missing_key]) is None
 
 
 def test_columns_it_cannot_read_alike_leave_the_input_to_the_record_by_record_path() -> None:
@@ -163,3 +214,17 @@ def test_the_decoder_gives_the_same_batch_either_way() -> None:
     assert any(
         r["event_time"] == datetime(2024, 1, 31, 12, 0, 0, 123000, tzinfo=UTC) for r in at_once
     )
+
+
+def test_the_decoder_gives_an_upsert_batch_the_same_changes_either_way() -> None:
+    columns = parse_schema("id STRING, qty INT")
+    row_type = StructType([StructField(c.name, c.spark_type) for c in columns])
+    run = decoder(lambda: UpsertJsonFormat(columns, ["id"]), row_type, "right")
+    values = [json.dumps({"id": f"p{i}", "qty": i}).encode() for i in range(5)]
+    at_once = [r for b in run(iter([kafka_batch(values)])) for r in b.to_pylist()]
+    with_delete = kafka_batch([*values, None])  # a delete: the batch is read one by one
+    slow = [r for b in run(iter([with_delete])) for r in b.to_pylist()]
+    assert [(r["op"], r["row"]["qty"]) for r in slow] == [("+U", i) for i in range(5)] + [
+        ("-D", None)
+    ]
+    assert at_once == slow[:-1]

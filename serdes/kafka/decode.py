@@ -29,10 +29,10 @@ from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.event_times import WATERMARK_COLUMN
 from serdes.kafka.produce import OutputRecord
 from serdes.kafka.source import HEADER_TYPE, HEADERS_SPARK_TYPE
-from serdes.records.formats import DecodedChange, JsonFormat
+from serdes.records.formats import DecodedChange, JsonFormat, UpsertJsonFormat
 from serdes.records.json_batch import JsonBatchReader
 from serdes.records.values import DecodeError
-from state.changes import EPOCH, RowKind
+from state.changes import EPOCH
 from state.expr.condition import compile_predicate, parse_condition
 
 # Changes of one Kafka record share its offset: seq = offset * SEQ_PER_RECORD + index.
@@ -176,7 +176,7 @@ def read_at_once(
     """The batch decoded by `reader` at once (inserts; a record the view does not keep, or
     whose row the pushed filter `kept` drops, gives none); None where it must be decoded record
     by record (`serdes.records.json_batch`)."""
-    read = reader.read(batch.column("value"))
+    read = reader.read(batch.column("value"), batch.column("key"))
     if read is None:
         return None
     src, rows = read
@@ -187,7 +187,7 @@ def read_at_once(
     n = len(src)
     event_type = schema.field("event_time").type
     changes = {
-        "op": pa.repeat(pa.scalar(RowKind.INSERT, pa.string()), n),
+        "op": pa.repeat(pa.scalar(reader.op, pa.string()), n),
         "seq": pc.multiply(batch.column("offset").take(src), SEQ_PER_RECORD),
         "row": rows,
         "event_time": rows.field(time_index) if time_index is not None else pa.nulls(n, event_type),
@@ -317,7 +317,8 @@ def decoder(
         # plain JSON whose rows are the record's values alone: read a batch at a time
         at_once = None
         plain = not (metadata or keep_records or needs_record)
-        if isinstance(fmt, JsonFormat) and plain and (time in row_type.names or time == "proctime"):
+        json_rows = isinstance(fmt, JsonFormat | UpsertJsonFormat)
+        if json_rows and plain and (time in row_type.names or time == "proctime"):
             at_once = JsonBatchReader.of(fmt, schema.field("row").type)
         time_index = row_type.names.index(time) if time in row_type.names else None
         largest = None

@@ -1,7 +1,7 @@
 """A batch of JSON records read at once by Arrow's JSON reader (C++), where it reads them as
-`JsonFormat` reads them one at a time, and not at all where it might not.
+`JsonFormat` or `UpsertJsonFormat` reads them one at a time, and not at all where it might not.
 
-`JsonFormat` costs a parse and a loop in Python per record: most of a JSON input's decoding.
+Those formats cost a parse and a loop in Python per record: most of a JSON input's decoding.
 Arrow's reader, given the columns' paths as an explicit schema, reads a whole batch in one
 call. It must never give another row than the record-by-record path, nor keep a record that path
 dead-letters, so `read` gives up (None: the caller decodes the batch record by record) on
@@ -15,10 +15,13 @@ anything short of certain:
   whole number beyond 64 bits, a key twice, a lone surrogate, JSON that is not strict;
 - a missing or null required column, a whole number beyond its column's bits;
 - a timestamp other than `yyyy-MM-dd[ T]HH:mm:ss[.f{1,6}]` (an offset, a date alone, epoch
-  numbers: the record-by-record path reads them by rules of its own).
+  numbers: the record-by-record path reads them by rules of its own);
+- an upsert topic's delete (a null value), or a key that may fail its record or fill its row
+  (`_key_matters`).
 
-Columns of other types (DECIMAL, DATE, FLOAT, BYTES) and views whose `WHERE` compares with
-another literal than a whole number or a string are not read here at all (`of` gives None).
+Columns of other types (DECIMAL, DATE, FLOAT, BYTES), views whose `WHERE` compares with
+another literal than a whole number or a string, and upsert keys of several columns are not
+read here at all (`of` gives None).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pyspark.sql import types as T
 
-from serdes.records.formats import JsonFormat
+from serdes.records.formats import JsonFormat, UpsertJsonFormat
+from state.changes import RowKind
 
 # What Arrow reads a column of each Spark type as: whole numbers as 64 bits (a narrower column
 # checks its range after), timestamps as text (checked against `_TIMESTAMP_TEXT`, then cast).
@@ -82,42 +86,53 @@ def _leaf(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
 
 
 class JsonBatchReader:
-    """`JsonFormat`'s records, a batch at a time (see the module)."""
+    """`JsonFormat`'s or `UpsertJsonFormat`'s records, a batch at a time (see the module)."""
 
-    def __init__(self, fmt: JsonFormat, row_type: pa.StructType, tree: Tree) -> None:
-        paths = dict(fmt.paths)
+    def __init__(self, fmt: JsonFormat | UpsertJsonFormat, row_type: pa.StructType) -> None:
+        paths = dict(getattr(fmt, "paths", ()))
         self.columns = [
             (paths.get(name, (name,)), type(spark), row_type.field(i).type)
             for i, (name, spark) in enumerate((c.name, c.spark_type) for c in fmt.rows.columns)
         ]
         self.required = [paths.get(name, (name,)) for name in fmt.rows.required]
-        self.where = [((field,), kept) for field, kept, _read in fmt.where]
+        self.where = [((field,), kept) for field, kept, _read in getattr(fmt, "where", ())]
         self.row_type = row_type
-        self.parse = pj.ParseOptions(
-            explicit_schema=pa.schema(_schema(tree)), unexpected_field_behavior="ignore"
-        )
+        # an upsert record's row is its value; its key only fails it (`_key_matters`)
+        self.upsert = isinstance(fmt, UpsertJsonFormat)
+        self.op = RowKind.UPDATE_AFTER if self.upsert else RowKind.INSERT
+        self.tree: Tree = {}
+        self.parse = pj.ParseOptions()  # the explicit schema of `tree`, once `of` built it
 
     @classmethod
-    def of(cls, fmt: JsonFormat, row_type: pa.StructType) -> JsonBatchReader | None:
-        """The reader of `fmt`'s records as rows of `row_type`; None where a column's type or a
-        literal of the view's `WHERE` is not one it reads."""
-        tree: Tree = {}
-        paths = dict(fmt.paths)
-        for column in fmt.rows.columns:
-            kind = _READ_AS.get(type(column.spark_type))
-            if kind is None or not _place(tree, paths.get(column.name, (column.name,)), kind):
+    def of(
+        cls, fmt: JsonFormat | UpsertJsonFormat, row_type: pa.StructType
+    ) -> JsonBatchReader | None:
+        """The reader of `fmt`'s records as rows of `row_type`; None where a column's type, a
+        literal of the view's `WHERE` or an upsert key of several columns is not one it
+        reads."""
+        if isinstance(fmt, UpsertJsonFormat) and len(fmt.key_columns) != 1:
+            return None  # the key is a JSON object, whose fields may fill the row's
+        reader = cls(fmt, row_type)
+        for path, spark, _arrow in reader.columns:
+            kind = _READ_AS.get(spark)
+            if kind is None or not _place(reader.tree, path, kind):
                 return None
-        for field, kept, _read in fmt.where:
+        for path, kept in reader.where:
             if isinstance(kept, bool) or not isinstance(kept, int | str):
                 return None
-            if not _place(tree, (field,), pa.int64() if isinstance(kept, int) else pa.string()):
+            if not _place(reader.tree, path, pa.int64() if isinstance(kept, int) else pa.string()):
                 return None
-        return cls(fmt, row_type, tree)
+        reader.parse = pj.ParseOptions(
+            explicit_schema=pa.schema(_schema(reader.tree)), unexpected_field_behavior="ignore"
+        )
+        return reader
 
-    def read(self, values: pa.Array) -> tuple[pa.Array, pa.StructArray] | None:
+    def read(self, values: pa.Array, keys: pa.Array) -> tuple[pa.Array, pa.StructArray] | None:
         """The indices of the records the view keeps and their rows; None where the batch must
         be read record by record."""
-        if values.null_count:
+        if values.null_count:  # a delete, or no value to read
+            return None
+        if self.upsert and _key_matters(keys):
             return None
         if pc.any(pc.match_substring_regex(values, _NOT_ONE_LINE_OBJECT)).as_py():
             return None
@@ -152,6 +167,20 @@ class JsonBatchReader:
                 found = found.cast(pa.timestamp("us"))
             children.append(found.cast(arrow))
         return kept, pa.StructArray.from_arrays(children, fields=list(self.row_type))
+
+
+def _key_matters(keys: pa.Array) -> bool:
+    """Whether an upsert key of one column may give its record another row than the value's,
+    or fail it: a missing key, a JSON object (its fields fill those the value lacks), a key
+    that is not UTF-8 text. Any other key is a value of the key column, which the value holds
+    too (it is required) and which overrides the key's."""
+    if keys.null_count or pc.any(pc.match_substring(keys, b"{")).as_py():
+        return True
+    try:
+        keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        return True
+    return False
 
 
 def _fits(values: pa.Array, bits: int) -> bool:
