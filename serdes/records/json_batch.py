@@ -13,6 +13,8 @@ anything short of certain:
 - anything the reader refuses: a value of another JSON kind than its column's (`"1"` for an
   INT, 1 for a STRING, 1.0 for a BIGINT, which the record-by-record path may read or refuse), a
   whole number beyond 64 bits, a key twice, a lone surrogate, JSON that is not strict;
+- a bare `NaN` or `Infinity` (the reader also takes `-NaN` and `Inf`), and in a DOUBLE column
+  the whole number `-0` (-0.0 to the reader, 0.0 to Python);
 - a missing or null required column, a whole number beyond its column's bits;
 - a timestamp other than `yyyy-MM-dd[ T]HH:mm:ss[.f{1,6}]` (an offset, a date alone, epoch
   numbers: the record-by-record path reads them by rules of its own);
@@ -53,8 +55,11 @@ _BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32}
 _YEAR = r"(?:[1-9]\d{3}|0[1-9]\d{2}|00[1-9]\d|000[1-9])"  # 0001-9999: Python has no year 0
 _TIMESTAMP_TEXT = rf"\A{_YEAR}-\d{{2}}-\d{{2}}[ T]\d{{2}}:\d{{2}}:\d{{2}}(\.\d{{1,6}})?\z"
 # A record that may not be one object on one line, or holds a control character (JSON escapes
-# them: the record-by-record path refuses it).
-_NOT_ONE_LINE_OBJECT = r"[\x00-\x1f]|\A[^{]|[^}]\z"
+# them: the record-by-record path refuses it), or a bare token of a number that is not finite
+# (the reader takes `-NaN` and `Inf`, which Python's `json` refuses).
+_MAY_READ_OTHERWISE = r"[\x00-\x1f]|\A[^{]|[^}]\z|[:,\[]\s*-?[NI]"
+# In a DOUBLE column the reader reads the whole number -0 as -0.0, Python's `json` as 0.
+_MINUS_ZERO = r"|-0(?:[^.eE0-9]|\z)"
 _OPTIONS = pj.ReadOptions(use_threads=False, block_size=1 << 24)
 
 Tree = dict[str, Any]  # a JSON object's fields read: name -> Arrow type, or a nested Tree
@@ -101,6 +106,8 @@ class JsonBatchReader:
         self.upsert = isinstance(fmt, UpsertJsonFormat)
         self.op = RowKind.UPDATE_AFTER if self.upsert else RowKind.INSERT
         self.tree: Tree = {}
+        doubles = any(spark is T.DoubleType for _path, spark, _arrow in self.columns)
+        self.may_read_otherwise = _MAY_READ_OTHERWISE + (_MINUS_ZERO if doubles else "")
         self.parse = pj.ParseOptions()  # the explicit schema of `tree`, once `of` built it
 
     @classmethod
@@ -134,7 +141,7 @@ class JsonBatchReader:
             return None
         if self.upsert and _key_matters(keys):
             return None
-        if pc.any(pc.match_substring_regex(values, _NOT_ONE_LINE_OBJECT)).as_py():
+        if pc.any(pc.match_substring_regex(values, self.may_read_otherwise)).as_py():
             return None
         try:
             values.cast(pa.string())  # valid UTF-8
