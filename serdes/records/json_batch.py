@@ -82,12 +82,22 @@ def _schema(tree: Tree) -> list[pa.Field]:
     ]
 
 
-def _leaf(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
-    """The values at `path`, null where a step is null (`flatten` carries a struct's nulls)."""
-    found = table.column(path[0]).combine_chunks()
-    for step in path[1:]:
-        found = found.flatten()[found.type.get_field_index(step)]
-    return found
+def _leaves(table: pa.Table, paths: list[tuple[str, ...]]) -> dict[tuple[str, ...], pa.Array]:
+    """The values at each of `paths`, null where a step is null: each object read is flattened
+    once, for all its fields (`flatten` carries a struct's nulls to its fields)."""
+    found: dict[tuple[str, ...], pa.Array] = {}
+
+    def at(path: tuple[str, ...]) -> pa.Array:
+        if path not in found:
+            if len(path) == 1:
+                found[path] = table.column(path[0]).combine_chunks()
+            else:
+                parent = at(path[:-1])
+                for field, child in zip(parent.type, parent.flatten(), strict=True):
+                    found[(*path[:-1], field.name)] = child
+        return found[path]
+
+    return {path: at(path) for path in paths}
 
 
 class JsonBatchReader:
@@ -156,16 +166,17 @@ class JsonBatchReader:
     def _rows(self, table: pa.Table) -> tuple[pa.Array, pa.StructArray] | None:
         kept = pa.array(range(table.num_rows), pa.int64())
         if self.where:
-            mask = None
+            mask, fields = None, _leaves(table, [path for path, _literal in self.where])
             for path, literal in self.where:
-                equal = pc.fill_null(pc.equal(_leaf(table, path), literal), False)
+                equal = pc.fill_null(pc.equal(fields[path], literal), False)
                 mask = equal if mask is None else pc.and_(mask, equal)
-            kept = pc.indices_nonzero(mask)
-        if any(_leaf(table, path).take(kept).null_count for path in self.required):
+            kept, table = pc.indices_nonzero(mask), table.filter(mask)
+        leaves = _leaves(table, [path for path, _spark, _arrow in self.columns] + self.required)
+        if any(leaves[path].null_count for path in self.required):
             return None
         children = []
         for path, spark, arrow in self.columns:
-            found = _leaf(table, path).take(kept)
+            found = leaves[path]
             if spark in _BITS and not _fits(found, _BITS[spark]):
                 return None
             if spark is T.TimestampType:
