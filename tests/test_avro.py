@@ -6,14 +6,16 @@ import io
 import json
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import fastavro
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from pyspark.sql import types as T
 
 from serdes.records.avro import AvroConfluentFormat, DebeziumAvroFormat, RegistrySchemas
+from serdes.records.avro_out import value_schema
 from serdes.records.schema import parse_schema
 from serdes.records.values import DecodeError
 from tests.schema_registry import SchemaRegistry
@@ -122,3 +124,42 @@ def test_a_truncated_body_is_bad_avro(registry: SchemaRegistry) -> None:
     with pytest.raises(DecodeError) as caught:
         fmt.decode(None, value[:7])
     assert caught.value.reason == "bad-avro"
+
+
+def test_every_column_type_reads_back_what_the_avro_output_writes(
+    registry: SchemaRegistry,
+) -> None:
+    """A service reading another's Avro output (a chain of services) gets its rows back: the
+    input reads each Avro type the output writes, `bytes` included."""
+    columns = parse_schema(
+        "s STRING, i INT, b BIGINT, t TINYINT, f FLOAT, d DOUBLE, ok BOOLEAN,"
+        " price DECIMAL(10,2), day DATE, at TIMESTAMP(3), raw BYTES"
+    )
+    row = (
+        "é",
+        -7,
+        1 << 40,
+        -128,
+        0.5,
+        -1e300,
+        True,
+        Decimal("-12.34"),
+        date(1969, 7, 20),
+        datetime(2024, 2, 29, 23, 59, 59, 999_000, tzinfo=UTC),
+        b"\x00\xff",
+    )
+    schema = value_schema(T.StructType([T.StructField(c.name, c.spark_type) for c in columns]))
+    fmt = AvroConfluentFormat(columns, [], RegistrySchemas(registry.url))
+    record = dict(zip([c.name for c in columns], row, strict=True))
+    assert fmt.decode(None, wire(registry, schema, record)) == [("+I", row)]
+
+
+def test_avro_bytes_read_into_a_string_column_as_utf8_text(registry: SchemaRegistry) -> None:
+    """Avro's schema resolution promotes `bytes` to `string` (UTF-8); bytes that are not
+    UTF-8 make the record a dead letter, not a string of Python's `b'...'` notation."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "bytes"}]}
+    fmt = AvroConfluentFormat(parse_schema("s STRING"), [], RegistrySchemas(registry.url))
+    assert fmt.decode(None, wire(registry, schema, {"s": "é".encode()})) == [("+I", ("é",))]
+    with pytest.raises(DecodeError) as caught:
+        fmt.decode(None, wire(registry, schema, {"s": b"\xff"}))
+    assert caught.value.reason == "wrong-type"

@@ -36,6 +36,11 @@ def _wrong(value: Any, expected: str) -> DecodeError:
 def _string(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes):  # Avro promotes `bytes` to `string` as UTF-8 text
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise _wrong(value, "UTF-8 text") from None
     if isinstance(value, bool | dict | list):
         raise _wrong(value, "a string")
     return str(value)
@@ -180,7 +185,9 @@ def _date(value: Any) -> date:
 
 
 def _binary(value: Any) -> bytes:
-    if isinstance(value, str):
+    if isinstance(value, bytes):  # Avro's `bytes` and `fixed` arrive decoded
+        return value
+    if isinstance(value, str):  # JSON carries bytes as base64 text, as Connect writes them
         try:
             return base64.b64decode(value, validate=True)
         except ValueError:
