@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -132,6 +133,63 @@ def test_plain_json_rows_are_typed() -> None:
     fmt = JsonFormat(parse_schema("id STRING, at TIMESTAMP(3), price DECIMAL(10,2)"), ["id"])
     changes = fmt.decode(None, b'{"id": "o1", "at": "1970-01-01 00:01:00.000", "price": 1.5}')
     assert changes == [("+I", ("o1", datetime(1970, 1, 1, 0, 1, tzinfo=UTC), Decimal("1.50")))]
+
+
+@pytest.mark.parametrize(
+    ("price", "expected"),
+    [
+        (b"0.125", Decimal("0.13")),
+        (b"-0.125", Decimal("-0.13")),
+        (b"2.675", Decimal("2.68")),
+        (b'"0.125"', Decimal("0.13")),
+        (b"99999999.99", Decimal("99999999.99")),
+        (b"99999999.995", None),
+        (b"123456789012.34", None),
+        (b"1e50", None),
+    ],
+)
+def test_a_decimal_is_rounded_half_up_and_null_beyond_its_precision_as_flink_makes_it(
+    price: bytes, expected: Decimal | None
+) -> None:
+    """Flink's `DecimalData.fromBigDecimal`: the number written (2.675, not the double nearest
+    it, 2.67499...) rounded to the scale half up, NULL where it then has more digits than the
+    precision (a value the column cannot hold failed the decoding task and stopped the query)."""
+    fmt = JsonFormat(parse_schema("id STRING, price DECIMAL(10,2)"), ["id"])
+    assert fmt.decode(None, b'{"id": "a", "price": %s}' % price) == [("+I", ("a", expected))]
+
+
+WIDE = b"12345678901234567890.123456789012345678"
+
+
+@pytest.mark.parametrize("fmt_class", [JsonFormat, UpsertJsonFormat, DebeziumJsonFormat])
+def test_a_wide_decimal_gets_every_digit_of_its_json_number(fmt_class: type) -> None:
+    """Where a row has a DECIMAL, Flink's JSON formats read its numbers as `BigDecimal`: a
+    DECIMAL(38,18) gets all 38 digits, not the 17 of a double; the other columns read the
+    number as before."""
+    columns = parse_schema("id STRING, big DECIMAL(38,18), v DOUBLE, s STRING")
+    row = b'{"id": "a", "big": %s, "v": 0.1000000000000000055511151231257827, "s": 1.25}' % WIDE
+    value = b'{"op": "c", "after": %s}' % row if fmt_class is DebeziumJsonFormat else row
+    [(_, decoded)] = fmt_class(columns, ["id"]).decode(b'"a"', value)
+    assert decoded == ("a", Decimal(WIDE.decode()), 0.1, "1.25")
+
+
+def test_a_connect_decimal_is_read_at_the_scale_its_schema_gives() -> None:
+    """Debezium's `precise` decimals are unscaled bytes at the database column's scale, which
+    the Connect schema gives: 123456 at scale 4 is 12.3456, rounded to 12.35 for a
+    DECIMAL(10,2) (it was read at the column's scale, 1234.56)."""
+    amount = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "field": "amount"}
+    after = {
+        "type": "struct",
+        "field": "after",
+        "fields": [{"type": "int32", "field": "id"}, amount | {"parameters": {"scale": "4"}}],
+    }
+    unscaled = base64.b64encode((123456).to_bytes(3, "big", signed=True)).decode()
+    event = {
+        "schema": {"type": "struct", "fields": [after]},
+        "payload": {"op": "c", "after": {"id": 1, "amount": unscaled}},
+    }
+    fmt = DebeziumJsonFormat(parse_schema("id INT, amount DECIMAL(10,2)"), ["id"])
+    assert fmt.decode(None, json.dumps(event).encode()) == [("+I", (1, Decimal("12.35")))]
 
 
 @pytest.mark.parametrize(

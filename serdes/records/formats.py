@@ -18,9 +18,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
+from pyspark.sql import types as T
 
 from serdes.records.schema import Column
-from serdes.records.values import Converter, DecodeError, converter, literal_reader
+from serdes.records.values import (
+    Converter,
+    DecodeError,
+    ExactNumber,
+    converter,
+    literal_reader,
+)
 from serdes.records.view_filter import view_filter
 from state.changes import RowKind
 
@@ -41,27 +48,41 @@ def _json_text(value: bytes) -> str | bytes:
 # `json`. Mapping every digit to one makes that run one substring to look for, at C speed.
 _DIGITS = bytes.maketrans(b"012345678", b"999999999")
 _LONG_NUMBER = b"9" * 19
+# Where the row has a DECIMAL column, its numbers are read exactly (`ExactNumber`). A double
+# holds 15 significant digits of a decimal, and its shortest text gives them back, so only a
+# record with a run of 16 digits and points or more is read by `json` for that.
+_DIGITS_AND_POINTS = bytes.maketrans(b"012345678.", b"9999999999")
+_LONG_DECIMAL = b"9" * 16
 
 
-def _long_number(value: bytes) -> bool:
-    """Whether `value` holds a run of 19 digits or more, which orjson may read otherwise."""
+def _long_number(value: bytes, exact: bool = False) -> bool:
+    """Whether `value` holds a run of 19 digits or more, which orjson may read otherwise, or
+    with `exact`, a number a double may not hold exactly."""
+    if exact:
+        return _LONG_DECIMAL in value.translate(_DIGITS_AND_POINTS)
     return _LONG_NUMBER in value.translate(_DIGITS)
 
 
-def _json_object(value: bytes | None) -> dict[str, Any] | None:
+def _reads_exactly(columns: Sequence[Column]) -> bool:
+    """Whether a row of `columns` has its JSON numbers read exactly: where it has a DECIMAL,
+    as Flink's JSON formats do (`USE_BIG_DECIMAL_FOR_FLOATS`)."""
+    return any(isinstance(c.spark_type, T.DecimalType) for c in columns)
+
+
+def _json_object(value: bytes | None, exact: bool = False) -> dict[str, Any] | None:
     """The JSON object of `value`, as `json.loads` reads it. orjson reads it, at a third of the
     cost, when the record is an object in UTF-8 without a long number; whatever orjson refuses
     (NaN, Infinity, an escaped lone surrogate, bad UTF-8, another encoding) `json` reads, or
-    refuses with its error."""
+    refuses with its error. `exact`: its long numbers read as `ExactNumber`s."""
     if value is None:
         return None
-    if value[:1] == b"{" and not _long_number(value):
+    if value[:1] == b"{" and not _long_number(value, exact):
         try:
             return orjson.loads(value)  # an object: it starts with one
         except orjson.JSONDecodeError:
             pass
     try:
-        data = json.loads(_json_text(value))
+        data = json.loads(_json_text(value), parse_float=ExactNumber if exact else None)
     except ValueError as err:  # bad JSON or UTF-8, a number beyond Python's 4,300 digits
         raise DecodeError("bad-json", str(err)) from None
     if not isinstance(data, dict):
@@ -85,14 +106,14 @@ def _unchecked_object(value: bytes) -> dict[str, Any] | None:
 _MAY_START_JSON = frozenset(b' \t\n\r{["-0123456789tfnNI\x00') | frozenset(range(0x80, 0x100))
 
 
-def _json_key(key: bytes) -> Any:
+def _json_key(key: bytes, exact: bool) -> Any:
     """A record key's JSON value, or None where it is none: a bare key (`p17`, an id of any
     kind) is told from its first byte, without raising and catching the parser's error per
     record, a cost like the rest of the record's decoding (`docs/performance.md`)."""
     if key[:1] and key[0] not in _MAY_START_JSON:
         return None
     try:
-        return json.loads(key)
+        return json.loads(key, parse_float=ExactNumber if exact else None)
     except ValueError:  # not JSON (bad UTF-8, a number beyond Python's 4,300 digits)
         return None
 
@@ -178,6 +199,7 @@ class JsonFormat:
         unreadable: bool = True,
     ) -> None:
         self.rows = RowBuilder(columns, required)
+        self.exact = _reads_exactly(columns)
         self.paths = tuple(paths)
         # every column a nested field: the row reads only them, not the record's own fields
         self.nested_only = bool(paths) and {c for c, _ in paths} >= set(self.rows.names)
@@ -196,13 +218,13 @@ class JsonFormat:
                 kept = self._where_verdict(quick)
                 if kept is False:
                     return []
-                if _long_number(value):
+                if _long_number(value, self.exact):
                     kept = None  # read again as `json` reads it, and judged on that
                 else:
                     data = quick  # what `json` reads too
         if data is None:
             try:
-                data = _json_object(value)
+                data = _json_object(value, self.exact)
                 if data is None:
                     raise DecodeError("null-value", "an insert-only JSON input has no deletes")
             except DecodeError:
@@ -238,6 +260,7 @@ class DebeziumJsonFormat:
         # A delete's `before` may hold only the key (REPLICA IDENTITY DEFAULT): the other
         # columns are then not checked, the normalizer replaces the row.
         self.key_only = RowBuilder(columns, ())
+        self.exact = _reads_exactly(columns)
         self.source_ts_ms: int | None = None
 
     @staticmethod
@@ -248,7 +271,7 @@ class DebeziumJsonFormat:
         return None
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
-        data = _json_object(value)
+        data = _json_object(value, self.exact)
         if data is None:
             return []  # the tombstone that follows a delete, for log compaction
         payload = data.get("payload", data)
@@ -292,11 +315,12 @@ class UpsertJsonFormat:
     def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
         self.rows = RowBuilder(columns, required)
         self.key_columns = list(required)
+        self.exact = _reads_exactly(columns)
 
     def _key(self, key: bytes | None) -> dict[str, Any]:
         if key is None:
             raise DecodeError("missing-key", "an upsert record needs its primary key as key")
-        parsed = _json_key(key)
+        parsed = _json_key(key, self.exact)
         if isinstance(parsed, dict):
             # Kafka Connect's JsonConverter with schemas: {"schema": ..., "payload": {...}}
             inner = parsed.get("payload") if "schema" in parsed else None
@@ -312,7 +336,7 @@ class UpsertJsonFormat:
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
         key_fields = self._key(key)
-        data = _json_object(value)
+        data = _json_object(value, self.exact)
         if data is None:
             return [(RowKind.DELETE, self.rows.build(key_fields, self.rows.plain))]
         return [(RowKind.UPDATE_AFTER, self.rows.build({**key_fields, **data}, self.rows.plain))]

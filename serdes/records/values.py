@@ -11,7 +11,7 @@ import base64
 import math
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from decimal import Context, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 from pyspark.sql import types as T
@@ -70,8 +70,10 @@ _INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 
 
 
 def _float(value: Any) -> float:
-    if isinstance(value, float):
+    if type(value) is float:
         return value
+    if isinstance(value, float):  # an `ExactNumber`: the column holds the plain float
+        return float(value)
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return float(value)
@@ -91,31 +93,70 @@ def _boolean(value: Any) -> bool:
     raise _wrong(value, "a boolean")
 
 
-# Room for DECIMAL(38, s), Spark's and Flink's widest (Python's default context keeps 28 digits)
-_DECIMALS = Context(prec=38)
+class ExactNumber(float):
+    """A JSON number read as a float that keeps its text: where an input has a DECIMAL column,
+    a number of more digits than a double holds is read this way (`serdes.records.formats`),
+    so that the column gets its exact value, as Flink's JSON formats read numbers as
+    `BigDecimal` when the row has a DECIMAL; every other column reads it as the float."""
+
+    text: str
+
+    def __new__(cls, text: str) -> ExactNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
 
 
-def _decimal(scale: int, connect_bytes: bool) -> Converter:
+# Room for a DECIMAL(38, s) value rounded up by one digit (Python's default context keeps 28)
+_DECIMALS = Context(prec=40, rounding=ROUND_HALF_UP)
+
+
+def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converter:
+    """A DECIMAL(precision, scale) value, as Flink's `DecimalData.fromBigDecimal` makes it:
+    rounded to `scale` half up, NULL where it then has more than `precision` digits.
+    `unscaled_scale`: Kafka Connect's Decimal (base64 of the big-endian two's-complement
+    unscaled value) at that scale, the writer's, where the field's schema says so."""
     quantum = Decimal(1).scaleb(-scale)
+    limit = Decimal(10) ** (precision - scale)
 
-    def convert(value: Any) -> Decimal:
-        if connect_bytes and isinstance(value, str):
-            # Kafka Connect Decimal: base64 of the big-endian two's-complement unscaled value.
+    def fitted(number: Decimal, value: Any) -> Decimal | None:
+        if not number.is_finite():
+            raise _wrong(value, "a decimal")
+        if number and number.adjusted() >= precision - scale:  # beyond it before rounding
+            return None
+        rounded = number.quantize(quantum, context=_DECIMALS)
+        return None if abs(rounded) >= limit else rounded
+
+    def convert(value: Any) -> Decimal | None:
+        if unscaled_scale is not None and isinstance(value, str):
             try:
                 unscaled = int.from_bytes(
                     base64.b64decode(value, validate=True), "big", signed=True
                 )
             except ValueError:
                 raise _wrong(value, "base64 Connect Decimal bytes") from None
-            return Decimal(unscaled).scaleb(-scale).quantize(quantum, context=_DECIMALS)
+            return fitted(Decimal(unscaled).scaleb(-unscaled_scale), value)
         if isinstance(value, bool):
             raise _wrong(value, "a decimal")
+        text = value.text if isinstance(value, ExactNumber) else str(value)
         try:
-            return Decimal(str(value)).quantize(quantum, context=_DECIMALS)
+            return fitted(Decimal(text), value)
         except InvalidOperation:
             raise _wrong(value, "a decimal") from None
 
     return convert
+
+
+def _connect_scale(connect: dict[str, Any], column_scale: int) -> int | None:
+    """The scale of a Connect Decimal field's unscaled bytes: its `scale` parameter, or the
+    column's for a `bytes` field without one; None where the field is no Connect Decimal."""
+    scale = (connect.get("parameters") or {}).get("scale")
+    if scale is None:
+        return column_scale if connect.get("type") == "bytes" else None
+    try:
+        return int(scale)
+    except (TypeError, ValueError):
+        raise DecodeError("bad-envelope", f"a Connect Decimal's scale {scale!r}") from None
 
 
 def _parse_timestamp_text(text: str) -> datetime:
@@ -207,9 +248,8 @@ def converter(spark_type: T.DataType, connect: dict[str, Any] | None = None) -> 
     if isinstance(spark_type, T.BooleanType):
         return _boolean
     if isinstance(spark_type, T.DecimalType):
-        connect_scale = (connect.get("parameters") or {}).get("scale")
-        is_bytes = connect.get("type") == "bytes" or connect_scale is not None
-        return _decimal(spark_type.scale, is_bytes)
+        scale = spark_type.scale
+        return _decimal(spark_type.precision, scale, _connect_scale(connect, scale))
     if isinstance(spark_type, T.TimestampType):
         return _timestamp(connect.get("name"))
     if isinstance(spark_type, T.DateType):
