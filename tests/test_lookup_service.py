@@ -326,6 +326,29 @@ def test_check_shows_the_lookup_plan_with_the_query_sent_and_no_password(
     assert "hunter2-lookup" not in result.stdout + result.stderr
 
 
+def test_a_numeric_value_is_fitted_to_its_decimal_column_as_flinks_jdbc_source_does(
+    kafka: str, postgres: PostgresCluster, topics, tmp_path: Path
+) -> None:
+    """An unbounded `numeric` is read as DECIMAL(38,18): a value of more decimals is rounded
+    half up, one beyond its 20 whole digits is NULL (Flink's `DecimalData.fromBigDecimal`);
+    such a value failed the lookup's task, and the query with it."""
+    orders, out = topics
+    table = unique("amounts").replace("-", "_")
+    postgres.sql(f"CREATE TABLE {table} (product_id text PRIMARY KEY, name text, price numeric)")
+    postgres.sql(
+        f"INSERT INTO {table} VALUES ('p1', 'fine', 1.2345678901234567895), ('p2', 'huge', 1e25)"
+    )
+    send_orders(kafka, orders, [("o1", "p1"), ("o2", "p2")])
+    env = lookup_env(kafka, postgres, table, orders, out, tmp_path / "ck")
+    service = run_until(
+        env, tmp_path / "log", lambda: len(rows(kafka, out)) >= 2, "the enriched orders never came"
+    )
+    assert service.terminate() == 0, service.log()[-3000:]
+    assert rows(kafka, out) == [("o1", "fine", 1.23456789012345679), ("o2", "huge", None)]
+    [fine] = [r for r in committed_output(kafka, out, f"{out}.markers") if b"o1" in r.value]
+    assert b'"price":1.234567890123456790' in fine.value
+
+
 def test_after_a_database_restart_the_first_lookup_needs_no_retry(
     postgres: PostgresCluster, table: str
 ) -> None:

@@ -4,6 +4,8 @@ partitioned by the join key."""
 
 from __future__ import annotations
 
+from pyspark.sql.types import DecimalType
+
 from app.config.env import Config
 from app.config.registry import INSERT_ONLY_FORMATS
 from serdes.postgres.client import TableLookup
@@ -14,6 +16,12 @@ def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
     lookup = config.lookup
     assert lookup is not None
     keys = tuple(b for _, b in spec.equi_keys)
+    declared = {c.name: c.spark_type for c in config.right.schema or ()}
+    decimals = tuple(
+        (i, kind.precision, kind.scale)
+        for i, name in enumerate(spec.right.fields)
+        if isinstance(kind := declared.get(name), DecimalType)
+    )
     return TableLookup(
         dsn=lookup.url,
         table=lookup.table,
@@ -26,6 +34,7 @@ def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
         max_retries=lookup.max_retries,
         max_concurrent=lookup.max_concurrent,
         asynchronous=lookup.asynchronous,
+        decimals=decimals,
     )
 
 

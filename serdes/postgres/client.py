@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from pyspark.sql import types as T
+
+from serdes.records.values import converter
 from state.joins.lookup_join import Key, PushedFilter, Row
 
 RETRY_BASE_S = 0.1
@@ -58,6 +61,8 @@ class TableLookup:
     max_concurrent: int = 8
     batch_keys: int = 1000
     asynchronous: bool = True
+    # the columns declared DECIMAL, as (position, precision, scale)
+    decimals: tuple[tuple[int, int, int], ...] = ()
 
     def __repr__(self) -> str:  # keeps the password out of logs and plans
         return f"TableLookup(table={self.table!r}, keys={self.key_columns!r})"
@@ -136,6 +141,10 @@ class PostgresTable:
         self.loop = asyncio.new_event_loop()
         self._pool: Any = None
         self.stats = LookupStats()
+        # A numeric value fitted to its column's DECIMAL as Flink's JDBC source fits it (rounded
+        # half up, NULL beyond the precision): the column's Arrow type refuses a value of more
+        # digits, which failed the task (an unbounded `numeric` is read as DECIMAL(38,18)).
+        self.fitted = [(i, converter(T.DecimalType(p, s))) for i, p, s in lookup.decimals]
 
     async def _connected(self) -> Any:
         if self._pool is None:
@@ -170,7 +179,7 @@ class PostgresTable:
                     )
                 self.stats.queries += 1
                 self.stats.latencies_s.append(time.monotonic() - started)
-                return [tuple(r) for r in records]
+                return [self._row(r) for r in records] if self.fitted else list(map(tuple, records))
             except (
                 TimeoutError,
                 OSError,
@@ -196,6 +205,13 @@ class PostgresTable:
                 self.stats.retries += 1
                 await asyncio.sleep(RETRY_BASE_S * 2**attempt)
                 attempt += 1
+
+    def _row(self, record: Any) -> Row:
+        row = list(record)
+        for i, fit in self.fitted:
+            if row[i] is not None:
+                row[i] = fit(row[i])
+        return tuple(row)
 
     async def _reset(self) -> None:
         if self._pool is not None:
