@@ -244,8 +244,8 @@ def test_json_reads_big_numbers_and_nan_as_the_standard_library_does(
     value: bytes, number: str
 ) -> None:
     """Whole numbers beyond 64 bits stay whole (a DECIMAL(38,0) gets every digit), NaN and
-    Infinity are numbers, an escaped lone surrogate is a string, as Python's `json` reads
-    them."""
+    Infinity are numbers, as Python's `json` reads them; a record with an escaped lone
+    surrogate is read too."""
     fmt = JsonFormat(parse_schema("id DECIMAL(38,0), v DOUBLE, s STRING"), ["id"])
     [(_, (key, v, _))] = fmt.decode(None, value)
     assert key == json.loads(value, parse_float=Decimal)["id"]

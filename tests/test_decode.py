@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 from functools import partial
 
 import pyarrow as pa
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from serdes.kafka.dead_letters import DeadLetterTopic
 from serdes.kafka.decode import decoder
 from serdes.kafka.source import ARROW_SCHEMA
-from serdes.records.formats import DebeziumJsonFormat, JsonFormat
+from serdes.records.formats import DebeziumJsonFormat, JsonFormat, UpsertJsonFormat
 from serdes.records.schema import parse_schema
 from tests.kafka_io import create_topics, read_topic, unique
 
@@ -185,3 +185,27 @@ def test_a_filter_pushed_below_the_join_drops_the_rows_before_they_leave_the_dec
     values = [json.dumps({"order_id": o}).encode() for o in ("o1", "o2", "o3")]
     rows = [row for batch in run(iter([kafka_batch(values)])) for row in batch.to_pylist()]
     assert [r["row"]["order_id"] for r in rows] == ["o1", "o3"]
+
+
+def test_a_lone_surrogate_in_a_string_is_read_as_a_question_mark_as_flink_reads_it() -> None:
+    """JSON may escape half of a surrogate pair alone (`"\\ud83d"`), which no UTF-8 holds: the
+    row's column refused it and the decoding task failed, and the query with it. Flink 2.3
+    reads "?" in its place (and a whole pair as its character), in values and in keys."""
+    values = [
+        b'{"order_id": "x\\ud83dy"}',
+        b'{"order_id": "\\ud83d\\ude00", "n": NaN}',
+        b'{"order_id": "b", "note": "\\udc00"}',
+    ]
+    rows = decode(JsonFormat, "proctime", values)
+    assert [r["row"]["order_id"] for r in rows] == ["x?y", "\U0001f600", "b"]
+    fmt = partial(UpsertJsonFormat, parse_schema("id STRING, n INT"), ["id"])
+    run = decoder(
+        fmt, StructType([StructField("id", StringType()), StructField("n", IntegerType())]), "right"
+    )
+    batch = kafka_batch([b'{"n": 1}', b'{"n": 2}'])
+    batch = batch.set_column(0, "key", pa.array([b'"\\udc00a"', b'"ok"'], pa.binary()))
+    upserted = [row for out in run(iter([batch])) for row in out.to_pylist()]
+    assert [(r["op"], r["row"]) for r in upserted] == [
+        ("+U", {"id": "?a", "n": 1}),
+        ("+U", {"id": "ok", "n": 2}),
+    ]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,6 +70,22 @@ def _reads_exactly(columns: Sequence[Column]) -> bool:
     return any(isinstance(c.spark_type, T.DecimalType) for c in columns)
 
 
+# An escaped lone surrogate (`"\\ud83d"`), or one read from bytes, is text no UTF-8 holds: the
+# row's Arrow column would refuse it and fail the task. Flink's strings hold "?" in its place.
+_MAY_HOLD_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings replaced by "?", as Java encodes it."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "replace").decode()
+    if isinstance(value, dict):
+        return {name: _without_surrogates(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    return value
+
+
 def _json_object(value: bytes | None, exact: bool = False) -> dict[str, Any] | None:
     """The JSON object of `value`, as `json.loads` reads it. orjson reads it, at a third of the
     cost, when the record is an object in UTF-8 without a long number; whatever orjson refuses
@@ -82,9 +99,12 @@ def _json_object(value: bytes | None, exact: bool = False) -> dict[str, Any] | N
         except orjson.JSONDecodeError:
             pass
     try:
-        data = json.loads(_json_text(value), parse_float=ExactNumber if exact else None)
+        text = _json_text(value)
+        data = json.loads(text, parse_float=ExactNumber if exact else None)
     except ValueError as err:  # bad JSON or UTF-8, a number beyond Python's 4,300 digits
         raise DecodeError("bad-json", str(err)) from None
+    if isinstance(text, bytes) or _MAY_HOLD_SURROGATE.search(text):
+        data = _without_surrogates(data)
     if not isinstance(data, dict):
         raise DecodeError("bad-json", f"expected a JSON object, got {type(data).__name__}")
     return data
@@ -113,9 +133,10 @@ def _json_key(key: bytes, exact: bool) -> Any:
     if key[:1] and key[0] not in _MAY_START_JSON:
         return None
     try:
-        return json.loads(key, parse_float=ExactNumber if exact else None)
+        parsed = json.loads(key, parse_float=ExactNumber if exact else None)
     except ValueError:  # not JSON (bad UTF-8, a number beyond Python's 4,300 digits)
         return None
+    return parsed if key.isascii() and b"\\u" not in key else _without_surrogates(parsed)
 
 
 def _nested(data: dict[str, Any], path: tuple[str, ...]) -> Any:
