@@ -192,6 +192,28 @@ def test_a_connect_decimal_is_read_at_the_scale_its_schema_gives() -> None:
     assert fmt.decode(None, json.dumps(event).encode()) == [("+I", (1, Decimal("12.35")))]
 
 
+def test_an_unbounded_numeric_of_debezium_is_read_at_its_own_scale() -> None:
+    """PostgreSQL's `numeric` without a precision reaches Debezium's JSON as a
+    VariableScaleDecimal, `{"scale": s, "value": base64 of the unscaled bytes}`, each value at
+    a scale of its own: fitted to the column as any decimal (every such record was a dead
+    letter). A scale far beyond any column's makes 0.00 or NULL, not a failed task."""
+
+    def numeric(unscaled: int, scale: int) -> dict:
+        raw = unscaled.to_bytes(8, "big", signed=True)
+        return {"scale": scale, "value": base64.b64encode(raw).decode()}
+
+    fmt = DebeziumJsonFormat(parse_schema("id INT, amount DECIMAL(10,2)"), ["id"])
+    cases = [
+        (numeric(123456, 4), Decimal("12.35")),
+        (numeric(-5, 0), Decimal("-5.00")),
+        (numeric(7, 10**9), Decimal("0.00")),
+        (numeric(7, -(10**6)), None),
+    ]
+    for amount, expected in cases:
+        event = {"op": "c", "after": {"id": 1, "amount": amount}}
+        assert fmt.decode(None, json.dumps(event).encode()) == [("+I", (1, expected))]
+
+
 @pytest.mark.parametrize(
     ("where", "kept", "skipped"),
     [

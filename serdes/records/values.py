@@ -114,8 +114,8 @@ _DECIMALS = Context(prec=40, rounding=ROUND_HALF_UP)
 def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converter:
     """A DECIMAL(precision, scale) value, as Flink's `DecimalData.fromBigDecimal` makes it:
     rounded to `scale` half up, NULL where it then has more than `precision` digits.
-    `unscaled_scale`: Kafka Connect's Decimal (base64 of the big-endian two's-complement
-    unscaled value) at that scale, the writer's, where the field's schema says so."""
+    `unscaled_scale`: text is Kafka Connect's Decimal (`_unscaled`) at that scale, the writer's,
+    where the field's schema says so."""
     quantum = Decimal(1).scaleb(-scale)
     limit = Decimal(10) ** (precision - scale)
 
@@ -129,13 +129,12 @@ def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converte
 
     def convert(value: Any) -> Decimal | None:
         if unscaled_scale is not None and isinstance(value, str):
-            try:
-                unscaled = int.from_bytes(
-                    base64.b64decode(value, validate=True), "big", signed=True
-                )
-            except ValueError:
-                raise _wrong(value, "base64 Connect Decimal bytes") from None
-            return fitted(Decimal(unscaled).scaleb(-unscaled_scale), value)
+            return fitted(_scaled(_unscaled(value), unscaled_scale, value), value)
+        if isinstance(value, dict):  # Debezium's VariableScaleDecimal: a numeric of any scale
+            scale_of, unscaled = value.get("scale"), value.get("value")
+            if type(scale_of) is not int or not isinstance(unscaled, str | bytes):
+                raise _wrong(value, "a decimal")
+            return fitted(_scaled(_unscaled(unscaled), scale_of, value), value)
         if isinstance(value, bool):
             raise _wrong(value, "a decimal")
         text = value.text if isinstance(value, ExactNumber) else str(value)
@@ -145,6 +144,26 @@ def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converte
             raise _wrong(value, "a decimal") from None
 
     return convert
+
+
+def _unscaled(value: str | bytes) -> Decimal:
+    """A Kafka Connect Decimal's unscaled value: the big-endian two's-complement integer of its
+    bytes, base64 in JSON, as they are in Avro."""
+    try:
+        raw = base64.b64decode(value, validate=True) if isinstance(value, str) else value
+    except ValueError:
+        raise _wrong(value, "base64 Connect Decimal bytes") from None
+    return Decimal(int.from_bytes(raw, "big", signed=True))
+
+
+def _scaled(unscaled: Decimal, scale: int, value: Any) -> Decimal:
+    """`unscaled` at `scale`, exactly: a scale from the data may be any, which `scaleb` would
+    round, or raise for, at the context's limits."""
+    sign, digits, exponent = unscaled.as_tuple()
+    try:
+        return Decimal((sign, digits, int(exponent) - scale))
+    except (ArithmeticError, ValueError):
+        raise _wrong(value, "a decimal of a scale Python can hold") from None
 
 
 def _connect_scale(connect: dict[str, Any], column_scale: int) -> int | None:
