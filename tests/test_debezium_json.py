@@ -192,6 +192,21 @@ def test_a_connect_decimal_is_read_at_the_scale_its_schema_gives() -> None:
     assert fmt.decode(None, json.dumps(event).encode()) == [("+I", (1, Decimal("12.35")))]
 
 
+def test_a_debezium_date_read_into_a_timestamp_column_is_its_midnight() -> None:
+    """Debezium writes a DATE as days since the epoch (`io.debezium.time.Date`); read into a
+    TIMESTAMP column (a time attribute) it is that day's midnight in UTC, where it was the day
+    count read as milliseconds (1970-01-01 00:00:19.723 for 2024-01-01)."""
+    day = {"type": "int32", "name": "io.debezium.time.Date", "field": "shipped"}
+    after = {"type": "struct", "field": "after", "fields": [{"type": "int32", "field": "id"}, day]}
+    event = {
+        "schema": {"type": "struct", "fields": [after]},
+        "payload": {"op": "c", "after": {"id": 1, "shipped": 19723}},
+    }
+    fmt = DebeziumJsonFormat(parse_schema("id INT, shipped TIMESTAMP(3)"), ["id"])
+    expected = (1, datetime(2024, 1, 1, tzinfo=UTC))
+    assert fmt.decode(None, json.dumps(event).encode()) == [("+I", expected)]
+
+
 def test_an_unbounded_numeric_of_debezium_is_read_at_its_own_scale() -> None:
     """PostgreSQL's `numeric` without a precision reaches Debezium's JSON as a
     VariableScaleDecimal, `{"scale": s, "value": base64 of the unscaled bytes}`, each value at

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -207,7 +207,13 @@ _EPOCH_UNITS = {
 }
 
 
+# Kafka Connect / Debezium dates: a count of days since the epoch
+_DAY_COUNTS = {"io.debezium.time.Date", "org.apache.kafka.connect.data.Date"}
+
+
 def _timestamp(connect_name: str | None) -> Converter:
+    if connect_name in _DAY_COUNTS:  # a date column read as a TIMESTAMP: its midnight, UTC
+        return lambda value: datetime.combine(_date(value), time(), UTC)
     per_second = _EPOCH_UNITS.get(connect_name or "", 1_000)
 
     def convert(value: Any) -> datetime:
