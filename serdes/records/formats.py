@@ -50,18 +50,18 @@ def _json_text(value: bytes) -> str | bytes:
 _DIGITS = bytes.maketrans(b"012345678", b"999999999")
 _LONG_NUMBER = b"9" * 19
 # Where the row has a DECIMAL column, its numbers are read exactly (`ExactNumber`). A double
-# holds 15 significant digits of a decimal, and its shortest text gives them back, so only a
-# record with a run of 16 digits and points or more is read by `json` for that.
-_DIGITS_AND_POINTS = bytes.maketrans(b"012345678.", b"9999999999")
-_LONG_DECIMAL = b"9" * 16
+# holds 15 significant digits of a decimal, and its shortest text gives them back; a whole
+# number of up to 18 digits both read alike. So only a record with a number of 16 digits or
+# more and a point or an exponent is read by `json` for that.
+_LONG_FRACTION = re.compile(rb"(?=[\d.]{17})\d*\.|\d{16,}[eE]")
 
 
 def _long_number(value: bytes, exact: bool = False) -> bool:
     """Whether `value` holds a run of 19 digits or more, which orjson may read otherwise, or
     with `exact`, a number a double may not hold exactly."""
-    if exact:
-        return _LONG_DECIMAL in value.translate(_DIGITS_AND_POINTS)
-    return _LONG_NUMBER in value.translate(_DIGITS)
+    if _LONG_NUMBER in value.translate(_DIGITS):
+        return True
+    return exact and _LONG_FRACTION.search(value) is not None
 
 
 def _reads_exactly(columns: Sequence[Column]) -> bool:
