@@ -158,6 +158,50 @@ def test_a_decimal_is_rounded_half_up_and_null_beyond_its_precision_as_flink_mak
     assert fmt.decode(None, b'{"id": "a", "price": %s}' % price) == [("+I", ("a", expected))]
 
 
+REFUSED = object()  # the record is a dead letter: Flink cannot read the value into the column
+# What Flink 2.3's JSON format reads, value by column type: a filesystem table of format `json`
+# over `{"id": n, "v": VALUE}` records, each column type in turn.
+FLINK_READS = [
+    ("STRING", b"true", "true"),
+    ("STRING", b'{"a":1}', '{"a":1}'),
+    ("STRING", b"[1]", "[1]"),
+    ("INT", b"1.5", 1),
+    ("INT", b"-0.0", 0),
+    ("INT", b"1e2", 100),
+    ("INT", b"2147483648", REFUSED),
+    ("BIGINT", b"1.5", 1),
+    ("TINYINT", b"1.5", REFUSED),
+    ("DOUBLE", b"true", REFUSED),
+    ("FLOAT", b"false", REFUSED),
+    ("DOUBLE", b'"1_000"', REFUSED),
+    ("DOUBLE", b'"Infinity"', float("inf")),
+    ("BOOLEAN", b'"TRUE"', True),
+    ("BOOLEAN", b'"True"', True),
+    ("BOOLEAN", b'"yes"', False),
+    ("BOOLEAN", b"1", False),
+    ("BOOLEAN", b"{}", False),
+    ("DECIMAL(10,2)", b'" 1 "', Decimal("1.00")),
+    ("DECIMAL(10,2)", b'"1_000"', REFUSED),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "flink"), FLINK_READS)
+def test_a_json_value_is_read_into_its_column_as_flink_reads_it(
+    column: str, value: bytes, flink: object
+) -> None:
+    """A boolean, object or array into a STRING is its JSON text; a number with a fraction into
+    an INT or BIGINT is truncated; a BOOLEAN is true where its text is `true` in any case and
+    false otherwise, never refused; a boolean is no DOUBLE; `1_000` is no number (Python's own
+    readings took or refused these otherwise)."""
+    fmt = JsonFormat(parse_schema(f"id INT, v {column}"), [])
+    record = b'{"id": 1, "v": %s}' % value
+    if flink is REFUSED:
+        with pytest.raises(DecodeError):
+            fmt.decode(None, record)
+    else:
+        assert fmt.decode(None, record) == [("+I", (1, flink))]
+
+
 WIDE = b"12345678901234567890.123456789012345678"
 
 

@@ -196,7 +196,7 @@ def _kept(value: Any, kept: Any, read: Converter) -> bool:
         return value == kept
     if value is None or kept is None:
         return value is kept
-    if _is_number(value) and _is_number(kept):  # 1.0 is the INT 1
+    if _is_number(value) and _is_number(kept) and not isinstance(kept, int):
         return value == kept
     try:
         return read(value) == kept

@@ -8,7 +8,9 @@ Connect schema of the field) and then applied to every value. A value that does 
 from __future__ import annotations
 
 import base64
+import json
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
@@ -41,20 +43,27 @@ def _string(value: Any) -> str:
             return value.decode()
         except UnicodeDecodeError:
             raise _wrong(value, "UTF-8 text") from None
-    if isinstance(value, bool | dict | list):
-        raise _wrong(value, "a string")
+    if isinstance(value, bool):  # as Flink reads a JSON boolean into a STRING
+        return "true" if value else "false"
+    if isinstance(value, dict | list):  # as Flink reads an object or an array: its JSON text
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     return str(value)
 
 
 def _integer(bits: int) -> Converter:
     """A whole number that fits the column's `bits` (as Flink's JSON format, which fails to
-    parse 2^31 for an INT column, instead of letting it wrap or fail the query later)."""
+    parse 2^31 for an INT column, instead of letting it wrap or fail the query later). An INT
+    or BIGINT also takes a number with a fraction within its range, truncated, as Flink's
+    does (1.5 is 1); a TINYINT or SMALLINT refuses it, as Flink's does."""
     low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    truncates = bits >= 32
 
     def convert(value: Any) -> int:
         if type(value) is int and low <= value <= high:  # the common case first (not a bool)
             return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if truncates and isinstance(value, float) and low <= value <= high:
+            return int(value)  # toward zero; NaN is in no range
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             try:
                 value = int(value)  # Flink trims the text it reads as a number
             except ValueError:  # a digit `int` does not read ("²"), beyond 4,300 digits
@@ -69,6 +78,11 @@ def _integer(bits: int) -> Converter:
 _INTEGER_BITS = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32, T.LongType: 64}
 
 
+# The text Java's `Double.parseDouble` reads (Flink's reading of a string into a DOUBLE), less
+# its hexadecimal forms; Python's `float` also takes `inf`, `nan` in any case and `1_000`.
+_DOUBLE_TEXT = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+
+
 def _float(value: Any) -> float:
     if type(value) is float:
         return value
@@ -79,18 +93,21 @@ def _float(value: Any) -> float:
             return float(value)
         except OverflowError:  # beyond a double: infinite, as `1e400` reads and Flink reads it
             return math.inf if value > 0 else -math.inf
-    try:
+    if isinstance(value, str):
+        text = value.strip().rstrip("dDfF")  # Java's type suffixes (`1.5d`)
+        if _DOUBLE_TEXT.fullmatch(text):
+            return float(text)
+    if isinstance(value, Decimal):  # Avro's decimals
         return float(value)
-    except (TypeError, ValueError):
-        raise _wrong(value, "a number") from None
+    raise _wrong(value, "a number")
 
 
 def _boolean(value: Any) -> bool:
+    """As Flink reads a BOOLEAN: a JSON boolean, else whether its text is `true` in any case
+    (Java's `Boolean.parseBoolean`): `"TRUE"` is true, `"yes"`, `1` and `{}` are false."""
     if isinstance(value, bool):
         return value
-    if value in ("true", "false"):
-        return value == "true"
-    raise _wrong(value, "a boolean")
+    return isinstance(value, str) and value.strip().lower() == "true"
 
 
 class ExactNumber(float):
@@ -107,6 +124,8 @@ class ExactNumber(float):
         return number
 
 
+# The text Java's `BigDecimal` reads (Flink's reading of a string into a DECIMAL)
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # Room for a DECIMAL(38, s) value rounded up by one digit (Python's default context keeps 28)
 _DECIMALS = Context(prec=40, rounding=ROUND_HALF_UP)
 
@@ -137,6 +156,8 @@ def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converte
             return fitted(_scaled(_unscaled(unscaled), scale_of, value), value)
         if isinstance(value, bool):
             raise _wrong(value, "a decimal")
+        if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value.strip()):
+            raise _wrong(value, "a decimal")  # Python's `Decimal` also takes `1_000`, `NaN`
         text = value.text if isinstance(value, ExactNumber) else str(value)
         try:
             return fitted(Decimal(text), value)
