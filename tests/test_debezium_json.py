@@ -161,31 +161,28 @@ def test_a_decimal_is_rounded_half_up_and_null_beyond_its_precision_as_flink_mak
 REFUSED = object()  # the record is a dead letter: Flink cannot read the value into the column
 # What Flink 2.3's JSON format reads, value by column type: a filesystem table of format `json`
 # over `{"id": n, "v": VALUE}` records, each column type in turn.
-FLINK_READS = [
-    ("STRING", b"true", "true"),
-    ("STRING", b'{"a":1}', '{"a":1}'),
-    ("STRING", b"[1]", "[1]"),
-    ("INT", b"1.5", 1),
-    ("INT", b"-0.0", 0),
-    ("INT", b"1e2", 100),
-    ("INT", b"2147483648", REFUSED),
-    ("BIGINT", b"1.5", 1),
-    ("TINYINT", b"1.5", REFUSED),
-    ("DOUBLE", b"true", REFUSED),
-    ("FLOAT", b"false", REFUSED),
-    ("DOUBLE", b'"1_000"', REFUSED),
-    ("DOUBLE", b'"Infinity"', float("inf")),
-    ("BOOLEAN", b'"TRUE"', True),
-    ("BOOLEAN", b'"True"', True),
-    ("BOOLEAN", b'"yes"', False),
-    ("BOOLEAN", b"1", False),
-    ("BOOLEAN", b"{}", False),
-    ("DECIMAL(10,2)", b'" 1 "', Decimal("1.00")),
-    ("DECIMAL(10,2)", b'"1_000"', REFUSED),
-]
+FLINK_READS = {
+    "STRING": [(b"true", "true"), (b'{"a":1}', '{"a":1}'), (b"[1]", "[1]")],
+    "INT": [(b"1.5", 1), (b"-0.0", 0), (b"1e2", 100), (b"2147483648", REFUSED)],
+    "BIGINT": [(b"1.5", 1)],
+    "TINYINT": [(b"1.5", REFUSED)],
+    "DOUBLE": [(b"true", REFUSED), (b'"1_000"', REFUSED), (b'"Infinity"', float("inf"))],
+    "FLOAT": [(b"false", REFUSED)],
+    "BOOLEAN": [
+        (b'"TRUE"', True),
+        (b'"True"', True),
+        (b'"yes"', False),
+        (b"1", False),
+        (b"{}", False),
+    ],
+    "DECIMAL(10,2)": [(b'" 1 "', Decimal("1.00")), (b'"1_000"', REFUSED)],
+}
 
 
-@pytest.mark.parametrize(("column", "value", "flink"), FLINK_READS)
+@pytest.mark.parametrize(
+    ("column", "value", "flink"),
+    [(column, value, flink) for column, reads in FLINK_READS.items() for value, flink in reads],
+)
 def test_a_json_value_is_read_into_its_column_as_flink_reads_it(
     column: str, value: bytes, flink: object
 ) -> None:
