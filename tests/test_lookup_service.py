@@ -273,6 +273,11 @@ def test_a_table_change_is_seen_once_the_cache_expires_or_reloads(
             "streamjoin: RIGHT_SCHEMA: expected columns of ",
         ),
         (
+            {"RIGHT_SCHEMA": "product_id STRING, name STRING, price DOUBLE, category INT"},
+            "streamjoin: RIGHT_SCHEMA: expected types the table's columns can be read into (the "
+            "same, or wider); price DOUBLE for its numeric(10,2), category INT for its text",
+        ),
+        (
             {"JOIN_KIND": "full"},
             "streamjoin: JOIN_KIND: expected inner or left, for JOIN_TYPE=lookup",
         ),

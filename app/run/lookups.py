@@ -27,7 +27,18 @@ from pyspark import Accumulator, TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from app.config.env import Config, ConfigError, InputConfig, traced
 from app.config.lookup_table import LookupConfig
@@ -107,8 +118,34 @@ def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, Looku
             f"columns of {lookup.table} (" + ", ".join(columns) + ")",
             ", ".join(missing),
         )
+    unfit = [
+        f"{c.name} {c.declared} for its {columns[c.name]}"
+        for c in declared
+        if (mapped := flink_type(columns[c.name])) is not None
+        and not _holds(c.spark_type, parse_schema(f"{c.name} {mapped}")[0].spark_type)
+    ]
+    if unfit:
+        raise ConfigError(
+            "RIGHT_SCHEMA",
+            "types the table's columns can be read into (the same, or wider)",
+            seen=", ".join(unfit),
+        )
     types = {c.name: columns[c.name] for c in declared}
     return replace(table, schema=declared), replace(lookup, column_types=types)
+
+
+_WIDENING = (ByteType, ShortType, IntegerType, LongType)
+
+
+def _holds(declared: DataType, table: DataType) -> bool:
+    """Whether a column declared `declared` holds the values of a table column read as `table`:
+    the same type (a DECIMAL of any precision and scale: its values are fitted), or a wider
+    whole number or floating point. Anything else failed the lookup's task at its first row."""
+    if type(declared) is type(table):
+        return True
+    if isinstance(declared, _WIDENING) and isinstance(table, _WIDENING):
+        return _WIDENING.index(type(declared)) >= _WIDENING.index(type(table))
+    return isinstance(declared, DoubleType) and isinstance(table, FloatType)
 
 
 # One table and cache per worker process and lookup, kept across its tasks.
