@@ -26,19 +26,9 @@ import pyarrow.compute as pc
 from pyspark import Accumulator, TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import (
-    ByteType,
-    DataType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.config.env import Config, ConfigError, InputConfig, traced
 from app.config.lookup_table import LookupConfig
@@ -134,10 +124,10 @@ def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, Looku
     return replace(table, schema=declared), replace(lookup, column_types=types)
 
 
-_WIDENING = (ByteType, ShortType, IntegerType, LongType)
+_WIDENING = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 
-def _holds(declared: DataType, table: DataType) -> bool:
+def _holds(declared: T.DataType, table: T.DataType) -> bool:
     """Whether a column declared `declared` holds the values of a table column read as `table`:
     the same type (a DECIMAL of any precision and scale: its values are fitted), or a wider
     whole number or floating point. Anything else failed the lookup's task at its first row."""
@@ -145,7 +135,7 @@ def _holds(declared: DataType, table: DataType) -> bool:
         return True
     if isinstance(declared, _WIDENING) and isinstance(table, _WIDENING):
         return _WIDENING.index(type(declared)) >= _WIDENING.index(type(table))
-    return isinstance(declared, DoubleType) and isinstance(table, FloatType)
+    return isinstance(declared, T.DoubleType) and isinstance(table, T.FloatType)
 
 
 # One table and cache per worker process and lookup, kept across its tasks.
