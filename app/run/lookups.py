@@ -112,7 +112,7 @@ def _typed(table: InputConfig, lookup: LookupConfig) -> tuple[InputConfig, Looku
         f"{c.name} {c.declared} for its {columns[c.name]}"
         for c in declared
         if (mapped := flink_type(columns[c.name])) is not None
-        and not _holds(c.spark_type, parse_schema(f"{c.name} {mapped}")[0].spark_type)
+        and not _holds(c.spark_type, parse_schema(f"c {mapped}")[0].spark_type)
     ]
     if unfit:
         raise ConfigError(

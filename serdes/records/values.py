@@ -124,27 +124,22 @@ class ExactNumber(float):
         return number
 
 
-# The text Java's `BigDecimal` reads (Flink's reading of a string into a DECIMAL)
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-# Room for a DECIMAL(38, s) value rounded up by one digit (Python's default context keeps 28)
-_DECIMALS = Context(prec=40, rounding=ROUND_HALF_UP)
-
-
 def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converter:
     """A DECIMAL(precision, scale) value, as Flink's `DecimalData.fromBigDecimal` makes it:
     rounded to `scale` half up, NULL where it then has more than `precision` digits.
     `unscaled_scale`: text is Kafka Connect's Decimal (`_unscaled`) at that scale, the writer's,
     where the field's schema says so."""
     quantum = Decimal(1).scaleb(-scale)
-    limit = Decimal(10) ** (precision - scale)
+    # quantizing in the column's precision signals a value of more digits, once rounded
+    digits = Context(prec=precision, rounding=ROUND_HALF_UP)
 
     def fitted(number: Decimal, value: Any) -> Decimal | None:
         if not number.is_finite():
             raise _wrong(value, "a decimal")
-        if number and number.adjusted() >= precision - scale:  # beyond it before rounding
+        try:
+            return number.quantize(quantum, context=digits)
+        except InvalidOperation:  # beyond the precision: NULL, as Flink's
             return None
-        rounded = number.quantize(quantum, context=_DECIMALS)
-        return None if abs(rounded) >= limit else rounded
 
     def convert(value: Any) -> Decimal | None:
         if unscaled_scale is not None and isinstance(value, str):
@@ -156,13 +151,14 @@ def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converte
             return fitted(_scaled(_unscaled(unscaled), scale_of, value), value)
         if isinstance(value, bool):
             raise _wrong(value, "a decimal")
-        if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value.strip()):
-            raise _wrong(value, "a decimal")  # Python's `Decimal` also takes `1_000`, `NaN`
+        if isinstance(value, str) and "_" in value:
+            raise _wrong(value, "a decimal")  # `1_000`: Python's `Decimal` reads it, Java's not
         text = value.text if isinstance(value, ExactNumber) else str(value)
         try:
-            return fitted(Decimal(text), value)
+            number = Decimal(text)
         except InvalidOperation:
             raise _wrong(value, "a decimal") from None
+        return fitted(number, value)
 
     return convert
 
