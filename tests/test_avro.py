@@ -163,3 +163,15 @@ def test_avro_bytes_read_into_a_string_column_as_utf8_text(registry: SchemaRegis
     with pytest.raises(DecodeError) as caught:
         fmt.decode(None, wire(registry, schema, {"s": b"\xff"}))
     assert caught.value.reason == "wrong-type"
+
+
+def test_an_avro_double_read_into_a_string_column_as_java_writes_it(
+    registry: SchemaRegistry,
+) -> None:
+    """Flink's Avro format reads any field into a STRING by its Java `toString`: a double is
+    `Double.toString`'s text (`1.0E20`), where Python's (`1e+20`) was ours; a dead letter for
+    neither."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "double"}]}
+    fmt = AvroConfluentFormat(parse_schema("s STRING"), [], RegistrySchemas(registry.url))
+    read = [fmt.decode(None, wire(registry, schema, {"s": s})) for s in (1e20, 1.5, 1e-5)]
+    assert read == [[("+I", ("1.0E20",))], [("+I", ("1.5",))], [("+I", ("1.0E-5",))]]

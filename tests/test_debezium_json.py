@@ -162,7 +162,21 @@ REFUSED = object()  # the record is a dead letter: Flink cannot read the value i
 # What Flink 2.3's JSON format reads, value by column type: a filesystem table of format `json`
 # over `{"id": n, "v": VALUE}` records, each column type in turn.
 FLINK_READS = {
-    "STRING": [(b"true", "true"), (b'{"a":1}', '{"a":1}'), (b"[1]", "[1]")],
+    "STRING": [
+        (b"true", "true"),
+        (b'{"a":1}', '{"a":1}'),
+        (b"[1]", "[1]"),
+        (b"1.10", "1.10"),
+        (b"1E2", "1E2"),
+        (b"-1.50E+3", "-1.50E+3"),
+        (b"12345678901234567890.5", "12345678901234567890.5"),
+        (b"1e400", "1e400"),
+        (
+            b'{"a": 1e20, "b": [1.10, 1e-5, 12345678.0, 0.001, 9999999.0, -0.0], "c": 5e-324}',
+            '{"a":1.0E20,"b":[1.1,1.0E-5,1.2345678E7,0.001,9999999.0,-0.0],"c":4.9E-324}',
+        ),
+        (b'["a\\nb", "\\u001f", "\\u00e9", null]', '["a\\nb","\\u001F","\u00e9",null]'),
+    ],
     "INT": [(b"1.5", 1), (b"-0.0", 0), (b"1e2", 100), (b"2147483648", REFUSED)],
     "BIGINT": [(b"1.5", 1)],
     "TINYINT": [(b"1.5", REFUSED)],
@@ -212,6 +226,26 @@ def test_a_wide_decimal_gets_every_digit_of_its_json_number(fmt_class: type) -> 
     value = b'{"op": "c", "after": %s}' % row if fmt_class is DebeziumJsonFormat else row
     [(_, decoded)] = fmt_class(columns, ["id"]).decode(b'"a"', value)
     assert decoded == ("a", Decimal(WIDE.decode()), 0.1, "1.25")
+
+
+@pytest.mark.parametrize("fmt_class", [JsonFormat, UpsertJsonFormat, DebeziumJsonFormat])
+def test_a_json_number_read_into_a_string_column_is_its_text_as_written(fmt_class: type) -> None:
+    """Flink's STRING holds a JSON number as the record writes it (`1.10`, `1E2`), in a value
+    and in an upsert key, where ours held Python's float text (`1.1`, `100.0`)."""
+    columns = parse_schema("id STRING, s STRING, v DOUBLE")
+    row = b'{"id": 1.50, "s": 1E2, "v": 1.10}'
+    value = b'{"op": "c", "after": %s}' % row if fmt_class is DebeziumJsonFormat else row
+    [(_, decoded)] = fmt_class(columns, ["id"]).decode(b"1.50", value)
+    assert decoded == ("1.50", "1E2", 1.1)
+
+
+def test_an_upsert_key_that_is_a_number_is_its_text_in_a_string_column() -> None:
+    """A delete's key `1.50` is the key column's `1.50`, as its updates' values give it; a key
+    `NaN` (which Python's `json` reads, and Flink refuses) is the text `NaN`, not a failed task."""
+    fmt = UpsertJsonFormat(parse_schema("id STRING, s STRING"), ["id"])
+    assert fmt.decode(b"1.50", None) == [("-D", ("1.50", None))]
+    assert fmt.decode(b"NaN", b'{"s": "x"}') == [("+U", ("NaN", "x"))]
+    assert fmt.decode(b"NaN", None) == [("-D", ("NaN", None))]
 
 
 def test_a_connect_decimal_is_read_at_the_scale_its_schema_gives() -> None:

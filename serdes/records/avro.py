@@ -101,7 +101,7 @@ class AvroConfluentFormat:
     def __init__(
         self, columns: Sequence[Column], required: Sequence[str], schemas: RegistrySchemas
     ) -> None:
-        self.rows = RowBuilder(columns, required)
+        self.rows = RowBuilder(columns, required, from_json=False)
         self.schemas = schemas
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:
@@ -116,7 +116,7 @@ class DebeziumAvroFormat(DebeziumJsonFormat):
     def __init__(
         self, columns: Sequence[Column], required: Sequence[str], schemas: RegistrySchemas
     ) -> None:
-        super().__init__(columns, required)
+        super().__init__(columns, required, from_json=False)
         self.schemas = schemas
 
     def decode(self, key: bytes | None, value: bytes | None) -> list[DecodedChange]:

@@ -86,21 +86,27 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-def _json_object(value: bytes | None, exact: bool = False) -> dict[str, Any] | None:
+def _json_object(
+    value: bytes | None, exact: bool = False, texts: bool = False
+) -> dict[str, Any] | None:
     """The JSON object of `value`, as `json.loads` reads it. orjson reads it, at a third of the
     cost, when the record is an object in UTF-8 without a long number; whatever orjson refuses
     (NaN, Infinity, an escaped lone surrogate, bad UTF-8, another encoding) `json` reads, or
-    refuses with its error. `exact`: its long numbers read as `ExactNumber`s."""
+    refuses with its error. `exact`: its long numbers read as `ExactNumber`s; `texts`: all of
+    its numbers with a fraction or an exponent."""
     if value is None:
         return None
-    if value[:1] == b"{" and not _long_number(value, exact):
+    if value[:1] == b"{" and not texts and not _long_number(value, exact):
         try:
             return orjson.loads(value)  # an object: it starts with one
         except orjson.JSONDecodeError:
             pass
     try:
         text = _json_text(value)
-        data = json.loads(text, parse_float=ExactNumber if exact else None)
+        if texts:  # `NaN` and `Infinity` too: no float without its text
+            data = json.loads(text, parse_float=ExactNumber, parse_constant=ExactNumber)
+        else:
+            data = json.loads(text, parse_float=ExactNumber if exact else None)
     except ValueError as err:  # bad JSON or UTF-8, a number beyond Python's 4,300 digits
         raise DecodeError("bad-json", str(err)) from None
     if isinstance(text, bytes) or _MAY_HOLD_SURROGATE.search(text):
@@ -126,14 +132,15 @@ def _unchecked_object(value: bytes) -> dict[str, Any] | None:
 _MAY_START_JSON = frozenset(b' \t\n\r{["-0123456789tfnNI\x00') | frozenset(range(0x80, 0x100))
 
 
-def _json_key(key: bytes, exact: bool) -> Any:
+def _json_key(key: bytes) -> Any:
     """A record key's JSON value, or None where it is none: a bare key (`p17`, an id of any
     kind) is told from its first byte, without raising and catching the parser's error per
-    record, a cost like the rest of the record's decoding (`docs/performance.md`)."""
+    record, a cost like the rest of the record's decoding (`docs/performance.md`). Its numbers
+    keep their text, for a DECIMAL or STRING key column."""
     if key[:1] and key[0] not in _MAY_START_JSON:
         return None
     try:
-        parsed = json.loads(key, parse_float=ExactNumber if exact else None)
+        parsed = json.loads(key, parse_float=ExactNumber, parse_constant=ExactNumber)
     except ValueError:  # not JSON (bad UTF-8, a number beyond Python's 4,300 digits)
         return None
     return parsed if key.isascii() and b"\\u" not in key else _without_surrogates(parsed)
@@ -149,15 +156,43 @@ def _nested(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
-class RowBuilder:
-    """Builds a typed row tuple from a JSON object, in the declared column order."""
+class NumberWithoutText(Exception):
+    """A STRING column's value is a JSON number read without its text (by orjson, as a float):
+    Flink's STRING holds the number as written (`1.10`, `1E2`), so the record is read again,
+    its numbers keeping their text. Rare, so the common reading does not keep them."""
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
+
+def _text_of_number(read: Converter) -> Converter:
+    """A STRING column's converter that asks for the record to be read again (`NumberWithoutText`)
+    where its value is a number without its text."""
+
+    def convert(value: Any) -> Any:
+        if type(value) is str:  # the common case first, at a call's cost
+            return value
+        if type(value) is float:
+            raise NumberWithoutText
+        return read(value)
+
+    return convert
+
+
+class RowBuilder:
+    """Builds a typed row tuple from a JSON object, in the declared column order. `from_json`:
+    the object is JSON, whose numbers into a STRING column need their text (`NumberWithoutText`)."""
+
+    def __init__(self, columns: Sequence[Column], required: Sequence[str], from_json: bool) -> None:
         self.columns = tuple(columns)
         self.names = tuple(c.name for c in self.columns)
         self.required = set(required)
-        self.plain = [converter(c.spark_type) for c in self.columns]
+        self.from_json = from_json
+        self.plain = [self._converter(c) for c in self.columns]
         self._by_connect_schema: dict[str, list[Converter]] = {}
+
+    def _converter(self, column: Column, connect: dict[str, Any] | None = None) -> Converter:
+        read = converter(column.spark_type, connect)
+        if self.from_json and isinstance(column.spark_type, T.StringType):
+            return _text_of_number(read)
+        return read
 
     def converters(self, connect_fields: list[dict[str, Any]] | None) -> list[Converter]:
         """Per-column converters, refined by the Connect schema of the fields when present."""
@@ -167,7 +202,7 @@ class RowBuilder:
         found = self._by_connect_schema.get(cache_key)
         if found is None:
             by_name = {f.get("field"): f for f in connect_fields}
-            found = [converter(c.spark_type, by_name.get(c.name)) for c in self.columns]
+            found = [self._converter(c, by_name.get(c.name)) for c in self.columns]
             self._by_connect_schema[cache_key] = found
         return found
 
@@ -219,7 +254,7 @@ class JsonFormat:
         where: Sequence[tuple[str, Any]] = (),
         unreadable: bool = True,
     ) -> None:
-        self.rows = RowBuilder(columns, required)
+        self.rows = RowBuilder(columns, required, from_json=True)
         self.exact = _reads_exactly(columns)
         self.paths = tuple(paths)
         # every column a nested field: the row reads only them, not the record's own fields
@@ -254,10 +289,18 @@ class JsonFormat:
                 return []
         if kept is None and not all(_kept(data.get(f), k, read) for f, k, read in self.where):
             return []
-        if self.paths:  # the view's columns of nested fields, as the row's own
-            nested = {column: _nested(data, path) for column, path in self.paths}
-            data = nested if self.nested_only else {**data, **nested}
-        return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
+        try:
+            return [(RowKind.INSERT, self.rows.build(self._fields(data), self.rows.plain))]
+        except NumberWithoutText:
+            data = self._fields(_json_object(value, texts=True) or {})
+            return [(RowKind.INSERT, self.rows.build(data, self.rows.plain))]
+
+    def _fields(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The record's fields with the view's columns of nested fields, as the row's own."""
+        if not self.paths:
+            return data
+        nested = {column: _nested(data, path) for column, path in self.paths}
+        return nested if self.nested_only else {**data, **nested}
 
     def _where_verdict(self, data: dict[str, Any]) -> bool | None:
         """Whether the view keeps a record read by orjson unchecked (False: another view's);
@@ -274,13 +317,16 @@ class JsonFormat:
 
 
 class DebeziumJsonFormat:
-    """Debezium change events as JSON, with or without the Connect schema envelope."""
+    """Debezium change events as JSON, with or without the Connect schema envelope.
+    `from_json`: False where a subclass reads the envelope from another encoding."""
 
-    def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
-        self.rows = RowBuilder(columns, required)
+    def __init__(
+        self, columns: Sequence[Column], required: Sequence[str], from_json: bool = True
+    ) -> None:
+        self.rows = RowBuilder(columns, required, from_json)
         # A delete's `before` may hold only the key (REPLICA IDENTITY DEFAULT): the other
         # columns are then not checked, the normalizer replaces the row.
-        self.key_only = RowBuilder(columns, ())
+        self.key_only = RowBuilder(columns, (), from_json)
         self.exact = _reads_exactly(columns)
         self.source_ts_ms: int | None = None
 
@@ -295,6 +341,12 @@ class DebeziumJsonFormat:
         data = _json_object(value, self.exact)
         if data is None:
             return []  # the tombstone that follows a delete, for log compaction
+        try:
+            return self._envelope(data)
+        except NumberWithoutText:
+            return self._envelope(_json_object(value, texts=True) or {})
+
+    def _envelope(self, data: dict[str, Any]) -> list[DecodedChange]:
         payload = data.get("payload", data)
         if not isinstance(payload, dict):
             raise DecodeError("bad-envelope", "the Debezium payload is not an object")
@@ -334,14 +386,14 @@ class UpsertJsonFormat:
     """An upsert topic: key = primary key, value = row (JSON), null value = delete."""
 
     def __init__(self, columns: Sequence[Column], required: Sequence[str]) -> None:
-        self.rows = RowBuilder(columns, required)
+        self.rows = RowBuilder(columns, required, from_json=True)
         self.key_columns = list(required)
         self.exact = _reads_exactly(columns)
 
     def _key(self, key: bytes | None) -> dict[str, Any]:
         if key is None:
             raise DecodeError("missing-key", "an upsert record needs its primary key as key")
-        parsed = _json_key(key, self.exact)
+        parsed = _json_key(key)
         if isinstance(parsed, dict):
             # Kafka Connect's JsonConverter with schemas: {"schema": ..., "payload": {...}}
             inner = parsed.get("payload") if "schema" in parsed else None
@@ -360,4 +412,9 @@ class UpsertJsonFormat:
         data = _json_object(value, self.exact)
         if data is None:
             return [(RowKind.DELETE, self.rows.build(key_fields, self.rows.plain))]
-        return [(RowKind.UPDATE_AFTER, self.rows.build({**key_fields, **data}, self.rows.plain))]
+        try:
+            row = self.rows.build({**key_fields, **data}, self.rows.plain)
+        except NumberWithoutText:
+            data = _json_object(value, texts=True) or {}
+            row = self.rows.build({**key_fields, **data}, self.rows.plain)
+        return [(RowKind.UPDATE_AFTER, row)]

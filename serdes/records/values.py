@@ -8,7 +8,6 @@ Connect schema of the field) and then applied to every value. A value that does 
 from __future__ import annotations
 
 import base64
-import json
 import math
 import re
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from serdes.records.java_text import double_text, json_text
 from state.changes import EPOCH
 
 Converter = Callable[[Any], Any]
@@ -43,10 +43,14 @@ def _string(value: Any) -> str:
             return value.decode()
         except UnicodeDecodeError:
             raise _wrong(value, "UTF-8 text") from None
+    if isinstance(value, ExactNumber):  # a JSON number as written, as Flink's STRING holds it
+        return value.text
     if isinstance(value, bool):  # as Flink reads a JSON boolean into a STRING
         return "true" if value else "false"
+    if isinstance(value, float):  # an Avro float or double, as Java writes it
+        return double_text(value)
     if isinstance(value, dict | list):  # as Flink reads an object or an array: its JSON text
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return json_text(value)
     return str(value)
 
 
