@@ -126,6 +126,17 @@ def test_chains_of_joins_over_three_and_four_tables_end_in_flinks_final_tables(
     assert_changelogs_as_flinks(lines, cases, "multi_join.jsonl")
 
 
+def test_keys_of_different_number_types_join_as_flink_compares_them(spark, tmp_path: Path) -> None:
+    """`L.k = R.k` of an INT and a DOUBLE, a BIGINT, a DECIMAL, in a regular, an interval, a
+    chain of joins and a multi-way join: compared in the wider type, as Flink does, where the
+    right's key was cast to the left's: 1.5 joined 1, and 2^32 + 1, beyond an INT, failed the
+    query. Equal to Flink 2.3's final tables."""
+    cases = load_cases(FIXTURES / "key_types.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    assert {d["case"]: d["final"] for d in lines if "final" in d} == flink_finals("key_types.jsonl")
+
+
 def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables(
     spark, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from app.plan.planner import JoinSpec, join_label
+from app.run.key_type import common_key_type
 from app.run.stateful import run_stateful
 from serdes.records.encode import KEY_COLUMN
 from state.columns import (
@@ -62,22 +63,19 @@ def changelog_schema(left: StructType, right: StructType) -> StructType:
     )
 
 
-def _join_key(spec: JoinSpec, left: StructType) -> list[tuple[Column, DataType]]:
+def _join_key(spec: JoinSpec, left: StructType, right: StructType) -> list[tuple[Column, DataType]]:
     if not spec.equi_keys:
         log.warning(
             "the join condition has no equality between an L and an R column: every row "
             "shares one key, so this join runs in one task and cannot scale out"
         )
         return [(F.lit(0), IntegerType())]
-    return [
-        (
-            F.when(F.col(SIDE) == 0, F.col("left")[a]).otherwise(
-                F.col("right")[b].cast(left[a].dataType)
-            ),
-            left[a].dataType,
-        )
-        for a, b in spec.equi_keys
-    ]
+    keys = []
+    for a, b in spec.equi_keys:
+        compared = common_key_type([left[a].dataType, right[b].dataType])
+        key = F.when(F.col(SIDE) == 0, F.col("left")[a].cast(compared))
+        keys.append((key.otherwise(F.col("right")[b].cast(compared)), compared))
+    return keys
 
 
 def join_operator(spec: JoinSpec, number: int = 1) -> StatefulOperator:
@@ -122,7 +120,7 @@ def bucketed_join(
     return run_stateful(
         changes,
         join_operator(spec, number),
-        _join_key(spec, left),
+        _join_key(spec, left, right),
         [(F.col("left"), left), (F.col("right"), right)],
         spec.buckets,
         outputs=(0, 1) if spec.projects_right else (0,),
@@ -218,7 +216,8 @@ def multi_way_join(
     they share: the output of the chain's last join (`op` + `L_`/`R_` columns). `sides`: the
     inputs' labels; `spread` as `run_stateful` takes it; `changes_out`: where its output is
     counted by kind."""
-    key_type = left[chained_column(0, spec.keys[0])].dataType
+    key_types = [left[chained_column(i, name)].dataType for i, name in enumerate(spec.keys[:-1])]
+    key_type = common_key_type([*key_types, right[spec.keys[-1]].dataType])
     key = F.when(F.col(SIDE) == len(spec.keys) - 1, F.col("right")[spec.keys[-1]])
     for index, name in enumerate(spec.keys[:-1]):
         key = key.when(F.col(SIDE) == index, F.col("left")[chained_column(index, name)])
