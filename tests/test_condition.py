@@ -142,3 +142,49 @@ def test_date_functions_take_datetimes_and_epoch_microseconds() -> None:
             )
             is True
         )
+
+
+NAN = float("nan")
+# What Flink 2.3 computes, on a row of a INT = -7, b INT = 2, x DOUBLE = -7.5, d DECIMAL(10,2)
+# = -7.45, s STRING = ' Ab c ', g BIGINT = 2^63-1 (a batch query over those values), where
+# Python computes otherwise or raises (a raise fails the join's task, on every retry).
+FLINK_COMPUTES = [
+    ("L.a / L.b", -3),
+    ("L.a % L.b", -1),
+    ("L.a % -3", -1),
+    ("L.d + L.x", -14.95),
+    ("L.x / 0", float("-inf")),
+    ("L.x * 0 / 0", NAN),
+    ("SQRT(L.x)", NAN),
+    ("POWER(L.x, 0.5)", NAN),
+    ("POWER(10, 400)", float("inf")),
+    ("ROUND(L.x * 1e299)", -7.5e299),
+    ("ROUND(L.x * 1e299, -1)", -7.5e299),
+    ("FLOOR(L.x)", -8.0),
+    ("CEIL(L.d)", Decimal(-7)),
+    ("SUBSTR(L.s, 0, 2)", " A"),
+    ("INITCAP('hello wORLD foo-bar x1y')", "Hello World Foo-Bar X1y"),
+    ("CAST(L.d AS DECIMAL(3,1))", Decimal("-7.5")),
+    ("CAST(L.d * 1000 AS DECIMAL(4,2))", None),
+    ("CAST(L.g AS INT)", -1),
+    ("CAST(L.x * 1e300 AS INT)", -2147483648),
+    ("CAST(L.x * 1e300 * 1e10 AS BIGINT)", -9223372036854775808),
+    ("CAST(1e10 AS INT)", 2147483647),
+    ("CAST(L.x * 1e300 AS STRING)", "-7.5E300"),
+    ("CAST('yes' AS BOOLEAN)", True),
+    ("CAST('1.5' AS INT)", 1),
+]
+
+
+@pytest.mark.parametrize(("expression", "flink"), FLINK_COMPUTES)
+def test_a_condition_computes_as_flink_does(expression: str, flink: object) -> None:
+    """Whole numbers divide truncated and keep the dividend's sign in a remainder; a DOUBLE
+    meets a DECIMAL as a DOUBLE; a DOUBLE by zero, a negative square root and an overflowing
+    power are infinite or NaN, not an exception; CASTs round, narrow and hold as Flink's."""
+    columns = ["a", "b", "x", "d", "s", "g"]
+    computed = compile_predicate(parse_condition(expression), columns, [])
+    value = computed((-7, 2, -7.5, Decimal("-7.45"), " Ab c ", 2**63 - 1), ())
+    if flink is NAN:
+        assert value != value
+    else:
+        assert value == flink and type(value) is type(flink)

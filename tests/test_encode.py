@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -90,3 +91,36 @@ def test_a_row_a_cast_fails_on_goes_to_the_dead_letter_topic_with_the_reason(spa
     assert headers["streamjoin.error"] == b"CAST(L.qty AS INT) failed on the value abc"
     assert headers["streamjoin.error.reason"] == b"cast"
     assert headers["op"] == b"+I"
+
+
+def test_a_select_list_computes_as_flink_does(spark) -> None:
+    """What Flink 2.3 computes on a row of a INT = -7, b INT = 2, x DOUBLE = -7.5, d
+    DECIMAL(10,2) = -7.45, g BIGINT = 2^63-1, where Spark's SQL computes otherwise: a whole
+    number's quotient truncated, its overflow wrapped (Spark failed the task on it, and the
+    query on every retry), a narrowing CAST, a DECIMAL divided by an INT literal to 13 places,
+    a DOUBLE divided by zero, FLOOR and SIGN of their argument's type, a boolean's text."""
+    joined = spark.createDataFrame(
+        [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1)],
+        "op string, L_a int, L_b int, L_x double, L_d decimal(10,2), L_g bigint",
+    )
+    flink = {
+        "L.a / L.b": -3,
+        "L.a / L.b * 2": -6,
+        "L.g + 1": -(2**63),
+        "L.g * 2": -2,
+        "-(L.a * 306783379)": -2147483643,
+        "CAST(L.g AS INT)": -1,
+        "TRY_CAST(L.g AS INT)": -1,
+        "CAST('1.5' AS INT)": 1,
+        "L.d / 3": Decimal("-2.4833333333333"),
+        "L.x / 0": float("-inf"),
+        "FLOOR(L.x)": -8.0,
+        "SIGN(L.a)": -1,
+        "SIGN(L.d)": Decimal("-1.00"),
+        "CAST(L.a > L.b AS STRING)": "FALSE",
+    }
+    select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
+    [row] = project(joined, select).collect()
+    computed = {expression: row[f"e{i}"] for i, expression in enumerate(flink)}
+    assert computed == flink
+    assert {e: type(v) for e, v in computed.items()} == {e: type(v) for e, v in flink.items()}

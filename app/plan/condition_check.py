@@ -14,10 +14,9 @@ from pyspark.sql import types as T
 from sqlglot import exp
 
 from serdes.records.schema import Column
-from state.expr.functions import FUNCTIONS
+from state.expr.functions import FUNCTIONS, OPERATORS
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ)
-_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 Columns = Mapping[str, Mapping[str, Column]]  # alias (L, R) -> column name -> column
 
 
@@ -50,7 +49,7 @@ def _operand(node: exp.Expression, columns: Columns) -> tuple[str, str] | None:
         return "boolean", node.sql()
     if isinstance(node, exp.Neg):
         return _operand(node.this, columns)
-    if isinstance(node, _ARITHMETIC):
+    if isinstance(node, OPERATORS):
         left, right = _operand(node.this, columns), _operand(node.expression, columns)
         if left and right and left[0] == right[0] == "number":
             return "number", node.sql()

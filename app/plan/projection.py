@@ -8,11 +8,15 @@ rewritten to those columns, and handed to Spark as expressions. Output names fol
 an alias, else the column's name, else `EXPR$<position>`; a name taken already gets the first
 free suffix `0`, `1`, ... (`L.c, R.c` gives `c`, `c0`). The change kind `op` is kept in front.
 
-A CAST that cannot convert a row's value fails Flink's job (and Spark's task, under ANSI): for a
-service, a crash loop on one bad value. Here every CAST runs as TRY_CAST, and a row on which one
-failed (its value not NULL, its cast NULL, where the CASE, IF or COALESCE around it evaluates
-it) is marked with the failure (`CAST_ERROR`) and carries its joined row (`FAILED_ROW`), which
-the output sends to the dead-letter topic instead of the row. TRY_CAST stays NULL.
+Spark computes them as Flink does where the session's non-ANSI arithmetic and the rewrites of
+`app.plan.flink_arithmetic` make it: integer division, overflow, casts between numbers.
+
+A CAST that cannot convert a row's value (`CAST('abc' AS INT)`) fails Flink's job: for a
+service, a crash loop on one bad value. Here it is NULL (Spark's CAST outside ANSI mode), and a
+row on which one failed (its value not NULL, its cast NULL, where the CASE, IF or COALESCE
+around it evaluates it) is marked with the failure (`CAST_ERROR`) and carries its joined row
+(`FAILED_ROW`), which the output sends to the dead-letter topic instead of the row. TRY_CAST
+stays NULL.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from app.plan.flink_arithmetic import Types, as_flink_computes
 from serdes.records.encode import CAST_ERROR, FAILED_ROW, JSON_OPTIONS
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.expr.functions import describe, unsupported
@@ -51,14 +56,6 @@ def parse_select(select: str) -> exp.Expression:
 def _strict_casts(tree: exp.Expression) -> list[exp.Cast]:
     """The CASTs of `tree` (sqlglot parses CAST and TRY_CAST alike, TRY_CAST marked `safe`)."""
     return [c for c in tree.find_all(exp.Cast) if not c.args.get("safe")]
-
-
-def _tolerant(tree: exp.Expression) -> exp.Expression:
-    """`tree`, every CAST in it a TRY_CAST."""
-    tree = tree.copy()
-    for cast in _strict_casts(tree):
-        cast.set("safe", True)
-    return tree
 
 
 def _holds(condition: exp.Expression) -> exp.Expression:
@@ -92,9 +89,9 @@ def _evaluated_when(node: exp.Expression) -> list[exp.Expression]:
     return conditions
 
 
-def _cast_failures(select: str) -> exp.Expression | None:
+def _cast_failures(select: str, types: Types) -> exp.Expression | None:
     """The select list's first CAST that fails on a row, as a message naming it and the value
-    (NULL if none failed), over `L_`/`R_` columns; None if the list holds no CAST."""
+    (NULL if none failed), over `L_`/`R_` columns of `types`; None if the list holds no CAST."""
     branches = []
     for item in parse_select(select).expressions:
         for cast in _strict_casts(item):
@@ -102,10 +99,7 @@ def _cast_failures(select: str) -> exp.Expression | None:
             failed = exp.and_(
                 *_evaluated_when(cast),
                 exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
-                exp.Is(
-                    this=exp.TryCast(this=value.copy(), to=cast.args["to"].copy(), safe=True),
-                    expression=exp.Null(),
-                ),
+                exp.Is(this=cast.copy(), expression=exp.Null()),
             )
             written = cast.sql(dialect=FLINK_LEXICON)
             message = exp.func(
@@ -116,14 +110,14 @@ def _cast_failures(select: str) -> exp.Expression | None:
             branches.append(exp.If(this=failed, true=message))
     if not branches:
         return None
-    return _tolerant(exp.Case(ifs=branches)).transform(_qualified_to_flat)
+    return as_flink_computes(exp.Case(ifs=branches).transform(_qualified_to_flat), types)
 
 
 def _select_items(
-    select: str, columns: dict[str, tuple[str, ...]] | None
+    select: str, columns: dict[str, tuple[str, ...]] | None, types: Types | None = None
 ) -> list[tuple[str, exp.Expression]]:
-    """Each item of the list: its output name and its expression over `L_`/`R_` columns, every
-    CAST in it a TRY_CAST (see the module's docstring)."""
+    """Each item of the list: its output name and its expression over `L_`/`R_` columns, as
+    Flink computes it where their `types` are given (`app.plan.flink_arithmetic`)."""
     tree = parse_select(select)
     items, taken = [], set()
     for position, item in enumerate(tree.expressions):
@@ -145,14 +139,20 @@ def _select_items(
             name = f"EXPR${position}"
         name = _unique(name, taken)
         taken.add(name)
-        items.append((name, _tolerant(inner).transform(_qualified_to_flat)))
+        flat = inner.transform(_qualified_to_flat)
+        items.append((name, flat if types is None else as_flink_computes(flat, types)))
     return items
 
 
-def select_expressions(select: str, columns: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+def select_expressions(
+    select: str, columns: dict[str, tuple[str, ...]] | None = None, types: Types | None = None
+) -> list[str]:
     """Spark SQL expressions, each aliased to its output column name; ConditionError names
-    what the list may not hold, or (given each alias' `columns`) a column that does not exist."""
-    return [f"{e.sql(dialect='spark')} AS `{name}`" for name, e in _select_items(select, columns)]
+    what the list may not hold, or (given each alias' `columns`) a column that does not exist.
+    `types`: the joined columns' (`L_<col>`), which the expressions are computed as Flink
+    computes them over."""
+    items = _select_items(select, columns, types)
+    return [f"{e.sql(dialect='spark')} AS `{name}`" for name, e in items]
 
 
 def selected_columns(select: str) -> dict[str, str | None]:
@@ -179,8 +179,9 @@ def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> Da
     """`op`, the columns named in `keep`, then the select list; with a CAST in the list, then
     `CAST_ERROR` and `FAILED_ROW` (NULL where no CAST failed)."""
     kept = [F.col(f"`{c}`") for c in keep or ()]
-    selected = [F.expr(e) for e in select_expressions(select)]
-    failure = _cast_failures(select)
+    types = {field.name: field.dataType for field in joined.schema.fields}
+    selected = [F.expr(e) for e in select_expressions(select, types=types)]
+    failure = _cast_failures(select, types)
     if failure is None:
         return joined.select("op", *kept, *selected)
     error = F.expr(failure.sql(dialect="spark"))

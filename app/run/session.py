@@ -53,6 +53,15 @@ DEFAULT_CONF = {
     "spark.redaction.regex": SECRET_NAMES,
     "spark.sql.redaction.options.regex": SECRET_NAMES.replace("(?i)", "(?i)url|", 1),
 }
+# A select list computes as Flink's generated Java code does (`app.plan.flink_arithmetic`): a
+# whole number's overflow wraps and a CAST narrows or is NULL, where ANSI mode fails the task
+# (and the query, on every retry, on one row's value); an integer literal in DECIMAL arithmetic
+# is an INT, as Flink types it, not a DECIMAL of its digits (`d / 3` of 13 decimals, not 6).
+# Not a setting a user changes: the select list's results are Flink's.
+FLINK_ARITHMETIC = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.legacy.literal.pickMinimumPrecision": "false",
+}
 # Loggers that warn about what a user can do nothing about: the Python state server at every
 # absent value, the trigger at every batch longer than its interval (the service runs batches
 # back to back when behind). What warns before they can be set is filtered by `jvm_console`.
@@ -213,7 +222,7 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_attempts(master)).appName("streamjoin")
     local = checkpoint_conf(checkpoint) if checkpoint else {}
-    merged = {**DEFAULT_CONF, **local, **(conf or {})}
+    merged = {**DEFAULT_CONF, **local, **(conf or {}), **FLINK_ARITHMETIC}
     if "spark.jars" in local and "spark.jars" in (conf or {}):  # the user's jars and these
         merged["spark.jars"] = f"{conf['spark.jars']},{local['spark.jars']}"  # type: ignore[index]
     for key, value in jvm_options(merged).items():

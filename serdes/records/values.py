@@ -17,8 +17,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from serdes.records.java_text import double_text, json_text
 from state.changes import EPOCH
+from state.java_text import double_text, json_text
 
 Converter = Callable[[Any], Any]
 

@@ -22,6 +22,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
 
+from state.expr import arithmetic
 from state.expr.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
 
 ALIASES = ("L", "R")
@@ -74,10 +75,11 @@ def interval_ms(node: exp.Interval) -> int:
 
 
 _ARITHMETIC: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {
-    exp.Add: operator.add,
-    exp.Sub: operator.sub,
-    exp.Mul: operator.mul,
-    exp.Mod: operator.mod,
+    exp.Add: arithmetic.add,
+    exp.Sub: arithmetic.subtract,
+    exp.Mul: arithmetic.multiply,
+    exp.Div: arithmetic.divide,
+    exp.Mod: arithmetic.remainder,
 }
 
 
@@ -161,9 +163,12 @@ def one_side_filter(residual: exp.Expression | None, alias: str) -> exp.Expressi
 
 
 def _literal(node: exp.Literal) -> Any:
+    """A literal's value of its Flink type: `1` an INT, `1.5` a DECIMAL, `1e10` a DOUBLE."""
     if node.is_string:
         return node.this
-    return int(node.this) if node.this.lstrip("-").isdigit() else Decimal(node.this)
+    if node.this.lstrip("-").isdigit():
+        return int(node.this)
+    return float(node.this) if "e" in node.this.lower() else Decimal(node.this)
 
 
 def _null_safe(fn: Callable[[Any, Any], Any], a: Evaluator, b: Evaluator) -> Evaluator:
@@ -187,12 +192,6 @@ def _connective(a: Evaluator, b: Evaluator, decisive: bool) -> Evaluator:
         return None if x is None or y is None else not decisive
 
     return evaluate
-
-
-def _divide(x: Any, y: Any) -> Any:
-    if y == 0:
-        return None
-    return x // y if isinstance(x, int) and isinstance(y, int) else x / y
 
 
 class _Compiler:
@@ -226,8 +225,8 @@ class _Compiler:
         kind = type(node)
         if kind in (exp.Add, exp.Sub) and isinstance(node.expression, exp.Interval):
             return self.shifted(node)
-        if kind in _COMPARISONS or kind in _ARITHMETIC or kind is exp.Div:
-            fn = _COMPARISONS.get(kind) or _ARITHMETIC.get(kind) or _divide
+        if kind in _COMPARISONS or kind in _ARITHMETIC:
+            fn = _COMPARISONS.get(kind) or _ARITHMETIC[kind]
             return _null_safe(fn, self.compile(node.this), self.compile(node.expression))
         if kind is exp.And or kind is exp.Or:
             both = self.compile(node.this), self.compile(node.expression)

@@ -22,12 +22,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 from sqlglot import exp
 
 from state.changes import EPOCH
+from state.expr import arithmetic
+from state.java_text import double_text
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,19 @@ def _to_date(value: Any) -> date:
 
 
 def _substring(text: str, start: int, length: int | None = None) -> str:
-    begin = start - 1 if start > 0 else max(len(text) + start, 0)
+    """SUBSTR(text, start[, length]): from the start-th character (the first for 0, as Flink's),
+    counted from the end where negative."""
+    begin = start - 1 if start > 0 else 0 if start == 0 else max(len(text) + start, 0)
     return text[begin:] if length is None else text[begin : begin + max(length, 0)]
+
+
+# A word of INITCAP: letters and digits (`x1y` is one word, `foo-bar` and `a_b` two each)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _initcap(text: str) -> str:
+    """Each word's first character upper case, the others lower, as Flink's INITCAP."""
+    return _WORD.sub(lambda word: word[0][0].upper() + word[0][1:].lower(), text)
 
 
 def like(text: str, pattern: str, escape: str | None = None) -> bool:
@@ -81,9 +94,15 @@ def like(text: str, pattern: str, escape: str | None = None) -> bool:
     return re.fullmatch("".join(regex), text, re.DOTALL) is not None
 
 
+# ROUND's digits: a DECIMAL(38, 0)'s 38, the largest double's 309
+_ROUNDING = Context(prec=400, rounding=ROUND_HALF_UP)
+
+
 def _round(value: Any, places: int = 0) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
     quantum = Decimal(1).scaleb(-places)
-    rounded = Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)
+    rounded = Decimal(str(value)).quantize(quantum, context=_ROUNDING)
     if isinstance(value, int):
         return int(rounded)
     return rounded if isinstance(value, Decimal) else float(rounded)
@@ -99,29 +118,74 @@ def trim(text: str, position: str | None = None, characters: str | None = None) 
     return text.strip(chars)
 
 
-_INTEGRAL = {"TINYINT", "SMALLINT", "INT", "BIGINT"}
+_INTEGRAL = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}  # by their bits
 _FLOATING = {"FLOAT", "DOUBLE"}
 _TEXT = {"CHAR", "VARCHAR", "TEXT", "STRING"}
-CAST_TYPES = _INTEGRAL | _FLOATING | _TEXT | {"DECIMAL", "BOOLEAN"}  # in a join condition
+CAST_TYPES = set(_INTEGRAL) | _FLOATING | _TEXT | {"DECIMAL", "BOOLEAN"}  # in a join condition
+# The texts Flink casts to a BOOLEAN, in any case (anything else fails its job: NULL here)
+_BOOLEAN_TEXTS = dict.fromkeys(("true", "t", "yes", "y", "1"), True) | dict.fromkeys(
+    ("false", "f", "no", "n", "0"), False
+)
+
+
+def _wrapped(number: int, bits: int) -> int:
+    """`number`'s low `bits` bits as a signed number: Java's narrowing of a whole number."""
+    half = 1 << (bits - 1)
+    return (number + half) % (1 << bits) - half
+
+
+def _to_integral(value: Any, bits: int) -> int | None:
+    """As Flink's CAST: a whole number or DECIMAL (truncated) keeps its low bits; a double is
+    truncated, held at the range of an INT (of a BIGINT for one), NaN 0, then narrowed; a text
+    is read as a number of the type, else NULL (Flink's job fails)."""
+    if isinstance(value, str):
+        number = int(Decimal(value.strip()))
+        return number if _wrapped(number, bits) == number else None
+    if isinstance(value, float):
+        wide = 64 if bits == 64 else 32
+        limit = 1 << (wide - 1)
+        if math.isnan(value):
+            return 0
+        held = max(-limit, min(limit - 1, math.trunc(value) if math.isfinite(value) else value))
+        return _wrapped(int(held), bits)
+    return _wrapped(int(value), bits)
+
+
+def _to_decimal(value: Any, to: exp.DataType) -> Decimal | None:
+    """DECIMAL(p, s), as Flink's: rounded half up to `s` places, NULL beyond `p` digits."""
+    params = [int(p.name) for p in to.expressions]
+    precision, scale = (params + [10, 0][len(params) :])[:2]
+    # a double as its shortest text (Java's `BigDecimal.valueOf`), not its binary expansion
+    if isinstance(value, str | Decimal):
+        number = Decimal(value.strip() if isinstance(value, str) else value)
+    else:
+        number = Decimal(repr(value))
+    try:
+        digits = Context(prec=precision, rounding=ROUND_HALF_UP)
+        return number.quantize(Decimal(1).scaleb(-scale), context=digits)
+    except InvalidOperation:  # more digits than the precision, or not finite
+        return None
 
 
 def cast(value: Any, to: exp.DataType) -> Any:
-    """CAST(value AS to) on a non-NULL value; NULL where the value does not convert."""
+    """CAST(value AS to) on a non-NULL value, as Flink casts it; NULL where Flink's job fails."""
     target = to.this.name
     try:
         if target in _INTEGRAL:
-            return int(Decimal(str(value).strip())) if not isinstance(value, bool) else int(value)
+            return _to_integral(value, _INTEGRAL[target])
         if target in _FLOATING:
             return float(value)
         if target == "DECIMAL":
-            return Decimal(str(value).strip())
+            return _to_decimal(value, to)
         if target in _TEXT:
             if isinstance(value, bool):
                 return "TRUE" if value else "FALSE"
-            return str(value)
+            if isinstance(value, datetime):  # TIMESTAMP(3), as Flink writes it
+                return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+            return double_text(value) if isinstance(value, float) else str(value)
         if target == "BOOLEAN":
             if isinstance(value, str):
-                return {"true": True, "false": False}.get(value.strip().lower())
+                return _BOOLEAN_TEXTS.get(value.lower())
             return bool(value)
     except (ValueError, TypeError, InvalidOperation):
         return None
@@ -175,7 +239,7 @@ _MATH = {"takes": "number", "gives": "number"}
 FUNCTIONS: dict[type[exp.Expression], Function] = {
     exp.Upper: Function("UPPER", _one, str.upper, **_TEXT_FUNCTION),
     exp.Lower: Function("LOWER", _one, str.lower, **_TEXT_FUNCTION),
-    exp.Initcap: Function("INITCAP", _one, str.title, **_TEXT_FUNCTION),
+    exp.Initcap: Function("INITCAP", _one, _initcap, **_TEXT_FUNCTION),
     exp.Length: Function("CHAR_LENGTH", _one, len, takes="string", gives="number"),
     exp.Substring: Function(
         "SUBSTR",
@@ -206,16 +270,16 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     exp.Concat: Function("CONCAT", _listed, _concat, **_TEXT_FUNCTION, all_args=True),
     exp.Abs: Function("ABS", _one, abs, **_MATH),
     exp.Sign: Function("SIGN", _one, _sign, **_MATH),
-    exp.Floor: Function("FLOOR", _one, math.floor),  # FLOOR(x TO unit) takes a time
-    exp.Ceil: Function("CEIL", _one, math.ceil),
+    exp.Floor: Function("FLOOR", _one, arithmetic.floor),  # FLOOR(x TO unit) takes a time
+    exp.Ceil: Function("CEIL", _one, arithmetic.ceil),
     exp.Round: Function(
         "ROUND",
         lambda n: [n.this, n.args.get("decimals")],
         lambda v, p=0: _round(v, p),
         **_MATH,
     ),
-    exp.Pow: Function("POWER", _two, lambda a, b: float(a) ** float(b), **_MATH, all_args=True),
-    exp.Sqrt: Function("SQRT", _one, lambda v: math.sqrt(v), **_MATH),
+    exp.Pow: Function("POWER", _two, arithmetic.power, **_MATH, all_args=True),
+    exp.Sqrt: Function("SQRT", _one, arithmetic.sqrt, **_MATH),
     exp.TsOrDsToDate: Function("TO_DATE", _one, _to_date, gives="time"),  # YEAR(x) wraps x
     exp.Quarter: _date_part("QUARTER"),
     exp.Year: _date_part("YEAR"),
@@ -233,6 +297,25 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
 # What a select list may hold besides the functions: columns, literals, operators, CASE, IF,
 # CAST, EXTRACT, TRIM, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the
 # condition compiler, `state.expr.condition`, evaluates these forms itself).
+# The forms whose value is a BOOLEAN, and the arithmetic operators
+PREDICATES: tuple[type[exp.Expression], ...] = (
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,
+    exp.NullSafeNEQ,
+    exp.And,
+    exp.Or,
+    exp.Not,
+    exp.Is,
+    exp.In,
+    exp.Like,
+    exp.Between,
+)
+OPERATORS: tuple[type[exp.Expression], ...] = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Column,
     exp.Identifier,
@@ -246,28 +329,10 @@ STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.DataType,
     exp.DataTypeParam,
     exp.Var,
-    exp.EQ,
-    exp.NEQ,
-    exp.GT,
-    exp.GTE,
-    exp.LT,
-    exp.LTE,
-    exp.NullSafeEQ,
-    exp.NullSafeNEQ,
-    exp.Add,
-    exp.Sub,
-    exp.Mul,
-    exp.Div,
-    exp.Mod,
+    *PREDICATES,
+    *OPERATORS,
     exp.Neg,
-    exp.And,
-    exp.Or,
-    exp.Not,
-    exp.Is,
-    exp.In,
-    exp.Like,
     exp.Escape,
-    exp.Between,
     exp.Case,
     exp.If,
     exp.Cast,

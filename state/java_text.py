@@ -1,7 +1,8 @@
-"""The texts Flink writes for values a STRING column takes from a JSON or Avro field that is no
-string: Java's `Double.toString` for a double, Jackson's compact JSON for an object or array
-(its doubles written by `Double.toString`, `{"a":1.0E20,"b":[1.1]}`). Python's own texts differ
-(`1e+20`, `1e-05`, `12345678.0` where Java writes `1.2345678E7`)."""
+"""The texts Flink (Java) gives values that become strings: `Double.toString` for a double (a
+`CAST(x AS STRING)`, a JSON or Avro number read into a STRING column), Jackson's compact JSON for
+a JSON object or array read into a STRING column (its doubles written by `Double.toString`,
+`{"a":1.0E20,"b":[1.1]}`). Python's own texts differ (`1e+20`, `1e-05`, `12345678.0` where Java
+writes `1.2345678E7`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,160 @@
+"""A select list's expressions rewritten where Spark's SQL computes otherwise than Flink's.
+
+The select list runs in Spark (`app.plan.projection`), under the session's non-ANSI arithmetic
+(`app.run.session`), which wraps a whole number's overflow and narrows a CAST as Java does, as
+Flink's generated code does. What the session cannot say, the expression is rewritten for, from
+the types of the joined columns:
+
+| Flink | Spark as written | rewritten |
+| --- | --- | --- |
+| INT / INT an INT, truncated (-7 / 2 = -3) | a DOUBLE (-3.5) | `CAST(a DIV b AS INT)` |
+| CAST(boolean AS STRING) `TRUE` | `true` | `UPPER(CAST(…))` |
+| FLOOR, CEIL of a DOUBLE a DOUBLE (-8.0) | a BIGINT (-8) | `CAST(FLOOR(x) AS DOUBLE)` |
+| SIGN of an INT, DECIMAL(p, s) that type (1, 1.00) | a DOUBLE (1.0) | `CAST(SIGN(x) AS …)` |
+| a DOUBLE / 0 `Infinity` or `NaN` | NULL | `IF(y = 0, …, x / y)` |
+| TRY_CAST of a number as CAST (-1 for a BIGINT's 2^63-1 as INT) | NULL | `CAST(…)` |
+| CAST(TIMESTAMP(3) AS STRING) `…:00.000` | `…:00` | `date_format(…)` |
+
+(FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
+cannot hold.)
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+from sqlglot import exp
+
+from state.expr.functions import OPERATORS, PREDICATES
+
+# A column's type as the rewrites tell types apart: the whole numbers by their width
+_WHOLE = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
+_SPARK_NAMES = {
+    T.ByteType: "TINYINT",
+    T.ShortType: "SMALLINT",
+    T.IntegerType: "INT",
+    T.LongType: "BIGINT",
+    T.FloatType: "DOUBLE",
+    T.DoubleType: "DOUBLE",
+    T.BooleanType: "BOOLEAN",
+    T.StringType: "STRING",
+    T.TimestampType: "TIMESTAMP",
+}
+_TEXT = {"STRING", "VARCHAR", "CHAR", "TEXT"}
+_SAME_TYPE = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Sign, exp.Round)
+_TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSS"
+# Beyond 2^52 every double is whole: its FLOOR and CEIL are itself
+_WHOLE_DOUBLES = exp.Literal.number(2**52)
+
+Types = dict[str, T.DataType]
+
+
+def _type_name(spark: T.DataType) -> str | None:
+    if isinstance(spark, T.DecimalType):
+        return f"DECIMAL({spark.precision}, {spark.scale})"
+    return _SPARK_NAMES.get(type(spark))
+
+
+def type_of(node: exp.Expression, types: Types) -> str | None:
+    """The Flink type of `node` as far as the rewrites need it (`INT`, `DOUBLE`, `DECIMAL(p, s)`,
+    `DECIMAL` of a precision not worked out, `BOOLEAN`, `STRING`); None where not known."""
+    if isinstance(node, exp.Column):
+        spark = types.get(node.name)
+        return _type_name(spark) if spark is not None else None
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return "STRING"
+        text = node.this.lower()
+        if text.lstrip("-").isdigit():
+            return "INT" if -(2**31) <= int(text) < 2**31 else "BIGINT"
+        return "DOUBLE" if "e" in text else "DECIMAL"
+    if isinstance(node, (exp.Boolean, *PREDICATES)):
+        return "BOOLEAN"
+    if isinstance(node, exp.Cast):
+        name = node.args["to"].this.name
+        return "DECIMAL" if name == "DECIMAL" else "STRING" if name in _TEXT else name
+    if isinstance(node, _SAME_TYPE):
+        return type_of(node.this, types)
+    if isinstance(node, OPERATORS):
+        return _arithmetic_type(type_of(node.this, types), type_of(node.expression, types))
+    return None
+
+
+def _arithmetic_type(a: str | None, b: str | None) -> str | None:
+    if a in _WHOLE and b in _WHOLE:
+        return a if _WHOLE[a] >= _WHOLE[b] else b
+    if a is None or b is None:
+        return None
+    if "DOUBLE" in (a, b):
+        return "DOUBLE"
+    return "DECIMAL" if a.startswith("DECIMAL") or b.startswith("DECIMAL") else None
+
+
+def _cast(node: exp.Expression, to: str) -> exp.Cast:
+    return exp.Cast(this=node, to=exp.DataType.build(to))
+
+
+def _double(text: str) -> exp.Cast:
+    return _cast(exp.Literal.string(text), "DOUBLE")
+
+
+def _divided(node: exp.Div, kind: str | None) -> exp.Expression:
+    """A whole number's quotient truncated, of the operands' type; a DOUBLE's by zero infinite
+    or NaN, as Java's (Spark's is NULL)."""
+    x, y = node.this, node.expression
+    if kind in _WHOLE:
+        return _cast(exp.IntDiv(this=x.copy(), expression=y.copy()), kind)
+    if kind != "DOUBLE":
+        return node
+    undefined = exp.or_(
+        exp.EQ(this=x.copy(), expression=exp.Literal.number(0)), exp.func("isnan", x.copy())
+    )
+    by_zero = exp.If(
+        this=undefined,
+        true=_double("NaN"),
+        false=exp.Mul(this=x.copy(), expression=_double("Infinity")),
+    )
+    is_zero = exp.EQ(this=y.copy(), expression=exp.Literal.number(0))
+    return exp.If(this=is_zero, true=by_zero, false=node.copy())
+
+
+def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
+    """`node` as Flink computes it, its children rewritten already."""
+    if isinstance(node, exp.Div):
+        return _divided(node, type_of(node, types))
+    if isinstance(node, exp.Cast) and node.args.get("safe"):
+        if type_of(node.this, types) not in (None, "STRING"):  # only a text fails a CAST
+            return exp.Cast(this=node.this.copy(), to=node.args["to"].copy())
+    elif isinstance(node, exp.Cast) and node.args["to"].this.name in _TEXT:
+        kind = type_of(node.this, types)
+        if kind == "BOOLEAN":
+            return exp.Upper(this=node.copy())
+        if kind == "TIMESTAMP":  # TIMESTAMP(3): its milliseconds, zeros too
+            return exp.func("date_format", node.this.copy(), exp.Literal.string(_TIMESTAMP_TEXT))
+    elif isinstance(node, exp.Floor | exp.Ceil) and not (
+        node.args.get("decimals") or node.args.get("to")
+    ):
+        value = node.this
+        if type_of(value, types) == "DOUBLE":
+            whole = exp.or_(
+                exp.func("isnan", value.copy()),
+                exp.GTE(this=exp.Abs(this=value.copy()), expression=_WHOLE_DOUBLES.copy()),
+            )
+            return exp.If(this=whole, true=value.copy(), false=_cast(node.copy(), "DOUBLE"))
+    elif isinstance(node, exp.Sign):
+        kind = type_of(node.this, types)
+        if kind is not None and (kind in _WHOLE or kind.startswith("DECIMAL(")):
+            return _cast(node.copy(), kind)
+    return node
+
+
+def as_flink_computes(tree: exp.Expression, types: Types) -> exp.Expression:
+    """`tree` (over the joined columns, `types` theirs) rewritten where Spark computes
+    otherwise than Flink; each node after its children, so that a rewrite sees them rewritten."""
+    tree = tree.copy()
+    for node in reversed(list(tree.walk(bfs=False))):
+        replacement = _rewritten(node, types)
+        if replacement is not node:
+            if node is tree:
+                return replacement
+            node.replace(replacement)
+    return tree
