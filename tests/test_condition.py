@@ -163,6 +163,9 @@ FLINK_COMPUTES = [
     ("FLOOR(L.x)", -8.0),
     ("CEIL(L.d)", Decimal(-7)),
     ("SUBSTR(L.s, 0, 2)", " A"),
+    ("SUBSTR(L.s, 2, -1)", None),
+    ("SUBSTR(L.s, -10, 3)", ""),
+    ("RIGHT(L.s, 10)", " Ab c "),
     ("INITCAP('hello wORLD foo-bar x1y')", "Hello World Foo-Bar X1y"),
     ("CAST(L.d AS DECIMAL(3,1))", Decimal("-7.5")),
     ("CAST(L.d * 1000 AS DECIMAL(4,2))", None),
@@ -173,6 +176,7 @@ FLINK_COMPUTES = [
     ("CAST(L.x * 1e300 AS STRING)", "-7.5E300"),
     ("CAST('yes' AS BOOLEAN)", True),
     ("CAST('1.5' AS INT)", 1),
+    ("CAST('1e2' AS INT)", None),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -95,13 +96,15 @@ def test_a_row_a_cast_fails_on_goes_to_the_dead_letter_topic_with_the_reason(spa
 
 def test_a_select_list_computes_as_flink_does(spark) -> None:
     """What Flink 2.3 computes on a row of a INT = -7, b INT = 2, x DOUBLE = -7.5, d
-    DECIMAL(10,2) = -7.45, g BIGINT = 2^63-1, where Spark's SQL computes otherwise: a whole
-    number's quotient truncated, its overflow wrapped (Spark failed the task on it, and the
-    query on every retry), a narrowing CAST, a DECIMAL divided by an INT literal to 13 places,
-    a DOUBLE divided by zero, FLOOR and SIGN of their argument's type, a boolean's text."""
+    DECIMAL(10,2) = -7.45, g BIGINT = 2^63-1, t TIMESTAMP(3) = 2024-03-05 06:07:08, where
+    Spark's SQL computes otherwise: a whole number's quotient truncated, its overflow wrapped
+    (Spark failed the task on it, and the query on every retry), a narrowing CAST, a DECIMAL
+    divided by an INT literal to 13 places, a DOUBLE divided by zero, FLOOR and SIGN of their
+    argument's type, a boolean's and a time's text, whole seconds, a negative length."""
+    t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
-        [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1)],
-        "op string, L_a int, L_b int, L_x double, L_d decimal(10,2), L_g bigint",
+        [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
+        "op string, L_a int, L_b int, L_x double, L_d decimal(10,2), L_g bigint, L_t timestamp",
     )
     flink = {
         "L.a / L.b": -3,
@@ -118,6 +121,9 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "SIGN(L.a)": -1,
         "SIGN(L.d)": Decimal("-1.00"),
         "CAST(L.a > L.b AS STRING)": "FALSE",
+        "CAST(L.t AS STRING)": "2024-03-05 06:07:08.000",
+        "EXTRACT(SECOND FROM L.t)": 8,
+        "SUBSTR('abc', 2, L.b - 3)": None,
     }
     select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
     [row] = project(joined, select).collect()

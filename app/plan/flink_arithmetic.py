@@ -14,6 +14,8 @@ the types of the joined columns:
 | a DOUBLE / 0 `Infinity` or `NaN` | NULL | `IF(y = 0, …, x / y)` |
 | TRY_CAST of a number as CAST (-1 for a BIGINT's 2^63-1 as INT) | NULL | `CAST(…)` |
 | CAST(TIMESTAMP(3) AS STRING) `…:00.000` | `…:00` | `date_format(…)` |
+| EXTRACT(SECOND FROM t) whole seconds (8) | a DECIMAL (8.123000) | `SECOND(t)` |
+| SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
 cannot hold.)
@@ -140,6 +142,13 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
                 exp.GTE(this=exp.Abs(this=value.copy()), expression=_WHOLE_DOUBLES.copy()),
             )
             return exp.If(this=whole, true=value.copy(), false=_cast(node.copy(), "DOUBLE"))
+    elif isinstance(node, exp.Extract) and node.this.name.upper() == "SECOND":
+        return exp.Second(this=node.expression.copy())  # whole seconds, not a DECIMAL
+    elif isinstance(node, exp.Substring) and node.args.get("length") is not None:
+        length = node.args["length"]
+        if not (isinstance(length, exp.Literal) and length.this.isdigit()):
+            negative = exp.LT(this=length.copy(), expression=exp.Literal.number(0))
+            return exp.If(this=negative, true=exp.Null(), false=node.copy())
     elif isinstance(node, exp.Sign):
         kind = type_of(node.this, types)
         if kind is not None and (kind in _WHOLE or kind.startswith("DECIMAL(")):

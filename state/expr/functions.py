@@ -64,11 +64,16 @@ def _to_date(value: Any) -> date:
     return _as_datetime(value).date()
 
 
-def _substring(text: str, start: int, length: int | None = None) -> str:
-    """SUBSTR(text, start[, length]): from the start-th character (the first for 0, as Flink's),
-    counted from the end where negative."""
-    begin = start - 1 if start > 0 else 0 if start == 0 else max(len(text) + start, 0)
-    return text[begin:] if length is None else text[begin : begin + max(length, 0)]
+def _substring(text: str, start: int, length: int | None = None) -> str | None:
+    """SUBSTR(text, start[, length]), as Flink's: from the start-th character (the first for
+    0), counted from the end where negative, the `length` characters from there that the text
+    has (none of those before its start); NULL for a negative length."""
+    if length is not None and length < 0:
+        return None
+    begin = start - 1 if start > 0 else 0 if start == 0 else len(text) + start
+    if length is None:
+        return text[max(begin, 0) :]
+    return text[max(begin, 0) : max(begin + length, 0)]
 
 
 # A word of INITCAP: letters and digits (`x1y` is one word, `foo-bar` and `a_b` two each)
@@ -139,6 +144,8 @@ def _to_integral(value: Any, bits: int) -> int | None:
     truncated, held at the range of an INT (of a BIGINT for one), NaN 0, then narrowed; a text
     is read as a number of the type, else NULL (Flink's job fails)."""
     if isinstance(value, str):
+        if "e" in value.lower():  # Flink reads `1.5` as 1 but refuses an exponent
+            return None
         number = int(Decimal(value.strip()))
         return number if _wrapped(number, bits) == number else None
     if isinstance(value, float):
@@ -249,7 +256,7 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     ),
     exp.Left: Function("LEFT", _two, lambda s, n: s[: max(n, 0)], **_TEXT_FUNCTION),
     exp.Right: Function(
-        "RIGHT", _two, lambda s, n: s[len(s) - n :] if n > 0 else "", **_TEXT_FUNCTION
+        "RIGHT", _two, lambda s, n: s[max(len(s) - n, 0) :] if n > 0 else "", **_TEXT_FUNCTION
     ),
     exp.Replace: Function(
         "REPLACE",
