@@ -9,7 +9,13 @@ from decimal import Decimal
 import pytest
 
 from app.plan.projection import project
-from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
+from serdes.records.encode import (
+    CAST_ERROR,
+    KEY_COLUMN,
+    as_json,
+    divert_failed_casts,
+    encode,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -124,9 +130,11 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "CAST(L.t AS STRING)": "2024-03-05 06:07:08.000",
         "EXTRACT(SECOND FROM L.t)": 8,
         "SUBSTR('abc', 2, L.b - 3)": None,
+        "CAST(L.d * 1000 AS DECIMAL(4, 2))": None,
     }
     select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
     [row] = project(joined, select).collect()
+    assert row[CAST_ERROR] is None  # a number's CAST never fails: no row to the dead letters
     computed = {expression: row[f"e{i}"] for i, expression in enumerate(flink)}
     assert computed == flink
     assert {e: type(v) for e, v in computed.items()} == {e: type(v) for e, v in flink.items()}

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from app.plan.flink_arithmetic import Types, as_flink_computes
+from app.plan.flink_arithmetic import Types, as_flink_computes, type_of
 from serdes.records.encode import CAST_ERROR, FAILED_ROW, JSON_OPTIONS
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.expr.functions import describe, unsupported
@@ -91,11 +91,15 @@ def _evaluated_when(node: exp.Expression) -> list[exp.Expression]:
 
 def _cast_failures(select: str, types: Types) -> exp.Expression | None:
     """The select list's first CAST that fails on a row, as a message naming it and the value
-    (NULL if none failed), over `L_`/`R_` columns of `types`; None if the list holds no CAST."""
+    (NULL if none failed), over `L_`/`R_` columns of `types`; None if the list holds no CAST.
+    Only a text fails a CAST: a number's narrows, or is NULL beyond a DECIMAL's precision, as
+    in Flink."""
     branches = []
     for item in parse_select(select).expressions:
         for cast in _strict_casts(item):
             value = cast.this
+            if type_of(value.transform(_qualified_to_flat), types) not in (None, "STRING"):
+                continue
             failed = exp.and_(
                 *_evaluated_when(cast),
                 exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
