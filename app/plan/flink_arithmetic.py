@@ -26,10 +26,8 @@ from __future__ import annotations
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from state.expr.functions import OPERATORS, PREDICATES
+from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES
 
-# A column's type as the rewrites tell types apart: the whole numbers by their width
-_WHOLE = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}
 _SPARK_NAMES = {
     T.ByteType: "TINYINT",
     T.ShortType: "SMALLINT",
@@ -41,7 +39,6 @@ _SPARK_NAMES = {
     T.StringType: "STRING",
     T.TimestampType: "TIMESTAMP",
 }
-_TEXT = {"STRING", "VARCHAR", "CHAR", "TEXT"}
 _SAME_TYPE = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Sign, exp.Round)
 _TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSS"
 # Beyond 2^52 every double is whole: its FLOOR and CEIL are itself
@@ -73,7 +70,7 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
         return "BOOLEAN"
     if isinstance(node, exp.Cast):
         name = node.args["to"].this.name
-        return "DECIMAL" if name == "DECIMAL" else "STRING" if name in _TEXT else name
+        return "DECIMAL" if name == "DECIMAL" else "STRING" if name in TEXT_TYPES else name
     if isinstance(node, _SAME_TYPE):
         return type_of(node.this, types)
     if isinstance(node, OPERATORS):
@@ -82,8 +79,8 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
 
 
 def _arithmetic_type(a: str | None, b: str | None) -> str | None:
-    if a in _WHOLE and b in _WHOLE:
-        return a if _WHOLE[a] >= _WHOLE[b] else b
+    if a in INTEGRAL_BITS and b in INTEGRAL_BITS:
+        return a if INTEGRAL_BITS[a] >= INTEGRAL_BITS[b] else b
     if a is None or b is None:
         return None
     if "DOUBLE" in (a, b):
@@ -103,7 +100,7 @@ def _divided(node: exp.Div, kind: str | None) -> exp.Expression:
     """A whole number's quotient truncated, of the operands' type; a DOUBLE's by zero infinite
     or NaN, as Java's (Spark's is NULL)."""
     x, y = node.this, node.expression
-    if kind in _WHOLE:
+    if kind in INTEGRAL_BITS:
         return _cast(exp.IntDiv(this=x.copy(), expression=y.copy()), kind)
     if kind != "DOUBLE":
         return node
@@ -126,7 +123,7 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
     if isinstance(node, exp.Cast) and node.args.get("safe"):
         if type_of(node.this, types) not in (None, "STRING"):  # only a text fails a CAST
             return exp.Cast(this=node.this.copy(), to=node.args["to"].copy())
-    elif isinstance(node, exp.Cast) and node.args["to"].this.name in _TEXT:
+    elif isinstance(node, exp.Cast) and node.args["to"].this.name in TEXT_TYPES:
         kind = type_of(node.this, types)
         if kind == "BOOLEAN":
             return exp.Upper(this=node.copy())
@@ -151,7 +148,7 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
             return exp.If(this=negative, true=exp.Null(), false=node.copy())
     elif isinstance(node, exp.Sign):
         kind = type_of(node.this, types)
-        if kind is not None and (kind in _WHOLE or kind.startswith("DECIMAL(")):
+        if kind is not None and (kind in INTEGRAL_BITS or kind.startswith("DECIMAL(")):
             return _cast(node.copy(), kind)
     return node
 

@@ -12,12 +12,13 @@ import math
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pyspark.sql import types as T
 
 from state.changes import EPOCH
+from state.decimals import decimal_fitting
 from state.java_text import double_text, json_text
 
 Converter = Callable[[Any], Any]
@@ -133,17 +134,12 @@ def _decimal(precision: int, scale: int, unscaled_scale: int | None) -> Converte
     rounded to `scale` half up, NULL where it then has more than `precision` digits.
     `unscaled_scale`: text is Kafka Connect's Decimal (`_unscaled`) at that scale, the writer's,
     where the field's schema says so."""
-    quantum = Decimal(1).scaleb(-scale)
-    # quantizing in the column's precision signals a value of more digits, once rounded
-    digits = Context(prec=precision, rounding=ROUND_HALF_UP)
+    fit = decimal_fitting(precision, scale)
 
     def fitted(number: Decimal, value: Any) -> Decimal | None:
         if not number.is_finite():
             raise _wrong(value, "a decimal")
-        try:
-            return number.quantize(quantum, context=digits)
-        except InvalidOperation:  # beyond the precision: NULL, as Flink's
-            return None
+        return fit(number)
 
     def convert(value: Any) -> Decimal | None:
         if unscaled_scale is not None and isinstance(value, str):

@@ -28,6 +28,7 @@ from typing import Any
 from sqlglot import exp
 
 from state.changes import EPOCH
+from state.decimals import decimal_fitting
 from state.expr import arithmetic
 from state.java_text import double_text
 
@@ -123,10 +124,11 @@ def trim(text: str, position: str | None = None, characters: str | None = None) 
     return text.strip(chars)
 
 
-_INTEGRAL = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}  # by their bits
+INTEGRAL_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}  # a type name: its bits
 _FLOATING = {"FLOAT", "DOUBLE"}
-_TEXT = {"CHAR", "VARCHAR", "TEXT", "STRING"}
-CAST_TYPES = set(_INTEGRAL) | _FLOATING | _TEXT | {"DECIMAL", "BOOLEAN"}  # in a join condition
+TEXT_TYPES = {"CHAR", "VARCHAR", "TEXT", "STRING"}
+# the types a join condition may CAST to
+CAST_TYPES = set(INTEGRAL_BITS) | _FLOATING | TEXT_TYPES | {"DECIMAL", "BOOLEAN"}
 # The texts Flink casts to a BOOLEAN, in any case (anything else fails its job: NULL here)
 _BOOLEAN_TEXTS = dict.fromkeys(("true", "t", "yes", "y", "1"), True) | dict.fromkeys(
     ("false", "f", "no", "n", "0"), False
@@ -167,24 +169,20 @@ def _to_decimal(value: Any, to: exp.DataType) -> Decimal | None:
         number = Decimal(value.strip() if isinstance(value, str) else value)
     else:
         number = Decimal(repr(value))
-    try:
-        digits = Context(prec=precision, rounding=ROUND_HALF_UP)
-        return number.quantize(Decimal(1).scaleb(-scale), context=digits)
-    except InvalidOperation:  # more digits than the precision, or not finite
-        return None
+    return decimal_fitting(precision, scale)(number)
 
 
 def cast(value: Any, to: exp.DataType) -> Any:
     """CAST(value AS to) on a non-NULL value, as Flink casts it; NULL where Flink's job fails."""
     target = to.this.name
     try:
-        if target in _INTEGRAL:
-            return _to_integral(value, _INTEGRAL[target])
+        if target in INTEGRAL_BITS:
+            return _to_integral(value, INTEGRAL_BITS[target])
         if target in _FLOATING:
             return float(value)
         if target == "DECIMAL":
             return _to_decimal(value, to)
-        if target in _TEXT:
+        if target in TEXT_TYPES:
             if isinstance(value, bool):
                 return "TRUE" if value else "FALSE"
             if isinstance(value, datetime):  # TIMESTAMP(3), as Flink writes it
