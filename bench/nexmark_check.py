@@ -14,12 +14,14 @@ from typing import Any
 
 
 def canonical(value: Any) -> Any:
-    """A value as the JSON of the output writes it: a timestamp as `yyyy-MM-dd HH:mm:ss.SSS`,
-    to the nearest millisecond (PyFlink hands 1.003 s over as 1.002999)."""
+    """A value as the JSON of the output writes it: a timestamp as Flink's JSON format writes
+    it, `yyyy-MM-dd HH:mm:ss` and the fraction's digits up to the last that is not 0, to the
+    nearest millisecond (PyFlink hands 1.003 s over as 1.002999)."""
     if isinstance(value, datetime):
         epoch = datetime(1970, 1, 1, tzinfo=value.tzinfo)
         moment = epoch + timedelta(milliseconds=round((value - epoch) / timedelta(milliseconds=1)))
-        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        fraction = f"{moment.microsecond:06d}".rstrip("0")
+        return moment.strftime("%Y-%m-%d %H:%M:%S") + (f".{fraction}" if fraction else "")
     return value
 
 

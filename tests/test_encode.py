@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import functions as F
 
 from app.plan.projection import project
 from serdes.records.encode import (
@@ -15,6 +16,7 @@ from serdes.records.encode import (
     as_json,
     divert_failed_casts,
     encode,
+    json_text,
 )
 
 pytestmark = pytest.mark.spark
@@ -59,6 +61,31 @@ def test_debezium_json_is_what_flink_writes(spark) -> None:
         {"before": None, "after": {"id": "a", "v": 2}, "op": "c"},
         {"before": {"id": "a", "v": 2}, "after": None, "op": "d"},
     ]
+
+
+# Timestamps as Flink 2.3's JSON format wrote them (a filesystem sink, 'format' = 'json'):
+# the fraction digits the value needs, microseconds kept.
+FLINK_TIMESTAMP_TEXTS = [
+    (datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC), "2024-01-02 03:04:05"),
+    (datetime(2024, 1, 2, 3, 4, 5, 500000, tzinfo=UTC), "2024-01-02 03:04:05.5"),
+    (datetime(2024, 1, 2, 3, 4, 5, 120000, tzinfo=UTC), "2024-01-02 03:04:05.12"),
+    (datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC), "2024-01-02 03:04:05.123456"),
+    (datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC), "1969-12-31 23:59:59.999"),
+]
+
+
+def test_timestamps_are_written_as_flinks_json_format_writes_them(spark) -> None:
+    frame = spark.createDataFrame(
+        [("+I", b"{}", t, None) for t, _ in FLINK_TIMESTAMP_TEXTS],
+        f"op string, {KEY_COLUMN} binary, t timestamp, k string",
+    )
+    texts = [text for _, text in FLINK_TIMESTAMP_TEXTS]
+    for encoding, row_of in [("append", lambda v: v), ("debezium-json", lambda v: v["after"])]:
+        values = [json.loads(r.value) for r in as_json(encode(frame, encoding)).collect()]
+        assert [row_of(v) for v in values] == [{"t": text, "k": None} for text in texts]
+    # a record key (OUTPUT_KEY) too, a NULL column in it kept as Flink's key format keeps it
+    keys = frame.select(json_text(frame, F.struct("t", "k")).alias("key")).collect()
+    assert [json.loads(r.key) for r in keys] == [{"t": text, "k": None} for text in texts]
 
 
 def test_append_writes_the_row(spark) -> None:

@@ -28,7 +28,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from app.plan.flink_arithmetic import Types, as_flink_computes, type_of
-from serdes.records.encode import CAST_ERROR, FAILED_ROW, JSON_OPTIONS
+from serdes.records.encode import CAST_ERROR, FAILED_ROW, json_text
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
 from state.expr.functions import describe, unsupported
 
@@ -176,7 +176,7 @@ def _joined_row(joined: DataFrame) -> Column:
         ).alias(a)
         for a in ALIASES
     ]
-    return F.to_json(F.struct("op", *sides), JSON_OPTIONS)
+    return json_text(joined, F.struct("op", *sides))
 
 
 def project(joined: DataFrame, select: str, keep: list[str] | None = None) -> DataFrame:

@@ -43,7 +43,7 @@ from ops.progress import CAST_FAILURES_OBSERVATION
 from serdes.kafka.dead_letters import DeadLetterTopic, LateRowLetters
 from serdes.kafka.transactions import ExactlyOnce
 from serdes.records.avro_out import as_avro
-from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode
+from serdes.records.encode import KEY_COLUMN, as_json, divert_failed_casts, encode, json_text
 from state.columns import OP, SEQ, TS, side_column
 from state.joins.specs import JoinSpec, TemporalJoinSpec
 from state.spark.frame import WarmState
@@ -375,9 +375,8 @@ def joined_output(
         keep = [KEY_COLUMN, SEQ] if plan.materialized else [KEY_COLUMN]
         joined = project(joined, plan.last.join.select, keep=keep)
     if config.output.key:
-        joined = joined.withColumn(
-            KEY_COLUMN, F.to_json(F.struct(*config.output.key)).cast("binary")
-        )
+        key = json_text(joined, F.struct(*config.output.key))
+        joined = joined.withColumn(KEY_COLUMN, key.cast("binary"))
     if plan.materialized:
         joined = materialized_upserts(
             joined,

@@ -7,17 +7,20 @@
 - `debezium-json`: what Debezium consumers read, as Flink's debezium-json writes it: +I/+U as
   `{"before": null, "after": row, "op": "c"}`, -U/-D as `{"before": row, "after": null, "op": "d"}`.
 
-Values are JSON with timestamps as `yyyy-MM-dd HH:mm:ss.SSS` (Flink's SQL format).
+Values and record keys are JSON as Flink's JSON format writes them: every field, NULL ones too;
+a timestamp as `yyyy-MM-dd HH:mm:ss` with the fraction digits its value needs (`.5`, `.123456`,
+none for a whole second), its microseconds kept.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from state.changes import RowKind
 
-JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd HH:mm:ss.SSS", "ignoreNullFields": "false"}
+_JSON_OPTIONS = {"ignoreNullFields": "false"}
 OP_HEADER = "op"
 KEY_COLUMN = "__key"
 # Columns of the joined changes that ride beside the record, not in it, for the dead-letter
@@ -88,9 +91,32 @@ def divert_failed_casts(records: DataFrame, topic: str) -> DataFrame:
     )
 
 
+def _has_timestamp(kind: T.DataType) -> bool:
+    if isinstance(kind, T.StructType):
+        return any(_has_timestamp(f.dataType) for f in kind.fields)
+    return isinstance(kind, T.TimestampType)
+
+
+def _timestamps_as_text(value: Column, kind: T.DataType) -> Column:
+    """`value` with each timestamp in it as Flink's JSON text. Spark's CAST to STRING (in the
+    session's UTC) writes that text, where a `timestampFormat` has a fixed number of digits."""
+    if isinstance(kind, T.TimestampType):
+        return value.cast("string")
+    if isinstance(kind, T.StructType) and _has_timestamp(kind):
+        fields = [_timestamps_as_text(value[f.name], f.dataType).alias(f.name) for f in kind.fields]
+        return F.when(value.isNotNull(), F.struct(*fields))
+    return value
+
+
+def json_text(frame: DataFrame, value: Column) -> Column:
+    """`value`, a struct computed from `frame`'s columns, as Flink's JSON text (NULL stays NULL)."""
+    kind = frame.select(value).schema[0].dataType
+    return F.to_json(_timestamps_as_text(value, kind), _JSON_OPTIONS)
+
+
 def as_json(records: DataFrame) -> DataFrame:
     """Values as JSON bytes (a null value stays null: a tombstone)."""
-    return records.withColumn("value", F.to_json("value", JSON_OPTIONS).cast("binary"))
+    return records.withColumn("value", json_text(records, F.col("value")).cast("binary"))
 
 
 def row_fields(changes: DataFrame) -> list[str]:
