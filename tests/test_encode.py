@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
@@ -18,6 +18,7 @@ from serdes.records.encode import (
     encode,
     json_text,
 )
+from tests.flink_time import EXPRESSIONS, FLINK_MISCOUNTS, FLINK_TIME, as_flink_prints, qualified
 
 pytestmark = pytest.mark.spark
 
@@ -165,3 +166,24 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     computed = {expression: row[f"e{i}"] for i, expression in enumerate(flink)}
     assert computed == flink
     assert {e: type(v) for e, v in computed.items()} == {e: type(v) for e, v in flink.items()}
+
+
+def test_a_select_lists_time_functions_compute_as_flinks(spark) -> None:
+    """FLOOR and CEIL of a time TO each unit and EXTRACT of each unit, on a TIMESTAMP and a
+    DATE, as Flink 2.3 computed them (`test_condition`'s fixture): Spark refused FLOOR(t TO
+    unit) and most units of EXTRACT, and counts a week from Monday and a MILLISECOND with the
+    seconds in it."""
+    values = FLINK_TIME["values"]
+    days = FLINK_TIME["results"]["CAST(t AS DATE)"]
+    rows = [
+        ("+I", i, datetime.fromisoformat(t).replace(tzinfo=UTC), date.fromisoformat(d))
+        for i, (t, d) in enumerate(zip(values, days, strict=True))
+        if t != FLINK_MISCOUNTS
+    ]
+    joined = spark.createDataFrame(rows, "op string, L_i int, L_t timestamp, L_d date")
+    select = ", ".join(f"{qualified(e)} AS e{n}" for n, e in enumerate(EXPRESSIONS))
+    computed = project(joined, f"L.i AS i, {select}").collect()
+    for row in computed:
+        for n, expression in enumerate(EXPRESSIONS):
+            flink = FLINK_TIME["results"][expression][row["i"]]
+            assert as_flink_prints(row[f"e{n}"]) == flink, (expression, values[row["i"]])

@@ -14,7 +14,7 @@ the types of the joined columns:
 | a DOUBLE / 0 `Infinity` or `NaN` | NULL | `IF(y = 0, …, x / y)` |
 | TRY_CAST of a number as CAST (-1 for a BIGINT's 2^63-1 as INT) | NULL | `CAST(…)` |
 | CAST(TIMESTAMP(3) AS STRING) `…:00.000` | `…:00` | `date_format(…)` |
-| EXTRACT(SECOND FROM t) whole seconds (8) | a DECIMAL (8.123000) | `SECOND(t)` |
+| EXTRACT, FLOOR(t TO unit), CEIL(t TO unit) | (`app.plan.flink_time`) | |
 | SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
@@ -26,7 +26,8 @@ from __future__ import annotations
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES
+from app.plan.flink_time import time_rewritten
+from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES, time_unit
 
 _SPARK_NAMES = {
     T.ByteType: "TINYINT",
@@ -38,6 +39,7 @@ _SPARK_NAMES = {
     T.BooleanType: "BOOLEAN",
     T.StringType: "STRING",
     T.TimestampType: "TIMESTAMP",
+    T.DateType: "DATE",
 }
 _SAME_TYPE = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Sign, exp.Round)
 _TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSS"
@@ -139,8 +141,9 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
                 exp.GTE(this=exp.Abs(this=value.copy()), expression=_WHOLE_DOUBLES.copy()),
             )
             return exp.If(this=whole, true=value.copy(), false=_cast(node.copy(), "DOUBLE"))
-    elif isinstance(node, exp.Extract) and node.this.name.upper() == "SECOND":
-        return exp.Second(this=node.expression.copy())  # whole seconds, not a DECIMAL
+    elif time_unit(node) is not None:
+        value = node.expression if isinstance(node, exp.Extract) else node.this
+        return time_rewritten(node, type_of(value, types))
     elif isinstance(node, exp.Substring) and node.args.get("length") is not None:
         length = node.args["length"]
         if not (isinstance(length, exp.Literal) and length.this.isdigit()):

@@ -23,7 +23,19 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
 
 from state.expr import arithmetic
-from state.expr.functions import CAST_TYPES, FUNCTIONS, cast, describe, extract, like, trim
+from state.expr.functions import (
+    CAST_TYPES,
+    EXTRACT_UNITS,
+    FUNCTIONS,
+    TIME_UNITS,
+    cast,
+    describe,
+    extract,
+    like,
+    time_bound,
+    time_unit,
+    trim,
+)
 
 ALIASES = ("L", "R")
 
@@ -370,7 +382,24 @@ class _Compiler:
 
     def extract_(self, node: exp.Extract) -> Evaluator:
         unit = node.this.name.upper()
+        if unit not in EXTRACT_UNITS:
+            raise ConditionError(f"{node.sql()!r} is not supported in a join condition")
         return self.function(lambda v: extract(unit, v), [node.expression], strict=True)
+
+    def to_date(self, node: exp.TsOrDsToDate) -> Evaluator:
+        if node.args.get("format") is not None:
+            raise ConditionError("TO_DATE with a format is not supported in a join condition")
+        return self.function(FUNCTIONS[exp.TsOrDsToDate].compute, [node.this], strict=True)
+
+    def rounded(self, node: exp.Floor | exp.Ceil) -> Evaluator:
+        """FLOOR and CEIL of a number, or of a time `TO` a unit."""
+        unit, up = time_unit(node), isinstance(node, exp.Ceil)
+        if unit is None:
+            function = FUNCTIONS[type(node)]
+            return self.function(function.compute, function.arguments(node), function.strict)
+        if unit not in TIME_UNITS:
+            raise ConditionError(f"{node.sql()!r} is not supported in a join condition")
+        return self.function(lambda v: time_bound(v, unit, up), [node.this], strict=True)
 
 
 _SPECIAL_FORMS: dict[type[exp.Expression], Callable[[_Compiler, Any], Evaluator]] = {
@@ -385,6 +414,9 @@ _SPECIAL_FORMS: dict[type[exp.Expression], Callable[[_Compiler, Any], Evaluator]
     exp.Cast: _Compiler.cast_,
     exp.TryCast: _Compiler.cast_,
     exp.Extract: _Compiler.extract_,
+    exp.Floor: _Compiler.rounded,
+    exp.Ceil: _Compiler.rounded,
+    exp.TsOrDsToDate: _Compiler.to_date,
     exp.Trim: _Compiler.trim_,
 }
 

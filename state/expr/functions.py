@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -59,10 +59,83 @@ def _as_datetime(value: Any) -> datetime:
     return EPOCH + timedelta(microseconds=value)  # epoch microseconds
 
 
-def _to_date(value: Any) -> date:
+_DATE_TEXT = re.compile(r"\s*(\d{1,4})-(\d{1,2})-(\d{1,2})(?:[ T].*)?\s*$")
+
+
+def _to_date(value: Any) -> date | None:
+    """TO_DATE: a text's `yyyy-M-d` (a time after it ignored), NULL where it is not a date, as
+    Flink's; a timestamp's date."""
     if isinstance(value, str):
-        return date.fromisoformat(value.strip()[:10])
+        found = _DATE_TEXT.match(value)
+        try:
+            return date(*(int(part) for part in found.groups())) if found else None
+        except ValueError:  # 2024-02-30
+            return None
     return _as_datetime(value).date()
+
+
+def _in_kind_of(value: Any, moment: datetime) -> Any:
+    """`moment` as `value` holds a time: a date, a datetime, or epoch microseconds."""
+    if isinstance(value, datetime):
+        return moment if value.tzinfo else moment.replace(tzinfo=None)
+    if isinstance(value, date):
+        return moment.date()
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+def _ymd(year: int, month: int) -> date:
+    """The first of `month` of `year`, a month 13 being January of the next (as Calcite's)."""
+    return date(year + (month - 1) // 12, (month - 1) % 12 + 1, 1)
+
+
+def _calendar_bound(day: date, unit: str, up: bool) -> date:
+    """Calcite's `julianDateFloor`, which Flink's FLOOR and CEIL(t TO unit) use for a unit of
+    days or more: from the date alone (a CEIL of a time on the 1st of a month TO MONTH is that
+    1st), a week from Sunday, and a CEIL TO QUARTER of any day but January 1st the next
+    quarter's start (Calcite's test is `month > 1 || day > 1`)."""
+    year, month = day.year, day.month
+    if unit == "WEEK":
+        since_sunday = (day.weekday() + 1) % 7
+        return day - timedelta(days=since_sunday - (7 if up and since_sunday else 0))
+    if unit == "MONTH":
+        return _ymd(year, month + (up and day.day > 1))
+    past_new_year = up and (month > 1 or day.day > 1)
+    if unit == "QUARTER":
+        return _ymd(year, ((month + 2) // 3 + past_new_year) * 3 - 2)
+    if unit == "YEAR":
+        return date(year + past_new_year, 1, 1)
+    if unit == "DECADE":
+        return date(10 * (year // 10 + up), 1, 1)
+    span = 100 if unit == "CENTURY" else 1000  # both count from a year 1: 2001, 1901
+    return date(span * ((year + span - 1) // span) + (1 if up else 1 - span), 1, 1)
+
+
+_CLOCK_UNITS = {
+    "MILLISECOND": timedelta(milliseconds=1),
+    "SECOND": timedelta(seconds=1),
+    "MINUTE": timedelta(minutes=1),
+    "HOUR": timedelta(hours=1),
+    "DAY": timedelta(days=1),
+}
+_CALENDAR_UNITS = {"WEEK", "MONTH", "QUARTER", "YEAR", "DECADE", "CENTURY", "MILLENNIUM"}
+TIME_UNITS = set(_CLOCK_UNITS) | _CALENDAR_UNITS  # FLOOR(t TO unit), CEIL(t TO unit)
+
+
+def time_bound(value: Any, unit: str, up: bool) -> Any:
+    """FLOOR(value TO unit), or CEIL when `up`, of the kind `value` is; NULL beyond the years
+    1 to 9999."""
+    moment = _as_datetime(value)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        if unit in _CLOCK_UNITS:
+            step = _CLOCK_UNITS[unit]
+            bound = EPOCH + (moment - EPOCH) // step * step
+            bound += step if up and bound != moment else timedelta()
+        else:
+            bound = datetime.combine(_calendar_bound(moment.date(), unit, up), time(), UTC)
+    except (ValueError, OverflowError):
+        return None
+    return _in_kind_of(value, bound)
 
 
 def _substring(text: str, start: int, length: int | None = None) -> str | None:
@@ -197,14 +270,40 @@ def cast(value: Any, to: exp.DataType) -> Any:
     raise AssertionError(f"no CAST to {target}: the compiler refuses it (CAST_TYPES)")
 
 
+def _since_epoch(moment: datetime) -> timedelta:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH
+
+
+# EXTRACT(unit FROM t) as Flink's: DOW from Sunday (1) and ISODOW from Monday (1), WEEK the ISO
+# week; MILLISECOND, MICROSECOND and NANOSECOND within the second; EPOCH whole seconds;
+# CENTURY and MILLENNIUM counted from a year 1 (2000 is in the 20th century).
+_EXTRACTED: dict[str, Callable[[datetime], int]] = {
+    "YEAR": lambda t: t.year,
+    "QUARTER": lambda t: (t.month - 1) // 3 + 1,
+    "MONTH": lambda t: t.month,
+    "WEEK": lambda t: t.isocalendar().week,
+    "DAY": lambda t: t.day,
+    "DOW": lambda t: (t.weekday() + 1) % 7 + 1,
+    "ISODOW": lambda t: t.isoweekday(),
+    "DOY": lambda t: t.timetuple().tm_yday,
+    "ISOYEAR": lambda t: t.isocalendar().year,
+    "HOUR": lambda t: t.hour,
+    "MINUTE": lambda t: t.minute,
+    "SECOND": lambda t: t.second,
+    "MILLISECOND": lambda t: t.microsecond // 1000,
+    "MICROSECOND": lambda t: t.microsecond,
+    "NANOSECOND": lambda t: t.microsecond * 1000,
+    "EPOCH": lambda t: _since_epoch(t) // timedelta(seconds=1),
+    "DECADE": lambda t: t.year // 10,
+    "CENTURY": lambda t: (t.year + 99) // 100,
+    "MILLENNIUM": lambda t: (t.year + 999) // 1000,
+}
+EXTRACT_UNITS = set(_EXTRACTED)
+
+
 def extract(unit: str, value: Any) -> int:
     """EXTRACT(unit FROM value), and QUARTER(value), YEAR(value), ..."""
-    moment = _as_datetime(value)
-    if unit == "QUARTER":
-        return (moment.month - 1) // 3 + 1
-    if unit in ("DAY", "DAYOFMONTH"):
-        return moment.day
-    return getattr(moment, unit.lower())
+    return _EXTRACTED[unit](_as_datetime(value))
 
 
 def _date_part(unit: str) -> Function:
@@ -347,16 +446,32 @@ STRUCTURE: tuple[type[exp.Expression], ...] = (
 )
 
 
+def time_unit(node: exp.Expression) -> str | None:
+    """The unit of an EXTRACT, or of a FLOOR or CEIL of a time (`FLOOR(t TO HOUR)`), else None."""
+    if isinstance(node, exp.Extract):
+        return node.this.name.upper()
+    unit = node.args.get("to") if isinstance(node, exp.Floor | exp.Ceil) else None
+    return None if unit is None else unit.name.upper()
+
+
 def unsupported(tree: exp.Expression) -> exp.Expression | None:
-    """The first node of `tree` that is neither in the library nor plain structure."""
+    """The first node of `tree` that is neither in the library nor plain structure, nor a unit
+    of time the library has."""
     for node in tree.walk():
         if not isinstance(node, STRUCTURE) and type(node) not in FUNCTIONS:
+            return node
+        unit = time_unit(node)
+        if unit is not None and unit not in (
+            EXTRACT_UNITS if isinstance(node, exp.Extract) else TIME_UNITS
+        ):
             return node
     return None
 
 
 def describe(node: exp.Expression) -> str:
     """How a refused construct is named to the user: a function by its name, else its SQL."""
+    if time_unit(node) is not None:
+        return repr(node.sql())
     if isinstance(node, exp.Func):
         return f"function {node.sql_name() if not isinstance(node, exp.Anonymous) else node.name}"
     return repr(node.sql())

@@ -1,0 +1,33 @@
+"""Flink 2.3's FLOOR, CEIL and EXTRACT over times on and beside each unit's boundaries
+(`fixtures/functions/flink_time.json`), for the join condition's and the select list's tests.
+
+Flink counts a time before 1970 but not at midnight in the next day (its CAST to DATE, YEAR,
+MILLISECOND: 1969-12-31 23:59:59.999 is 1970-01-01, its millisecond -1); that value is computed
+as the calendar has it here, and left out of the comparisons.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from pathlib import Path
+
+FLINK_TIME = json.loads((Path(__file__).parent / "fixtures/functions/flink_time.json").read_text())
+FLINK_MISCOUNTS = "1969-12-31 23:59:59.999"
+# the expressions both places compute (a join condition has no CAST to DATE)
+EXPRESSIONS = [e for e in FLINK_TIME["results"] if not e.startswith("CAST")]
+
+
+def qualified(expression: str) -> str:
+    """An expression of the fixture's `t` and `d` as of the left input's columns."""
+    for name in ("t", "d"):
+        expression = expression.replace(f"({name}", f"(L.{name}")
+        expression = expression.replace(f"FROM {name})", f"FROM L.{name})")
+    return expression
+
+
+def as_flink_prints(value: object) -> object:
+    """A value as the fixture holds Flink's: a time as Python prints it, a date ISO, a number."""
+    if isinstance(value, datetime):
+        return str(value.replace(tzinfo=None))
+    return value.isoformat() if isinstance(value, date) else value
