@@ -16,7 +16,14 @@ from state.expr.condition import (
     parse_condition,
     split_condition,
 )
-from tests.flink_time import EXPRESSIONS, FLINK_MISCOUNTS, FLINK_TIME, as_flink_prints, qualified
+from tests.flink_readings import (
+    EXPRESSIONS,
+    FLINK_INITCAP,
+    FLINK_MISCOUNTS,
+    FLINK_TIME,
+    as_flink_prints,
+    qualified,
+)
 
 
 def predicate(text: str):
@@ -172,6 +179,7 @@ FLINK_COMPUTES = [
     ("SUBSTR(L.s, -10, 3)", ""),
     ("RIGHT(L.s, 10)", " Ab c "),
     ("INITCAP('hello wORLD foo-bar x1y')", "Hello World Foo-Bar X1y"),
+    (FLINK_INITCAP[0], FLINK_INITCAP[1]),
     ("CAST(L.d AS DECIMAL(3,1))", Decimal("-7.5")),
     ("CAST(L.d * 1000 AS DECIMAL(4,2))", None),
     ("CAST(L.g AS INT)", -1),

@@ -18,7 +18,14 @@ from serdes.records.encode import (
     encode,
     json_text,
 )
-from tests.flink_time import EXPRESSIONS, FLINK_MISCOUNTS, FLINK_TIME, as_flink_prints, qualified
+from tests.flink_readings import (
+    EXPRESSIONS,
+    FLINK_INITCAP,
+    FLINK_MISCOUNTS,
+    FLINK_TIME,
+    as_flink_prints,
+    qualified,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -159,6 +166,7 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "EXTRACT(SECOND FROM L.t)": 8,
         "SUBSTR('abc', 2, L.b - 3)": None,
         "CAST(L.d * 1000 AS DECIMAL(4, 2))": None,
+        FLINK_INITCAP[0]: FLINK_INITCAP[1],
     }
     select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
     [row] = project(joined, select).collect()

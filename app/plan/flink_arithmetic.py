@@ -15,6 +15,7 @@ the types of the joined columns:
 | TRY_CAST of a number as CAST (-1 for a BIGINT's 2^63-1 as INT) | NULL | `CAST(…)` |
 | CAST(TIMESTAMP(3) AS STRING) `…:00.000` | `…:00` | `date_format(…)` |
 | EXTRACT, FLOOR(t TO unit), CEIL(t TO unit) | (`app.plan.flink_time`) | |
+| INITCAP: ASCII words (`Foo-Bar`, `StraßE`) | after whitespace (`Straße`) | char by char |
 | SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
@@ -26,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from app.plan.flink_time import time_rewritten
+from app.plan.flink_time import VALUE, spark_template, time_rewritten
 from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES, time_unit
 
 _SPARK_NAMES = {
@@ -45,6 +46,15 @@ _SAME_TYPE = (exp.Paren, exp.Neg, exp.Abs, exp.Floor, exp.Ceil, exp.Sign, exp.Ro
 _TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSS"
 # Beyond 2^52 every double is whole: its FLOOR and CEIL are itself
 _WHOLE_DOUBLES = exp.Literal.number(2**52)
+
+# Flink's INITCAP (Calcite's): a run of ASCII letters and digits is a word, its first character
+# upper case and the others lower; any other character is left as it is. Spark's capitalizes
+# after whitespace only, and cases any letter. Each character against the one before it.
+_INITCAP = (
+    f"ARRAY_JOIN(ZIP_WITH(SPLIT({VALUE}, ''), CONCAT(ARRAY(' '), SPLIT({VALUE}, '')), (c, p) ->"
+    " IF(p RLIKE '[A-Za-z0-9]', IF(c RLIKE '[A-Z]', LOWER(c), c),"
+    " IF(c RLIKE '[a-z]', UPPER(c), c))), '')"
+)
 
 Types = dict[str, T.DataType]
 
@@ -141,6 +151,8 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
                 exp.GTE(this=exp.Abs(this=value.copy()), expression=_WHOLE_DOUBLES.copy()),
             )
             return exp.If(this=whole, true=value.copy(), false=_cast(node.copy(), "DOUBLE"))
+    elif isinstance(node, exp.Initcap):
+        return spark_template(_INITCAP, node.this)
     elif time_unit(node) is not None:
         value = node.expression if isinstance(node, exp.Extract) else node.this
         return time_rewritten(node, type_of(value, types))

@@ -17,20 +17,20 @@ from sqlglot import exp
 
 from state.expr.functions import time_unit
 
-_VALUE = "__value"
-_DAY = f"CAST({_VALUE} AS DATE)"
-_YEAR = f"YEAR({_VALUE})"
+VALUE = "__value"  # where `spark_template` puts the value
+_DAY = f"CAST({VALUE} AS DATE)"
+_YEAR = f"YEAR({VALUE})"
 
 _EXTRACTED = {  # Flink's unit: Spark SQL of the same number, where Spark's EXTRACT differs
-    "MILLISECOND": f"CAST(DATE_FORMAT({_VALUE}, 'SSS') AS BIGINT)",
-    "MICROSECOND": f"CAST(DATE_FORMAT({_VALUE}, 'SSSSSS') AS BIGINT)",
-    "NANOSECOND": f"CAST(DATE_FORMAT({_VALUE}, 'SSSSSS') AS BIGINT) * 1000",
-    "EPOCH": f"UNIX_SECONDS(CAST({_VALUE} AS TIMESTAMP))",
+    "MILLISECOND": f"CAST(DATE_FORMAT({VALUE}, 'SSS') AS BIGINT)",
+    "MICROSECOND": f"CAST(DATE_FORMAT({VALUE}, 'SSSSSS') AS BIGINT)",
+    "NANOSECOND": f"CAST(DATE_FORMAT({VALUE}, 'SSSSSS') AS BIGINT) * 1000",
+    "EPOCH": f"UNIX_SECONDS(CAST({VALUE} AS TIMESTAMP))",
     "DECADE": f"FLOOR({_YEAR} / 10)",
     "CENTURY": f"FLOOR(({_YEAR} + 99) / 100)",
     "MILLENNIUM": f"FLOOR(({_YEAR} + 999) / 1000)",
-    "ISODOW": f"WEEKDAY({_VALUE}) + 1",
-    "ISOYEAR": f"YEAR(DATE_ADD({_DAY}, 3 - WEEKDAY({_VALUE})))",
+    "ISODOW": f"WEEKDAY({VALUE}) + 1",
+    "ISOYEAR": f"YEAR(DATE_ADD({_DAY}, 3 - WEEKDAY({VALUE})))",
 }
 
 _SINCE_SUNDAY = f"(DAYOFWEEK({_DAY}) - 1)"
@@ -67,14 +67,15 @@ _CALENDAR_BOUNDS = {  # unit: (FLOOR, CEIL) as a DATE
 
 def _clock_bound(unit: str, up: bool) -> str:
     """FLOOR or CEIL of an instant to MILLISECOND, SECOND, MINUTE, HOUR or DAY."""
-    floor = f"DATE_TRUNC('{unit}', {_VALUE})"
-    return f"IF({floor} = {_VALUE}, {_VALUE}, {floor} + INTERVAL 1 {unit})" if up else floor
+    floor = f"DATE_TRUNC('{unit}', {VALUE})"
+    return f"IF({floor} = {VALUE}, {VALUE}, {floor} + INTERVAL 1 {unit})" if up else floor
 
 
-def _filled(template: str, value: exp.Expression) -> exp.Expression:
+def spark_template(template: str, value: exp.Expression) -> exp.Expression:
+    """`template`, Spark SQL, with `value` where it names the column `__value`."""
     tree = sqlglot.parse_one(template, read="spark")
     for column in list(tree.find_all(exp.Column)):
-        if column.name == _VALUE:
+        if column.name == VALUE:
             column.replace(value.copy())
     return tree
 
@@ -90,10 +91,10 @@ def time_rewritten(node: exp.Expression, kind: str | None) -> exp.Expression:
         if unit == "SECOND":  # whole seconds, not Spark's DECIMAL with the fraction
             return exp.Second(this=value.copy())
         template = _EXTRACTED.get(unit)
-        return node if template is None else _filled(f"CAST({template} AS BIGINT)", value)
+        return node if template is None else spark_template(f"CAST({template} AS BIGINT)", value)
     up = isinstance(node, exp.Ceil)
     if unit in _CALENDAR_BOUNDS:
         bound = _CALENDAR_BOUNDS[unit][up]
-        return _filled(bound if kind == "DATE" else f"CAST({bound} AS TIMESTAMP)", node.this)
+        return spark_template(bound if kind == "DATE" else f"CAST({bound} AS TIMESTAMP)", node.this)
     bound = _clock_bound(unit, up)
-    return _filled(f"CAST({bound} AS DATE)" if kind == "DATE" else bound, node.this)
+    return spark_template(f"CAST({bound} AS DATE)" if kind == "DATE" else bound, node.this)

@@ -151,11 +151,13 @@ def _substring(text: str, start: int, length: int | None = None) -> str | None:
 
 
 # A word of INITCAP: letters and digits (`x1y` is one word, `foo-bar` and `a_b` two each)
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
 def _initcap(text: str) -> str:
-    """Each word's first character upper case, the others lower, as Flink's INITCAP."""
+    """Each word's first character upper case, the others lower, as Flink's INITCAP (Calcite's):
+    a word is a run of ASCII letters and digits, any other character is left as it is
+    (`straße` is `StraßE`)."""
     return _WORD.sub(lambda word: word[0][0].upper() + word[0][1:].lower(), text)
 
 

@@ -1,5 +1,6 @@
-"""Flink 2.3's FLOOR, CEIL and EXTRACT over times on and beside each unit's boundaries
-(`fixtures/functions/flink_time.json`), for the join condition's and the select list's tests.
+"""What Flink 2.3 computed, for the join condition's and the select list's tests: FLOOR, CEIL
+and EXTRACT over times on and beside each unit's boundaries (`fixtures/functions/
+flink_time.json`), and INITCAP.
 
 Flink counts a time before 1970 but not at midnight in the next day (its CAST to DATE, YEAR,
 MILLISECOND: 1969-12-31 23:59:59.999 is 1970-01-01, its millisecond -1); that value is computed
@@ -31,3 +32,10 @@ def as_flink_prints(value: object) -> object:
     if isinstance(value, datetime):
         return str(value.replace(tzinfo=None))
     return value.isoformat() if isinstance(value, date) else value
+
+
+# Flink's INITCAP is Calcite's: words of ASCII letters and digits, any other character as it is
+FLINK_INITCAP = (
+    "INITCAP('straße İstanbul émile ÉMILE o''neil hello wORLD foo-bar x1y a😀b x_y')",
+    "StraßE İStanbul éMile ÉMile O'Neil Hello World Foo-Bar X1y A😀B X_Y",
+)
