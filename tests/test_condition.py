@@ -180,6 +180,8 @@ FLINK_COMPUTES = [
     ("RIGHT(L.s, 10)", " Ab c "),
     ("INITCAP('hello wORLD foo-bar x1y')", "Hello World Foo-Bar X1y"),
     (FLINK_INITCAP[0], FLINK_INITCAP[1]),
+    ("REPLACE('abc', '', 'x')", "xaxbxcx"),
+    ("REPLACE('', '', 'y')", "y"),
     ("CAST(L.d AS DECIMAL(3,1))", Decimal("-7.5")),
     ("CAST(L.d * 1000 AS DECIMAL(4,2))", None),
     ("CAST(L.g AS INT)", -1),

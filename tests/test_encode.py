@@ -141,7 +141,8 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     Spark's SQL computes otherwise: a whole number's quotient truncated, its overflow wrapped
     (Spark failed the task on it, and the query on every retry), a narrowing CAST, a DECIMAL
     divided by an INT literal to 13 places, a DOUBLE divided by zero, FLOOR and SIGN of their
-    argument's type, a boolean's and a time's text, whole seconds, a negative length."""
+    argument's type, a boolean's and a time's text, whole seconds, a negative length, INITCAP
+    of ASCII words, a REPLACE of ''."""
     t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
         [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
@@ -167,6 +168,9 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "SUBSTR('abc', 2, L.b - 3)": None,
         "CAST(L.d * 1000 AS DECIMAL(4, 2))": None,
         FLINK_INITCAP[0]: FLINK_INITCAP[1],
+        "REPLACE('abc', '', 'x')": "xaxbxcx",
+        "REPLACE('', '', 'y')": "y",
+        "REPLACE('abc', 'b', '')": "ac",
     }
     select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
     [row] = project(joined, select).collect()

@@ -17,6 +17,7 @@ the types of the joined columns:
 | EXTRACT, FLOOR(t TO unit), CEIL(t TO unit) | (`app.plan.flink_time`) | |
 | INITCAP: ASCII words (`Foo-Bar`, `StraßE`) | after whitespace (`Straße`) | char by char |
 | SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
+| REPLACE('abc', '', 'x') `xaxbxcx` | `abc` | `IF(search = '', …)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
 cannot hold.)
@@ -54,6 +55,13 @@ _INITCAP = (
     f"ARRAY_JOIN(ZIP_WITH(SPLIT({VALUE}, ''), CONCAT(ARRAY(' '), SPLIT({VALUE}, '')), (c, p) ->"
     " IF(p RLIKE '[A-Za-z0-9]', IF(c RLIKE '[A-Z]', LOWER(c), c),"
     " IF(c RLIKE '[a-z]', UPPER(c), c))), '')"
+)
+
+# Flink's REPLACE of '' puts the replacement before, between and after the characters, as Java's
+# `String.replace` (Spark's returns the text as it is)
+_REPLACE = (
+    "IF(__search = '', IF(__text = '', __by, CONCAT(__by, ARRAY_JOIN(SPLIT(__text, ''), __by),"
+    " __by)), REPLACE(__text, __search, __by))"
 )
 
 Types = dict[str, T.DataType]
@@ -152,7 +160,10 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
             )
             return exp.If(this=whole, true=value.copy(), false=_cast(node.copy(), "DOUBLE"))
     elif isinstance(node, exp.Initcap):
-        return spark_template(_INITCAP, node.this)
+        return spark_template(_INITCAP, value=node.this)
+    elif isinstance(node, exp.Replace):
+        parts = node.this, node.expression, node.args["replacement"]
+        return spark_template(_REPLACE, **dict(zip(("text", "search", "by"), parts, strict=True)))
     elif time_unit(node) is not None:
         value = node.expression if isinstance(node, exp.Extract) else node.this
         return time_rewritten(node, type_of(value, types))

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from state.expr.functions import time_unit
 
-VALUE = "__value"  # where `spark_template` puts the value
+VALUE = "__value"  # where `spark_template` puts its `value`
 _DAY = f"CAST({VALUE} AS DATE)"
 _YEAR = f"YEAR({VALUE})"
 
@@ -71,12 +71,12 @@ def _clock_bound(unit: str, up: bool) -> str:
     return f"IF({floor} = {VALUE}, {VALUE}, {floor} + INTERVAL 1 {unit})" if up else floor
 
 
-def spark_template(template: str, value: exp.Expression) -> exp.Expression:
-    """`template`, Spark SQL, with `value` where it names the column `__value`."""
+def spark_template(template: str, **values: exp.Expression) -> exp.Expression:
+    """`template`, Spark SQL, with each of `values` where it names the column `__<name>`."""
     tree = sqlglot.parse_one(template, read="spark")
     for column in list(tree.find_all(exp.Column)):
-        if column.name == VALUE:
-            column.replace(value.copy())
+        if column.name.startswith("__") and column.name[2:] in values:
+            column.replace(values[column.name[2:]].copy())
     return tree
 
 
@@ -91,10 +91,14 @@ def time_rewritten(node: exp.Expression, kind: str | None) -> exp.Expression:
         if unit == "SECOND":  # whole seconds, not Spark's DECIMAL with the fraction
             return exp.Second(this=value.copy())
         template = _EXTRACTED.get(unit)
-        return node if template is None else spark_template(f"CAST({template} AS BIGINT)", value)
+        if template is None:  # a unit Spark's EXTRACT counts as Flink's
+            return node
+        return spark_template(f"CAST({template} AS BIGINT)", value=value)
     up = isinstance(node, exp.Ceil)
     if unit in _CALENDAR_BOUNDS:
         bound = _CALENDAR_BOUNDS[unit][up]
-        return spark_template(bound if kind == "DATE" else f"CAST({bound} AS TIMESTAMP)", node.this)
-    bound = _clock_bound(unit, up)
-    return spark_template(f"CAST({bound} AS DATE)" if kind == "DATE" else bound, node.this)
+        bound = bound if kind == "DATE" else f"CAST({bound} AS TIMESTAMP)"
+    else:
+        bound = _clock_bound(unit, up)
+        bound = f"CAST({bound} AS DATE)" if kind == "DATE" else bound
+    return spark_template(bound, value=node.this)
