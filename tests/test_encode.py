@@ -142,7 +142,7 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     (Spark failed the task on it, and the query on every retry), a narrowing CAST, a DECIMAL
     divided by an INT literal to 13 places, a DOUBLE divided by zero, FLOOR and SIGN of their
     argument's type, a boolean's and a time's text, whole seconds, a negative length, INITCAP
-    of ASCII words, a REPLACE of ''."""
+    of ASCII words, a REPLACE of '', a CAST to TIMESTAMP(p) cut to p digits."""
     t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
         [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
@@ -171,6 +171,14 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "REPLACE('abc', '', 'x')": "xaxbxcx",
         "REPLACE('', '', 'y')": "y",
         "REPLACE('abc', 'b', '')": "ac",
+        "CAST('2024-03-05 06:07:08.999' AS TIMESTAMP(0))": datetime(2024, 3, 5, 6, 7, 8),
+        "CAST('2024-03-05 06:07:08.123456' AS TIMESTAMP(3))": datetime(2024, 3, 5, 6, 7, 8, 123000),
+        "CAST(CAST('1969-12-31 23:59:59.999' AS TIMESTAMP(3)) AS TIMESTAMP(0))": datetime(
+            1969, 12, 31, 23, 59, 59
+        ),
+        "CAST(CAST('2024-03-05 06:07:08.999' AS TIMESTAMP(3)) AS TIMESTAMP(1))": datetime(
+            2024, 3, 5, 6, 7, 8, 900000
+        ),
     }
     select = ", ".join(f"{expression} AS e{i}" for i, expression in enumerate(flink))
     [row] = project(joined, select).collect()

@@ -18,6 +18,7 @@ the types of the joined columns:
 | INITCAP: ASCII words (`Foo-Bar`, `StraßE`) | after whitespace (`Straße`) | char by char |
 | SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
 | REPLACE('abc', '', 'x') `xaxbxcx` | `abc` | `IF(search = '', …)` |
+| CAST(t AS TIMESTAMP(0)) whole seconds | the microseconds kept | `TIMESTAMP_MICROS(…)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
 cannot hold.)
@@ -63,6 +64,11 @@ _REPLACE = (
     "IF(__search = '', IF(__text = '', __by, CONCAT(__by, ARRAY_JOIN(SPLIT(__text, ''), __by),"
     " __by)), REPLACE(__text, __search, __by))"
 )
+
+# A CAST to TIMESTAMP(p) truncates to p digits of a second (Spark's keeps the microseconds)
+_D = exp.DataType.Type
+_TIMESTAMPS = {_D.TIMESTAMP, _D.TIMESTAMPTZ, _D.TIMESTAMPLTZ}
+_TRUNCATED = "TIMESTAMP_MICROS(UNIX_MICROS(__value) - PMOD(UNIX_MICROS(__value), __unit))"
 
 Types = dict[str, T.DataType]
 
@@ -136,11 +142,25 @@ def _divided(node: exp.Div, kind: str | None) -> exp.Expression:
     return exp.If(this=is_zero, true=by_zero, false=node.copy())
 
 
+def _fraction_digits(to: exp.DataType) -> int | None:
+    """The precision of a TIMESTAMP type (its digits of a second), None for another type."""
+    if to.this not in _TIMESTAMPS:
+        return None
+    precision = to.expressions[0].this if to.expressions else None
+    return int(precision.this) if isinstance(precision, exp.Literal) else 6
+
+
 def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
     """`node` as Flink computes it, its children rewritten already."""
     if isinstance(node, exp.Div):
         return _divided(node, type_of(node, types))
-    if isinstance(node, exp.Cast) and node.args.get("safe"):
+    if isinstance(node, exp.Cast) and (digits := _fraction_digits(node.args["to"])) is not None:
+        # a TIMESTAMP(3) column's value is kept as read to a CAST to TIMESTAMP(3) or finer, as
+        # Flink keeps it (its CAST is of a type to itself); a text's is cut to the digits
+        if digits < (6 if type_of(node.this, types) == "STRING" else 3):
+            unit = exp.Literal.number(10 ** (6 - digits))
+            return spark_template(_TRUNCATED, value=node.copy(), unit=unit)
+    elif isinstance(node, exp.Cast) and node.args.get("safe"):
         if type_of(node.this, types) not in (None, "STRING"):  # only a text fails a CAST
             return exp.Cast(this=node.this.copy(), to=node.args["to"].copy())
     elif isinstance(node, exp.Cast) and node.args["to"].this.name in TEXT_TYPES:
