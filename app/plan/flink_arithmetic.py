@@ -29,7 +29,8 @@ from __future__ import annotations
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from app.plan.flink_time import VALUE, spark_template, time_rewritten
+from app.plan.flink_time import time_rewritten
+from app.plan.spark_template import VALUE, spark_template
 from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES, time_unit
 
 _SPARK_NAMES = {
@@ -68,7 +69,7 @@ _REPLACE = (
 # A CAST to TIMESTAMP(p) truncates to p digits of a second (Spark's keeps the microseconds)
 _D = exp.DataType.Type
 _TIMESTAMPS = {_D.TIMESTAMP, _D.TIMESTAMPTZ, _D.TIMESTAMPLTZ}
-_TRUNCATED = "TIMESTAMP_MICROS(UNIX_MICROS(__value) - PMOD(UNIX_MICROS(__value), __unit))"
+_TRUNCATED = f"TIMESTAMP_MICROS(UNIX_MICROS({VALUE}) - PMOD(UNIX_MICROS({VALUE}), __unit))"
 
 Types = dict[str, T.DataType]
 

@@ -12,12 +12,11 @@ A bound of a DATE is a DATE, of a TIMESTAMP a TIMESTAMP.
 
 from __future__ import annotations
 
-import sqlglot
 from sqlglot import exp
 
+from app.plan.spark_template import VALUE, spark_template
 from state.expr.functions import time_unit
 
-VALUE = "__value"  # where `spark_template` puts its `value`
 _DAY = f"CAST({VALUE} AS DATE)"
 _YEAR = f"YEAR({VALUE})"
 
@@ -69,15 +68,6 @@ def _clock_bound(unit: str, up: bool) -> str:
     """FLOOR or CEIL of an instant to MILLISECOND, SECOND, MINUTE, HOUR or DAY."""
     floor = f"DATE_TRUNC('{unit}', {VALUE})"
     return f"IF({floor} = {VALUE}, {VALUE}, {floor} + INTERVAL 1 {unit})" if up else floor
-
-
-def spark_template(template: str, **values: exp.Expression) -> exp.Expression:
-    """`template`, Spark SQL, with each of `values` where it names the column `__<name>`."""
-    tree = sqlglot.parse_one(template, read="spark")
-    for column in list(tree.find_all(exp.Column)):
-        if column.name.startswith("__") and column.name[2:] in values:
-            column.replace(values[column.name[2:]].copy())
-    return tree
 
 
 def time_rewritten(node: exp.Expression, kind: str | None) -> exp.Expression:
