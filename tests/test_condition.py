@@ -16,14 +16,7 @@ from state.expr.condition import (
     parse_condition,
     split_condition,
 )
-from tests.flink_readings import (
-    EXPRESSIONS,
-    FLINK_INITCAP,
-    FLINK_MISCOUNTS,
-    FLINK_TIME,
-    as_flink_prints,
-    qualified,
-)
+from tests import flink_readings as readings
 
 
 def predicate(text: str):
@@ -179,7 +172,7 @@ FLINK_COMPUTES = [
     ("SUBSTR(L.s, -10, 3)", ""),
     ("RIGHT(L.s, 10)", " Ab c "),
     ("INITCAP('hello wORLD foo-bar x1y')", "Hello World Foo-Bar X1y"),
-    (FLINK_INITCAP[0], FLINK_INITCAP[1]),
+    (readings.FLINK_INITCAP[0], readings.FLINK_INITCAP[1]),
     ("REPLACE('abc', '', 'x')", "xaxbxcx"),
     ("REPLACE('', '', 'y')", "y"),
     ("CAST(L.d AS DECIMAL(3,1))", Decimal("-7.5")),
@@ -209,18 +202,18 @@ def test_a_condition_computes_as_flink_does(expression: str, flink: object) -> N
         assert value == flink and type(value) is type(flink)
 
 
-@pytest.mark.parametrize("expression", EXPRESSIONS)
+@pytest.mark.parametrize("expression", readings.EXPRESSIONS)
 def test_time_functions_compute_as_flinks(expression: str) -> None:
     """FLOOR and CEIL of a time TO each unit (a week from Sunday; a CEIL of a unit of days or
     more from the date alone, as Calcite's) and EXTRACT of each unit, on a TIMESTAMP as the
     regular join holds it (a datetime) and as the time joins do (epoch microseconds), and on a
     DATE: each failed the join's task (FLOOR and CEIL took no unit, EXTRACT knew seven)."""
-    computed = compile_predicate(parse_condition(qualified(expression)), ["t", "d"], [])
-    days = [date.fromisoformat(d) for d in FLINK_TIME["results"]["CAST(t AS DATE)"]]
+    computed = compile_predicate(parse_condition(readings.qualified(expression)), ["t", "d"], [])
+    days = [date.fromisoformat(d) for d in readings.FLINK_TIME["results"]["CAST(t AS DATE)"]]
     for text, day, flink in zip(
-        FLINK_TIME["values"], days, FLINK_TIME["results"][expression], strict=True
+        readings.FLINK_TIME["values"], days, readings.FLINK_TIME["results"][expression], strict=True
     ):
-        if text == FLINK_MISCOUNTS:
+        if text == readings.FLINK_MISCOUNTS:
             continue
         moment = datetime.fromisoformat(text).replace(tzinfo=UTC)
         micros = (moment - EPOCH) // timedelta(microseconds=1)
@@ -228,10 +221,10 @@ def test_time_functions_compute_as_flinks(expression: str) -> None:
             value = computed((t, day), ())
             if type(t) is int and expression.startswith(("FLOOR(t", "CEIL(t")):
                 value = EPOCH + timedelta(microseconds=value)
-            assert as_flink_prints(value) == flink, (text, t)
+            assert readings.as_flink_prints(value) == flink, (text, t)
 
 
-@pytest.mark.parametrize(("text", "flink"), FLINK_TIME["to_date"].items())
+@pytest.mark.parametrize(("text", "flink"), readings.FLINK_TIME["to_date"].items())
 def test_to_date_of_a_text_is_null_where_flinks_is(text: str, flink: str | None) -> None:
     computed = compile_predicate(parse_condition("TO_DATE(L.s)"), ["s"], [])((text,), ())
-    assert as_flink_prints(computed) == flink
+    assert readings.as_flink_prints(computed) == flink

@@ -18,14 +18,7 @@ from serdes.records.encode import (
     encode,
     json_text,
 )
-from tests.flink_readings import (
-    EXPRESSIONS,
-    FLINK_INITCAP,
-    FLINK_MISCOUNTS,
-    FLINK_TIME,
-    as_flink_prints,
-    qualified,
-)
+from tests import flink_readings as readings
 
 pytestmark = pytest.mark.spark
 
@@ -167,7 +160,7 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "EXTRACT(SECOND FROM L.t)": 8,
         "SUBSTR('abc', 2, L.b - 3)": None,
         "CAST(L.d * 1000 AS DECIMAL(4, 2))": None,
-        FLINK_INITCAP[0]: FLINK_INITCAP[1],
+        readings.FLINK_INITCAP[0]: readings.FLINK_INITCAP[1],
         "REPLACE('abc', '', 'x')": "xaxbxcx",
         "REPLACE('', '', 'y')": "y",
         "REPLACE('abc', 'b', '')": "ac",
@@ -193,17 +186,19 @@ def test_a_select_lists_time_functions_compute_as_flinks(spark) -> None:
     DATE, as Flink 2.3 computed them (`test_condition`'s fixture): Spark refused FLOOR(t TO
     unit) and most units of EXTRACT, and counts a week from Monday and a MILLISECOND with the
     seconds in it."""
-    values = FLINK_TIME["values"]
-    days = FLINK_TIME["results"]["CAST(t AS DATE)"]
+    values = readings.FLINK_TIME["values"]
+    days = readings.FLINK_TIME["results"]["CAST(t AS DATE)"]
     rows = [
         ("+I", i, datetime.fromisoformat(t).replace(tzinfo=UTC), date.fromisoformat(d))
         for i, (t, d) in enumerate(zip(values, days, strict=True))
-        if t != FLINK_MISCOUNTS
+        if t != readings.FLINK_MISCOUNTS
     ]
     joined = spark.createDataFrame(rows, "op string, L_i int, L_t timestamp, L_d date")
-    select = ", ".join(f"{qualified(e)} AS e{n}" for n, e in enumerate(EXPRESSIONS))
+    select = ", ".join(
+        f"{readings.qualified(e)} AS e{n}" for n, e in enumerate(readings.EXPRESSIONS)
+    )
     computed = project(joined, f"L.i AS i, {select}").collect()
     for row in computed:
-        for n, expression in enumerate(EXPRESSIONS):
-            flink = FLINK_TIME["results"][expression][row["i"]]
-            assert as_flink_prints(row[f"e{n}"]) == flink, (expression, values[row["i"]])
+        for n, expression in enumerate(readings.EXPRESSIONS):
+            flink = readings.FLINK_TIME["results"][expression][row["i"]]
+            assert readings.as_flink_prints(row[f"e{n}"]) == flink, (expression, values[row["i"]])
