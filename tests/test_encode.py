@@ -183,9 +183,8 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
 
 def test_a_select_lists_time_functions_compute_as_flinks(spark) -> None:
     """FLOOR and CEIL of a time TO each unit and EXTRACT of each unit, on a TIMESTAMP and a
-    DATE, as Flink 2.3 computed them (`test_condition`'s fixture): Spark refused FLOOR(t TO
-    unit) and most units of EXTRACT, and counts a week from Monday and a MILLISECOND with the
-    seconds in it."""
+    DATE, as Flink 2.3 computed them (`tests.flink_readings`): Spark refused FLOOR(t TO unit)
+    and 9 of EXTRACT's 19 units (MILLISECOND among them)."""
     values = readings.FLINK_TIME["values"]
     days = readings.FLINK_TIME["results"]["CAST(t AS DATE)"]
     rows = [

@@ -2,11 +2,12 @@
 computes what Flink's do (the join condition's are `state.expr.functions.time_bound` and
 `extract`).
 
-Spark's `EXTRACT` lacks most of Flink's units or counts them otherwise (its MILLISECOND holds the
-seconds too), and its `DATE_TRUNC('WEEK')` starts a week on Monday where Flink's starts it on
-Sunday. Flink's FLOOR and CEIL of a unit of days or more are Calcite's `julianDateFloor`, on the
-date alone: a CEIL of a time on the 1st of a month TO MONTH is that 1st, and a CEIL TO QUARTER of
-any day but January 1st is the next quarter's start (Calcite's test is `month > 1 || day > 1`).
+Spark's `EXTRACT` lacks 9 of Flink's 19 units (its MILLISECONDS holds the seconds too, where
+Flink's MILLISECOND is within the second), and its `DATE_TRUNC('WEEK')` starts a week on Monday
+where Flink's starts it on Sunday. Flink's FLOOR and CEIL of a unit of days or more are
+Calcite's `julianDateFloor`, on the date alone: a CEIL of a time on the 1st of a month TO MONTH
+is that 1st, and a CEIL TO QUARTER of any day but January 1st is the next quarter's start
+(Calcite's test is `month > 1 || day > 1`).
 A bound of a DATE is a DATE, of a TIMESTAMP a TIMESTAMP.
 """
 
