@@ -25,9 +25,7 @@ from sqlglot.errors import ParseError
 from state.expr import arithmetic
 from state.expr.functions import (
     CAST_TYPES,
-    EXTRACT_UNITS,
     FUNCTIONS,
-    TIME_UNITS,
     cast,
     describe,
     extract,
@@ -35,6 +33,7 @@ from state.expr.functions import (
     time_bound,
     time_unit,
     trim,
+    unknown_unit,
 )
 
 ALIASES = ("L", "R")
@@ -382,7 +381,7 @@ class _Compiler:
 
     def extract_(self, node: exp.Extract) -> Evaluator:
         unit = node.this.name.upper()
-        if unit not in EXTRACT_UNITS:
+        if unknown_unit(node):
             raise ConditionError(f"{node.sql()!r} is not supported in a join condition")
         return self.function(lambda v: extract(unit, v), [node.expression], strict=True)
 
@@ -397,7 +396,7 @@ class _Compiler:
         if unit is None:
             function = FUNCTIONS[type(node)]
             return self.function(function.compute, function.arguments(node), function.strict)
-        if unit not in TIME_UNITS:
+        if unknown_unit(node):
             raise ConditionError(f"{node.sql()!r} is not supported in a join condition")
         return self.function(lambda v: time_bound(v, unit, up), [node.this], strict=True)
 

@@ -74,6 +74,11 @@ def _to_date(value: Any) -> date | None:
     return _as_datetime(value).date()
 
 
+def _aware(moment: datetime) -> datetime:
+    """`moment` in UTC where it carries no zone (a regular join's datetimes may not)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _in_kind_of(value: Any, moment: datetime) -> Any:
     """`moment` as `value` holds a time: a date, a datetime, or epoch microseconds."""
     if isinstance(value, datetime):
@@ -124,8 +129,7 @@ TIME_UNITS = set(_CLOCK_UNITS) | _CALENDAR_UNITS  # FLOOR(t TO unit), CEIL(t TO 
 def time_bound(value: Any, unit: str, up: bool) -> Any:
     """FLOOR(value TO unit), or CEIL when `up`, of the kind `value` is; NULL beyond the years
     1 to 9999."""
-    moment = _as_datetime(value)
-    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = _aware(_as_datetime(value))
     try:
         if unit in _CLOCK_UNITS:
             step = _CLOCK_UNITS[unit]
@@ -272,10 +276,6 @@ def cast(value: Any, to: exp.DataType) -> Any:
     raise AssertionError(f"no CAST to {target}: the compiler refuses it (CAST_TYPES)")
 
 
-def _since_epoch(moment: datetime) -> timedelta:
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH
-
-
 # EXTRACT(unit FROM t) as Flink's: DOW from Sunday (1) and ISODOW from Monday (1), WEEK the ISO
 # week; MILLISECOND, MICROSECOND and NANOSECOND within the second; EPOCH whole seconds;
 # CENTURY and MILLENNIUM counted from a year 1 (2000 is in the 20th century).
@@ -295,7 +295,7 @@ _EXTRACTED: dict[str, Callable[[datetime], int]] = {
     "MILLISECOND": lambda t: t.microsecond // 1000,
     "MICROSECOND": lambda t: t.microsecond,
     "NANOSECOND": lambda t: t.microsecond * 1000,
-    "EPOCH": lambda t: _since_epoch(t) // timedelta(seconds=1),
+    "EPOCH": lambda t: (_aware(t) - EPOCH) // timedelta(seconds=1),
     "DECADE": lambda t: t.year // 10,
     "CENTURY": lambda t: (t.year + 99) // 100,
     "MILLENNIUM": lambda t: (t.year + 999) // 1000,
@@ -456,16 +456,19 @@ def time_unit(node: exp.Expression) -> str | None:
     return None if unit is None else unit.name.upper()
 
 
+def unknown_unit(node: exp.Expression) -> bool:
+    """An EXTRACT, FLOOR or CEIL of a unit of time the library does not have."""
+    unit = time_unit(node)
+    known = EXTRACT_UNITS if isinstance(node, exp.Extract) else TIME_UNITS
+    return unit is not None and unit not in known
+
+
 def unsupported(tree: exp.Expression) -> exp.Expression | None:
     """The first node of `tree` that is neither in the library nor plain structure, nor a unit
     of time the library has."""
     for node in tree.walk():
-        if not isinstance(node, STRUCTURE) and type(node) not in FUNCTIONS:
-            return node
-        unit = time_unit(node)
-        if unit is not None and unit not in (
-            EXTRACT_UNITS if isinstance(node, exp.Extract) else TIME_UNITS
-        ):
+        outside = not isinstance(node, STRUCTURE) and type(node) not in FUNCTIONS
+        if outside or unknown_unit(node):
             return node
     return None
 
