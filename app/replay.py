@@ -38,7 +38,7 @@ from app.config.sql.query import MINI_BATCH_OPTION, MULTI_JOIN_OPTION, compile_q
 from app.config.sql.windows import readable
 from app.config.windows import windowing
 from app.plan.planner import StateLayout, query_plan
-from app.plan.projection import project
+from app.plan.projection import filtered, project
 from app.run.builder import joined_changes
 from app.run.inputs import decode_input, row_type, timed_changes
 from ops.metrics import CountsByLabel
@@ -195,7 +195,7 @@ def render(value: Any) -> Any:
 SUPPORTED_TYPES = ("regular", "interval", "temporal", "temporal-function", "window")
 
 
-def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
+def _join(join: dict[str, Any], select: str | None = None, where: str | None = None) -> JoinConfig:
     """A case's join (a window join's windows as `JOIN_WINDOW` takes them)."""
     window = windowing(join["window"]) if "window" in join else None
     return JoinConfig(
@@ -204,6 +204,7 @@ def _join(join: dict[str, Any], select: str | None = None) -> JoinConfig:
         join.get("on"),
         select,
         0,
+        where=where,
         window=window,
     )
 
@@ -236,7 +237,7 @@ def case_config(case: dict[str, Any]) -> Config:
         "",
         sources[0],
         sources[1],
-        _join(join, join.get("select")),
+        _join(join, join.get("select"), join.get("where")),
         output,
         "",
         "",
@@ -375,15 +376,19 @@ def sql_join(case: dict[str, Any]) -> dict[str, Any]:
         }
         for q, table in zip(queries[1:], members[2:], strict=True)
     ]
-    return {
-        "type": first.type,
-        "kind": first.kind.upper(),
-        "left": first.left,
-        "right": first.right,
-        "on": first.on,
-        "select": queries[-1].select,
-        "chain": chain,
-    } | ({"window": first.window} if first.window else {})
+    return (
+        {
+            "type": first.type,
+            "kind": first.kind.upper(),
+            "left": first.left,
+            "right": first.right,
+            "on": first.on,
+            "select": queries[-1].select,
+            "chain": chain,
+        }
+        | ({"window": first.window} if first.window else {})
+        | ({"where": queries[-1].where} if queries[-1].where else {})
+    )
 
 
 def run_case(
@@ -410,7 +415,9 @@ def run_case(
     by_side = {source.side: side for source, side in zip(sources, changes, strict=True)}
     plan = query_plan(case_config(case), StateLayout(STATE_BUCKETS))
     joined = joined_changes(plan, lambda source: by_side[source.side], None)
-    select = plan.last.join.select
+    select, where = plan.last.join.select, plan.last.join.where
+    if where:
+        joined = filtered(joined, where)
     output = project(joined, select) if select else joined.drop("seq")
     collected: list = []
     query = (

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from app.plan.projection import project
+from app.plan.projection import filtered, project
 from serdes.records.encode import (
     CAST_ERROR,
     KEY_COLUMN,
@@ -51,6 +51,21 @@ def test_upsert_drops_update_befores_and_deletes_with_tombstones(spark) -> None:
         ("a", {"id": "a", "v": 1}, "+I"),
         ("a", {"id": "a", "v": 2}, "+U"),
         ("a", None, "-D"),
+    ]
+
+
+def test_after_a_filter_an_upsert_tombstones_the_row_an_update_took_out_of_it(spark) -> None:
+    """`JOIN_WHERE R.v < 2`: the update to 2 leaves the filter's rows, so its `+U` is dropped;
+    its `-U` must then delete the key's row, as Flink's upsert-kafka sink writes a before-image
+    where a filter keeps one, or the topic would keep `v = 1` for good."""
+    frame = spark.createDataFrame(
+        [(op, json.dumps({"id": i}).encode(), i, v) for op, i, v in CHANGES[:3]],
+        f"op string, {KEY_COLUMN} binary, L_id string, R_v int",
+    )
+    rows = as_json(encode(filtered(frame, "R.v < 2"), "upsert", filtered=True)).collect()
+    assert [(r.value and json.loads(r.value), dict(r.headers)["op"].decode()) for r in rows] == [
+        ({"L_id": "a", "R_v": 1}, "+I"),
+        (None, "-U"),
     ]
 
 

@@ -83,6 +83,25 @@ def test_a_window_join_of_two_windowed_tables_compiles_to_its_windows() -> None:
     assert variables["JOIN_SELECT"].endswith("L.window_start AS window_start")
 
 
+def test_a_where_after_an_outer_join_filters_the_joined_rows() -> None:
+    """A WHERE after a LEFT JOIN cannot be a condition of the join (the join pads the rows
+    it would drop): it is `JOIN_WHERE`, over the last join's `L` and `R`, the conjuncts of an
+    INNER join's table included; the joins keep their own conditions."""
+    shipments = ORDERS.replace("orders (", "shipments (").replace("'orders'", "'shipments'")
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders o JOIN shipments s ON "
+        "s.order_id = o.order_id LEFT JOIN products p ON o.product_id = p.product_id WHERE "
+        "p.product_id IS NULL AND s.product_id <> 'x';",
+        ORDERS + shipments + PRODUCTS + OUT,
+    )
+    assert variables["JOIN_ON"] == "R.order_id = L.order_id"
+    assert variables["JOIN_WHERE"] == "R.product_id IS NULL AND L.t1_product_id <> 'x'"
+    assert "JOIN_WHERE" not in compiled(
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders o JOIN products p ON "
+        "o.product_id = p.product_id WHERE p.price > 1;"
+    )
+
+
 def test_the_seeds_temporal_join_compiles_to_the_demos_variables() -> None:
     variables = compile_script(SCRIPT.format(suffix="")).variables
     assert variables["JOIN_TYPE"] == "temporal" and variables["JOIN_KIND"] == "left"
@@ -298,12 +317,6 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
             "column product_id is in both tables: qualify it",
         ),
         (
-            "SELECT o.order_id, p.name, p.price FROM orders o LEFT JOIN products p ON "
-            "o.product_id = p.product_id WHERE p.price > 1",
-            23,
-            "a WHERE after a LEFT JOIN is not supported",
-        ),
-        (
             "SELECT o.order_id, p.name, p.price FROM orders o, LATERAL TABLE (Rates(o.order_time)) "
             "AS p WHERE o.product_id = p.product_id",
             23,
@@ -332,7 +345,6 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
         "function",
         "columns",
         "ambiguous",
-        "where",
         "table-function",
         "two-in-beside-a-join",
         "nested-join",

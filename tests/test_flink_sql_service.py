@@ -201,3 +201,51 @@ def test_the_latest_rates_as_of_processing_time_are_a_lookup_into_the_rates_tabl
     ]
     table, _ = run_script(kafka, tmp_path, script, {"Orders": orders})
     assert table == Counter({(2, "Euro", 114, 228): 1, (1, "US Dollar", 102, 102): 1})
+
+
+def test_an_upsert_output_filtered_after_a_left_join_deletes_a_row_an_update_took_out(
+    kafka: str, tmp_path: Path
+) -> None:
+    """`WHERE o.qty < 3` after a LEFT JOIN, into an upsert-kafka table keyed by the join key:
+    the update of o1 to 5, in a second run from the first's checkpoint, leaves the filter, so
+    the topic must lose o1 (the join retracts o1's joined row; the filter drops its new one)."""
+    topics = {name: unique(name) for name in ("orders", "shipments", "out")}
+    create_topics(kafka, [topics["orders"], topics["shipments"]])
+    output_topics(kafka, topics["out"])
+    script = (
+        "CREATE TABLE orders (order_id STRING, qty INT, PRIMARY KEY (order_id) NOT ENFORCED) "
+        "WITH ('connector' = 'upsert-kafka', 'topic' = '{orders}', 'key.format' = 'json', "
+        "'value.format' = 'json');\n"
+        + kafka_table("shipments", "ship_id STRING, order_id STRING", "{shipments}")
+        + "CREATE TABLE out (order_id STRING, qty INT, ship_id STRING, PRIMARY KEY (order_id) "
+        "NOT ENFORCED) WITH ('connector' = 'upsert-kafka', 'topic' = '{out}', "
+        "'key.format' = 'json', 'value.format' = 'json');\n"
+        "INSERT INTO out SELECT o.order_id, o.qty, s.ship_id FROM orders o LEFT JOIN shipments "
+        "s ON s.order_id = o.order_id WHERE o.qty < 3;"
+    )
+    env = service_env(
+        KAFKA_BOOTSTRAP_SERVERS=kafka,
+        STREAMJOIN_SQL=script.format(**topics),
+        CHECKPOINT_LOCATION=str(tmp_path / "ck"),
+        TRIGGER_INTERVAL="available-now",
+    )
+
+    def run_with(orders: list[dict]) -> dict:
+        produce(kafka, topics["orders"], rows(orders))
+        result = run_to_exit(env, timeout_s=300)
+        assert result.returncode == 0, result.stderr[-4000:]
+        table = {}
+        for record in committed_output(kafka, topics["out"], f"{topics['out']}.markers"):
+            key = json.loads(record.key)["order_id"]
+            table[key] = json.loads(record.value) if record.value is not None else None
+        return {key: row for key, row in table.items() if row is not None}
+
+    produce(kafka, topics["shipments"], rows([{"ship_id": "s1", "order_id": "o1"}]))
+    first = run_with([{"order_id": "o1", "qty": 1}, {"order_id": "o2", "qty": 2}])
+    assert first == {
+        "o1": {"order_id": "o1", "qty": 1, "ship_id": "s1"},
+        "o2": {"order_id": "o2", "qty": 2, "ship_id": None},
+    }
+    assert run_with([{"order_id": "o1", "qty": 5}]) == {
+        "o2": {"order_id": "o2", "qty": 2, "ship_id": None}
+    }

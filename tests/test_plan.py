@@ -75,6 +75,33 @@ def test_an_unusable_combination_names_its_variable(changes: dict, variable: str
     assert refusal(**changes).startswith(f"{variable}: expected ")
 
 
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ("R.sku IS NULL", "'R.sku': no such column"),
+        ("R.price", "a condition Flink accepts"),
+        ("R.price > 'x'", "compares"),
+        ("CAST(L.order_id AS INT) > 1", "a CAST is not supported: write TRY_CAST"),
+        ("reflect('java.lang.System', 'getenv', 'X') = 'x'", "function reflect"),
+    ],
+    ids=["column", "not-boolean", "types", "cast", "function"],
+)
+def test_a_where_over_the_joined_rows_is_checked_at_start_up(where: str, says: str) -> None:
+    """`JOIN_WHERE` names the joined rows' columns, is a boolean, compares like with like and
+    runs only the function library, as `JOIN_ON` and `JOIN_SELECT` do; its start-up error
+    names it. A LEFT join's filter of its padded rows is accepted, and `explain` shows it."""
+    message = refusal(JOIN_KIND="left", JOIN_WHERE=where)
+    assert message.startswith("JOIN_WHERE: expected ") and says in message, message
+    env = {**JOIN, "JOIN_KIND": "left", "JOIN_WHERE": "R.product_id IS NULL"}
+    check_plan(load_config(env))
+    forwarded = refusal(JOIN_TYPE="forward", JOIN_ON=None, JOIN_WHERE="L.order_id IS NULL")
+    assert forwarded.startswith("JOIN_WHERE: expected no condition: JOIN_TYPE=forward")
+    upsert = {**env, "OUTPUT_ENCODING": "upsert", "OUTPUT_KEY": "L_order_id"}
+    lines = describe(load_config(upsert), upsert)
+    assert "filter: R.product_id IS NULL, each joined change kept where it holds" in lines
+    assert any("upsert: by OUTPUT_KEY: +I/+U the row, -U and -D a tombstone" in x for x in lines)
+
+
 INTERVAL = {
     **JOIN,
     "LEFT_SCHEMA": "order_id STRING, ot TIMESTAMP(3)",

@@ -126,6 +126,19 @@ def test_chains_of_joins_over_three_and_four_tables_end_in_flinks_final_tables(
     assert_changelogs_as_flinks(lines, cases, "multi_join.jsonl")
 
 
+def test_a_where_after_outer_joins_filters_their_rows_as_flinks(spark, tmp_path: Path) -> None:
+    """A WHERE after LEFT, RIGHT and FULL joins, of their padded rows and of their matches,
+    over changelogs whose updates cross the filter's bounds; after chains of two joins, beside
+    an IN; after an interval and an event-time temporal LEFT join: Flink 2.3's final tables,
+    and the time joins' very changes; every retraction removes a row emitted before."""
+    cases = load_cases(FIXTURES / "where_after_outer.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    ours = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert ours == flink_finals("where_after_outer.jsonl")
+    assert_changelogs_as_flinks(lines, cases, "where_after_outer.jsonl")
+
+
 def test_keys_of_different_number_types_join_as_flink_compares_them(spark, tmp_path: Path) -> None:
     """`L.k = R.k` of an INT and a DOUBLE, a BIGINT, a DECIMAL, in a regular, an interval, a
     chain of joins and a multi-way join: compared in the wider type, as Flink does, where the

@@ -103,6 +103,9 @@ class JoinConfig:
     on: str | None
     select: str | None
     state_ttl_ms: int
+    # a condition over the joined rows, each change kept where it holds (a Flink WHERE after
+    # an outer join, which a join's condition cannot say)
+    where: str | None = None
     # every join and the normalizer: key buckets; None: the checkpoint's, or as many as
     # `app.run.checkpoint.state_buckets` gives a new one
     state_buckets: int | None = None
@@ -654,8 +657,9 @@ def load_config(env: Mapping[str, str]) -> Config:
     output_key = read.get("OUTPUT_KEY")
     if encoding == "upsert" and not output_key and read.good("OUTPUT_KEY"):
         read.fail(ConfigError("OUTPUT_KEY", "the unique key columns when OUTPUT_ENCODING=upsert"))
-    on = read.raw("JOIN_ON")
+    on, where = read.raw("JOIN_ON"), read.raw("JOIN_WHERE")
     read.get("JOIN_ON")
+    read.get("JOIN_WHERE")
     checkpoint_location = read.get("CHECKPOINT_LOCATION")
     # Stable for one deployment (its output and checkpoint), distinct between deployments.
     query_id = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:10]
@@ -692,6 +696,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         kind=read.get("JOIN_KIND"),
         on=on,
         select=read.get("JOIN_SELECT"),
+        where=where,
         state_ttl_ms=read.get("STATE_TTL") or 0,
         state_buckets=read.get("JOIN_STATE_BUCKETS"),
         input_ttls_ms=(read.get("LEFT_STATE_TTL"), read.get("RIGHT_STATE_TTL")),

@@ -321,6 +321,13 @@ _ALL = [
         shown_default="every column as L_x, R_x",
     ),
     Variable(
+        "JOIN_WHERE",
+        "a condition over L and R like 'R.id IS NULL'",
+        parse_condition,
+        flink="WHERE … after an outer join",
+        shown_default="none: every joined row",
+    ),
+    Variable(
         "JOIN_STATE_BUCKETS",
         "a positive whole number",
         parsers.positive_int,

@@ -38,6 +38,8 @@ ENCODED = {
     "upsert": "by OUTPUT_KEY: +I/+U the row, -D a tombstone, -U dropped",
     "debezium-json": "Debezium envelopes: +I/+U after, -U/-D before",
 }
+# after a filter of the joined rows, which may drop the +U that would replace the row
+FILTERED_UPSERT = "by OUTPUT_KEY: +I/+U the row, -U and -D a tombstone"
 
 
 def _input(source: InputConfig, join: JoinConfig) -> str:
@@ -254,6 +256,8 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
             lines += _lookup(stage, place) if stage.lookup is not None else _join(stage, place)
         if config.multi_way:
             lines.append(f"  note: {multi_way_refused(config)}")
+    if join.where:
+        lines.append(f"filter: {join.where}, each joined change kept where it holds")
     if join.type == FORWARD:
         lines.append(
             f"output: {output.topic}: every input record unchanged, with a "
@@ -265,7 +269,8 @@ def describe(config: Config, env: Mapping[str, str]) -> list[str]:
     else:
         changes = " ".join(RowKind.ALL) if produces_updates(config) else RowKind.INSERT
         key = ",".join(output.key) or "the join key"
-        encoded = f"{output.encoding}: {ENCODED[output.encoding]}"
+        filtered = output.encoding == "upsert" and join.where
+        encoded = f"{output.encoding}: {FILTERED_UPSERT if filtered else ENCODED[output.encoding]}"
         lines.append(
             f"output: {output.topic}, {output.format}, changelog {changes}, "
             f"{encoded}; record key {key}"

@@ -21,7 +21,12 @@ from app.config.registry import (
     LOOKUP,
 )
 from app.plan.condition_check import Columns, condition_problem, function_problem
-from app.plan.projection import parse_select, select_expressions, selected_columns
+from app.plan.projection import (
+    parse_select,
+    select_expressions,
+    selected_columns,
+    where_predicate,
+)
 from serdes.records.schema import Column
 from state.columns import Widening, chained_names, side_column
 from state.expr.condition import ConditionError, parse_condition
@@ -137,7 +142,8 @@ def join_stages(config: Config) -> list[Config]:
     """Each join of the job as a join of two inputs is configured: the first of the first two
     tables; each next one of the result so far as its left (its columns `chained_column`) and its
     own table as its right. The select list, the output and its checks belong to the last; a
-    chain's retention applies to its regular joins, whose state it bounds (Flink's)."""
+    chain's retention applies to its regular joins, whose state it bounds (Flink's). So does the
+    filter of the joined rows (`JOIN_WHERE`)."""
     if not config.chain:
         return [config]
     first = config.join
@@ -150,7 +156,7 @@ def join_stages(config: Config) -> list[Config]:
             config,
             chain=(),
             lookup=config.lookup if first.type == LOOKUP else None,
-            join=replace(first, select=None, state_ttl_ms=retention(first)),
+            join=replace(first, select=None, where=None, state_ttl_ms=retention(first)),
         )
     ]
     for number, chained in enumerate(config.chain, start=2):
@@ -178,7 +184,8 @@ def join_stages(config: Config) -> list[Config]:
                 sql_origin=chained.origin,
             )
         )
-    stages[-1] = replace(stages[-1], join=replace(stages[-1].join, select=first.select))
+    last = replace(stages[-1].join, select=first.select, where=first.where)
+    stages[-1] = replace(stages[-1], join=last)
     return stages
 
 
@@ -508,10 +515,25 @@ def _condition_errors(config: Config) -> Iterator[ConfigError]:
         yield ConfigError("JOIN_ON", f"a condition Flink accepts ({problem})", config.join.on)
 
 
+def _where_errors(config: Config, visible: dict[str, tuple[str, ...]]) -> Iterator[ConfigError]:
+    """`JOIN_WHERE` over the joined rows: their columns, a boolean, like compared with like."""
+    where = config.join.where or ""
+    try:
+        where_predicate(where, visible)
+    except ConditionError as err:
+        yield ConfigError("JOIN_WHERE", f"a condition over the joined rows ({err})", where)
+        return
+    problem = condition_problem(parse_condition(where), _typed_columns(config))
+    if problem:
+        yield ConfigError("JOIN_WHERE", f"a condition Flink accepts ({problem})", where)
+
+
 def _output_errors(config: Config) -> Iterator[ConfigError]:
     spec = join_spec(config)
+    visible = {"L": spec.left.fields, "R": spec.right.fields if spec.projects_right else ()}
+    if config.join.where:
+        yield from _where_errors(config, visible)
     if config.join.select:
-        visible = {"L": spec.left.fields, "R": spec.right.fields if spec.projects_right else ()}
         try:
             select_expressions(config.join.select, visible)
         except ConditionError as err:
@@ -558,11 +580,11 @@ def _join_errors(config: Config, output: bool) -> list[ConfigError]:
     """Why the service cannot run this join of two; with `output`, its result as the output."""
     join = config.join
     if join.type == FORWARD:
-        if join.on:
-            return [
-                ConfigError("JOIN_ON", "no condition: JOIN_TYPE=forward joins nothing", join.on)
-            ]
-        return []
+        return [
+            ConfigError(name, "no condition: JOIN_TYPE=forward joins nothing", text)
+            for name, text in (("JOIN_ON", join.on), ("JOIN_WHERE", join.where))
+            if text
+        ]
     if not join.on:
         return [
             ConfigError(

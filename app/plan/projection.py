@@ -118,25 +118,28 @@ def _cast_failures(select: str, types: Types) -> exp.Expression | None:
 
 
 def _select_items(
-    select: str, columns: dict[str, tuple[str, ...]] | None, types: Types | None = None
+    select: str,
+    columns: dict[str, tuple[str, ...]] | None,
+    types: Types | None = None,
+    what: str = "select list",
 ) -> list[tuple[str, exp.Expression]]:
     """Each item of the list: its output name and its expression over `L_`/`R_` columns, as
-    Flink computes it where their `types` are given (`app.plan.flink_arithmetic`)."""
+    Flink computes it where their `types` are given (`app.plan.flink_arithmetic`); `what` the
+    list is, for the errors (none: the errors name no list)."""
+    said = f"{what}: " if what else ""
     tree = parse_select(select)
     items, taken = [], set()
     for position, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
         refused = unsupported(inner)
         if refused is not None:
-            raise ConditionError(f"select list: {describe(refused)} is not supported")
+            raise ConditionError(f"{said}{describe(refused)} is not supported")
         for column in inner.find_all(exp.Column):
             alias = column.table.upper()
             if alias not in ALIASES:
-                raise ConditionError(
-                    f"select list: column {column.sql()!r} must be qualified by L. or R."
-                )
+                raise ConditionError(f"{said}column {column.sql()!r} must be qualified by L. or R.")
             if columns is not None and column.name not in columns[alias]:
-                raise ConditionError(f"select list: {column.sql()!r}: no such column")
+                raise ConditionError(f"{said}{column.sql()!r}: no such column")
         if isinstance(item, exp.Alias) or isinstance(inner, exp.Column):
             name = item.alias_or_name
         else:
@@ -166,6 +169,26 @@ def selected_columns(select: str) -> dict[str, str | None]:
         name: e.name if isinstance(e, exp.Column) else None
         for name, e in _select_items(select, None)
     }
+
+
+def where_predicate(
+    where: str, columns: dict[str, tuple[str, ...]] | None = None, types: Types | None = None
+) -> str:
+    """`JOIN_WHERE` as a Spark SQL predicate over `L_`/`R_` columns, checked as
+    `select_expressions` checks a select list. A CAST that fails on a row's text is refused
+    here, not dead-lettered: a row a filter drops has no output record to divert."""
+    [(_, predicate)] = _select_items(where, columns, types, what="")
+    if _strict_casts(predicate):
+        raise ConditionError("a CAST is not supported: write TRY_CAST")
+    return predicate.sql(dialect="spark")
+
+
+def filtered(joined: DataFrame, where: str) -> DataFrame:
+    """The joined changes whose row `where` holds for (TRUE, not NULL), as Flink filters a
+    changelog: each change is kept or dropped alone, so an update whose new row fails is a
+    retraction of its old row alone, and one whose old row failed an insert of its new."""
+    types = {field.name: field.dataType for field in joined.schema.fields}
+    return joined.where(F.expr(where_predicate(where, types=types)))
 
 
 def _joined_row(joined: DataFrame) -> Column:

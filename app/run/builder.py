@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 from app.config.env import Config, InputConfig
 from app.config.registry import LOOKUP
 from app.plan.planner import QueryPlan, normalized
-from app.plan.projection import project
+from app.plan.projection import filtered, project
 from app.run.inputs import (
     join_input,
     normalize_changes,
@@ -371,6 +371,8 @@ def joined_output(
     late_letters = late_letters_of(config, tasks, exactly_once, metrics.dead_letters.accumulator)
     joined = joined_changes(plan, changes_of, metrics, lookup_letters, late_letters)
     joined = joined.withColumn(KEY_COLUMN, _join_key(plan.specs[-1]))
+    if plan.last.join.where:
+        joined = filtered(joined, plan.last.join.where)
     if plan.last.join.select:
         keep = [KEY_COLUMN, SEQ] if plan.materialized else [KEY_COLUMN]
         joined = project(joined, plan.last.join.select, keep=keep)
@@ -386,7 +388,7 @@ def joined_output(
             plan.layout.spread_buckets,
             warm_state(config, metrics),
         )
-    records = encode(joined, config.output.encoding)
+    records = encode(joined, config.output.encoding, bool(plan.last.join.where))
     if config.output.format == "avro-confluent":
         records = as_avro(
             records,

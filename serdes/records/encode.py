@@ -3,7 +3,9 @@
 - `append`: inserts only, the row as the value.
 - `retract`: every change a record; the kind in the value (`"op"`) and in the `op` header.
 - `upsert`: the record key is the unique key; +I/+U carry the row, -D is a tombstone, -U is
-  dropped (the +U that follows replaces the row).
+  dropped (the +U that follows replaces the row), or a tombstone after a filter of the joined
+  rows, which may have dropped that +U (as Flink's upsert-kafka sink writes an update's
+  before-image where its plan keeps one).
 - `debezium-json`: what Debezium consumers read, as Flink's debezium-json writes it: +I/+U as
   `{"before": null, "after": row, "op": "c"}`, -U/-D as `{"before": row, "after": null, "op": "d"}`.
 
@@ -37,10 +39,11 @@ def _op_header() -> Column:
     )
 
 
-def encode(changes: DataFrame, encoding: str) -> DataFrame:
+def encode(changes: DataFrame, encoding: str, filtered: bool = False) -> DataFrame:
     """`key`, `value` (a struct, null for a tombstone), `headers` records for `changes`: `op`,
     the record key as JSON bytes in `KEY_COLUMN`, then the row's columns, and the `CARRIED`
-    columns it has. The value is turned into bytes by `as_json` or `serdes.records.avro_out`."""
+    columns it has. The value is turned into bytes by `as_json` or `serdes.records.avro_out`.
+    `filtered`: the changes went through a filter (upsert: -U a tombstone)."""
     row = F.struct(*row_fields(changes))
     key, headers = F.col(KEY_COLUMN).alias("key"), _op_header().alias("headers")
     carried = [c for c in CARRIED if c in changes.columns]
@@ -50,10 +53,9 @@ def encode(changes: DataFrame, encoding: str) -> DataFrame:
         value = F.struct("op", *row_fields(changes))
         return changes.select(key, value.alias("value"), headers, *carried)
     if encoding == "upsert":
-        value = F.when(F.col("op") != RowKind.DELETE, row)
-        return changes.where(F.col("op") != RowKind.UPDATE_BEFORE).select(
-            key, value.alias("value"), headers, *carried
-        )
+        value = F.when(F.col("op").isin(*RowKind.ACCUMULATE), row)
+        kept = changes if filtered else changes.where(F.col("op") != RowKind.UPDATE_BEFORE)
+        return kept.select(key, value.alias("value"), headers, *carried)
     if encoding == "debezium-json":
         added = F.col("op").isin(*RowKind.ACCUMULATE)
         envelope = F.struct(

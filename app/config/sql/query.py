@@ -79,6 +79,8 @@ class JoinQuery:
     on: str
     select: str
     left_time: str | None = None  # the left's time attribute, where the join names it
+    # a WHERE after an outer join: a condition over the joined rows (`JOIN_WHERE`)
+    where: str = ""
     window: str | None = None  # a window join's windows, as `JOIN_WINDOW` takes them
     # a window join's inputs' grouping columns, each a window aggregate first
     groups: tuple[str | None, str | None] = (None, None)
@@ -291,11 +293,9 @@ def _compiled_joins(
     )
     written = [0, *(1 + order.index(n) for n in range(len(order)))]  # each table's new place
     members, aliases = ([items[0], *(items[1 + n] for n in order)] for items in (members, aliases))
-    outer = next((kind for kind in kinds if kind != "inner"), None)
-    if where and outer:
-        raise SqlError(
-            line, f"a WHERE after a {outer.upper()} JOIN is not supported: put the condition in ON"
-        )
+    # A WHERE after an outer join filters its rows, padded ones included: a condition of the
+    # joined rows, not of a join (Flink pushes what it can into the joins; the rows are these)
+    after, where = (where, []) if any(kind != "inner" for kind in kinds) else ([], where)
     # a WHERE conjunct is a condition of the first join that has all the tables it names
     placed: dict[int, list[exp.Expression]] = {n: [] for n in range(1, len(members))}
     everything = _Sides(line, members, aliases)
@@ -316,7 +316,12 @@ def _compiled_joins(
         members.append(right)
         written.append(len(written))
     sides.written = written
-    last = replace(queries[-1], select=_select_list(line, query, sides, outputs))
+    filtered = _and([sides.rewrite(part) for part in after])
+    last = replace(
+        queries[-1],
+        select=_select_list(line, query, sides, outputs),
+        where=filtered.sql(FLINK_LEXICON) if filtered is not None else "",
+    )
     return [*queries[:-1], last], members, sides.names
 
 
@@ -999,6 +1004,8 @@ def compile_script(text: str) -> Compiled:
         ("JOIN_SELECT", queries[-1].select),
     ):
         out.set(name, value, line)
+    if queries[-1].where:
+        out.set("JOIN_WHERE", queries[-1].where, line)
     if first.window is not None:
         out.set("JOIN_WINDOW", first.window, line)
     for side, grouped in zip(("LEFT", "RIGHT"), first.groups, strict=True):
