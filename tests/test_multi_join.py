@@ -79,7 +79,7 @@ def test_one_operator_over_the_inputs_rows_ends_where_the_chain_of_joins_ends(
 
 
 def test_an_inner_chain_passes_the_change_kinds_through_and_a_left_one_pads() -> None:
-    inner = MultiJoinSpec(chain_specs(("inner", "inner")).joins, ("uid",) * 3)
+    inner = chain_specs(("inner", "inner"))
     join, views = inner.operator(), inner.new_views()
     user, order, payment = ("u1", "k", 1), ("o1", "k", 2), ("p1", "k", 3)
     assert join.process(0, "+I", user, views) == []
@@ -100,3 +100,29 @@ def test_an_inner_chain_passes_the_change_kinds_through_and_a_left_one_pads() ->
         Change("+I", user + order, None),
     ]
     assert join.process(2, "-D", payment, views) == []  # nothing held to retract
+
+
+@pytest.mark.parametrize("kinds", [("inner", "inner"), ("inner", "left")])
+def test_a_joins_equalities_beside_the_shared_key_still_decide_its_matches(
+    kinds: tuple[str, str],
+) -> None:
+    """`… JOIN payments ON L.t1_k = R.k AND L.t1_score = R.score`: the operator's rows share
+    the user `k` only, so the score's equality must still be tested; a NULL score matches
+    nothing, and `IS NOT DISTINCT FROM` matches NULL with NULL."""
+    user, order, payment = ("u1", "k", 1), ("o1", "k", 2), ("p1", "k", 2)
+    for equality, null_matches in (("=", False), ("IS NOT DISTINCT FROM", True)):
+        first, second = chain_specs(kinds).joins
+        second = RegularJoinSpec(
+            kinds[1], f"L.t1_k = R.k AND L.t1_score {equality} R.score", second.left, PAYMENTS
+        )
+        spec = MultiJoinSpec((first, second), ("k", "k", "k"))
+        join, views = spec.operator(), spec.new_views()
+        join.process(0, "+I", user, views)
+        join.process(1, "+I", order, views)
+        other = join.process(2, "+I", ("p0", "k", 3), views)  # another score: no match
+        assert [c for c in other if c.kind == "+I"] == []
+        assert join.process(2, "+I", payment, views)[-1] == Change("+I", user + order, payment)
+        join.process(1, "+I", ("o2", "k", None), views)
+        nulls = join.process(2, "+I", ("p2", "k", None), views)
+        expected = [Change("+I", (*user, "o2", "k", None), ("p2", "k", None))]
+        assert [c for c in nulls if c.kind == "+I"] == (expected if null_matches else [])

@@ -154,8 +154,9 @@ def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables
     spark, tmp_path: Path
 ) -> None:
     """The same cases with `table.optimizer.multi-join.enabled`: the chains of INNER and LEFT
-    joins over one shared key (Flink's multi-way join operator tests' inputs among them) run as
-    one operator, with Flink's final tables; the others stay chains (run as such above)."""
+    joins over one shared key (Flink's multi-way join operator tests' inputs among them, and
+    joins that compare another column beside it) run as one operator, with Flink's final
+    tables; the others stay chains (run as such above)."""
     flink = flink_finals("multi_join.jsonl")
     option = {"flink_conf": {"table.optimizer.multi-join.enabled": "true"}}
     cases = [c | {"options": option} for c in load_cases(FIXTURES / "multi_join.json")]
@@ -164,6 +165,8 @@ def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables
         "flink_three_way_left_outer",
         "flink_four_way_mixed",
         "rowtimes_after_a_regular_join",
+        "two_equalities_in_the_first_join",
+        "two_equalities_in_the_second_join",
     ]
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, Protocol
 
+from sqlglot import exp
+
 from state.changes import Row
 from state.columns import Widening, chained_column
 from state.expr.condition import (
@@ -191,9 +193,41 @@ class MultiJoinSpec:
     def operator(self) -> MultiJoin:
         return MultiJoin(
             [join.kind for join in self.joins],
-            [join.matcher() for join in self.joins],
+            [self._matcher(number) for number in range(len(self.joins))],
             [len(side.fields) for side in self.inputs],
         )
+
+    def _matcher(self, number: int) -> Callable[[Row, Row], bool]:
+        """Join `number`'s condition as the operator's rows meet it. They share the one key
+        of every input, not the join's other equalities (`L.k = R.k AND L.s = R.s` keyed by
+        `k`): those are tested as conditions, where a join of two finds them in its key."""
+        join = self.joins[number]
+        condition = join.join_condition
+        shared = (
+            {chained_column(i, key) for i, key in enumerate(self.keys[: number + 1])}
+            if number
+            else {self.keys[0]}
+        )
+        keyed = next(
+            i
+            for i, (left, right) in enumerate(condition.equi)
+            if left in shared and right == self.keys[number + 1]
+        )
+        tested = [
+            (exp.NullSafeEQ if i in condition.null_safe else exp.EQ)(
+                this=exp.column(left, table="L"), expression=exp.column(right, table="R")
+            )
+            for i, (left, right) in enumerate(condition.equi)
+            if i != keyed
+        ]
+        if condition.residual is not None:
+            tested.append(condition.residual)
+        as_met = JoinCondition(
+            (condition.equi[keyed],),
+            exp.and_(*tested) if tested else None,
+            frozenset({0}) if keyed in condition.null_safe else frozenset(),
+        )
+        return compile_matcher(as_met, join.left.fields, join.right.fields)
 
     def new_views(self, retentions: Sequence[Retention] = ()) -> tuple[View, ...]:
         """A key's empty views, each under its input's retention (none: for ever)."""
