@@ -47,6 +47,16 @@ def test_rows_within_the_bounds_join_whichever_side_comes_first() -> None:
     assert op.process(bucket, "o1", 0, ("o2",), 6 * HOUR, 0) == [pair(("o2",), ("s2",))]
 
 
+def test_rows_at_the_epoch_join_in_a_new_bucket_as_in_a_subtask_that_has_seen_rows() -> None:
+    """Shipments within 10 s after their order, both at 1970-01-01 00:00:00 before any
+    watermark (operator time 0): Flink's expiration times turn negative at its subtask's first
+    row, so the shipment meets the order cached for it; a bucket's own start there too."""
+    op, bucket = join("inner", lower=-10_000, upper=0), Bucket()
+    assert op.process(bucket, "k", 0, ("o1",), 0, 0) == []
+    assert op.process(bucket, "k", 1, ("s1",), 0, 0) == [pair(("o1",), ("s1",))]
+    assert op.process(bucket, "k", 1, ("s0",), -1, 0) == []  # before its order: outside
+
+
 def test_an_outer_row_that_never_matched_is_padded_when_its_timer_fires() -> None:
     op, bucket = join("full"), Bucket()
     op.process(bucket, "k", 0, ("o1",), HOUR, 0)

@@ -337,6 +337,15 @@ def test_late_rows_are_joined_with_what_is_cached_or_padded_at_once_as_in_flink(
     assert finals == flink_finals("interval_late.jsonl")
 
 
+def test_rows_at_or_before_1970_join_as_in_flink(spark, tmp_path: Path) -> None:
+    """Spark's watermark starts at 0 and Flink's below every time: windows of 1969 join and
+    fire, orders of 1969 wait for their products' versions, and interval rows at 0 meet each
+    other, as in Flink, with the watermark at the end and following each row."""
+    cases = load_cases(FIXTURES / "at_the_epoch.json")
+    assert {c["id"].split("_")[0] for c in cases} == {"interval", "tumble", "temporal"}
+    run_as_flink_did(spark, cases, flink_changes("at_the_epoch.jsonl"), tmp_path)
+
+
 def test_window_joins_emit_flinks_rows(spark, tmp_path: Path) -> None:
     """TUMBLE, HOP and CUMULATE windows, every join kind, each window's result once the
     watermark passes its end; with the watermark following the rows, the rows of a window

@@ -8,7 +8,9 @@ are not dropped: they meet whatever is still cached. Per-key cleanup timers expi
 
 Flink keeps the two "expiration times" in fields of the operator instance, shared by the keys of
 a subtask; here they are shared by the keys of a state bucket (`Bucket`), which is the same
-thing when a key is alone in its subtask and is deterministic across restarts.
+thing when a key is alone in its subtask and is deterministic across restarts. Flink's fields
+start at 0 and fall below it at the subtask's first row; a bucket's start below every time, so
+that rows at or before 1970-01-01 00:00:00 join as in a subtask that has seen a row.
 
 Early fire (Flink's `EARLY_FIRE('delay' = …)` hint, FLIP-497, an outer join only): an outer row
 still unmatched `delay` after its time (in the join's time) is emitted padded then, once, not
@@ -33,6 +35,7 @@ from state.store.encoding import dump, load
 
 Cache = dict[int, list[list[Any]]]  # time -> [[row, joined], ...]
 MAX_TIME = 2**63 - 1
+MIN_TIME = -(2**63)
 # a cached row's `joined`: 0 (False) never matched, 1 (True) matched, FIRED padded early
 FIRED = 2
 
@@ -200,8 +203,8 @@ class Bucket:
     """The keys of one state value and the expiration times they share."""
 
     keys: Keys = field(default_factory=Keys)
-    left_expiration: int = 0
-    right_expiration: int = 0
+    left_expiration: int = MIN_TIME
+    right_expiration: int = MIN_TIME
     spark_timer: int | None = None  # the pending engine timer, if any
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ from state.expr.condition import (
     split_condition,
 )
 from state.expr.interval_bounds import IntervalCondition, split_interval
-from state.joins.interval_join import IntervalJoin
+from state.joins.interval_join import MIN_TIME, IntervalJoin
 from state.joins.multi_join import MultiJoin
 from state.joins.regular_join import RegularJoin, SemiAntiJoin
 from state.joins.temporal_join import EventTimeTemporalJoin, ProcessingTimeTemporalJoin
@@ -40,6 +40,10 @@ WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 STATE_BUCKETS = 128
 # The clock a stateful operator runs on: the watermark, the wall clock, or none
 Clock = Literal["event", "processing", "none"]
+# The event clock's time before the first watermark: Flink's `Long.MIN_VALUE`, behind which no
+# row is late and no timer due. Spark's watermark starts at 0 instead, which would fire the
+# timers of rows at or before 1970-01-01 before any watermark was seen (`state.spark.frame`).
+NO_WATERMARK = MIN_TIME
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from ops.worker.collector import settle_worker
 from state.changes import SIDES, Change, Row
 from state.columns import BOUND, OP, SEQ, SIDE, TS, ColumnLayout
-from state.joins.specs import Clock
+from state.joins.specs import NO_WATERMARK, Clock
 from state.spark import arrow_groups, deferred
 from state.spark.arrow_groups import OutputColumns
 from state.spark.layouts import BucketLayout
@@ -332,9 +332,13 @@ class StatefulFrame(StatefulProcessor):
             self.store.keep_warm(worker_copies(), self.reads, self.owner, self.warm.budget_bytes)
 
     def _operator_time(self, timer_values: TimerValues) -> int:
+        """The time `now` of the operator's clock. Spark's watermark starts at 0: up to there,
+        no watermark yet (`NO_WATERMARK`), as in Flink, so that rows at or before 1970 are
+        not behind one before any was seen."""
         clock = self.operator.clock
         if clock == "event":
-            return max(timer_values.getCurrentWatermarkInMs(), 0)
+            watermark = timer_values.getCurrentWatermarkInMs()
+            return watermark if watermark > 0 else NO_WATERMARK
         return timer_values.getCurrentProcessingTimeInMs() if clock == "processing" else 0
 
     def _take_bounds(self, frame: Input, sides: list[int]) -> None:
@@ -407,8 +411,10 @@ class StatefulFrame(StatefulProcessor):
         """Write the bucket back if it changed, and keep one engine timer at its next timer."""
         self.store.flush(bucket)
         next_timer = bucket.next_timer()
-        # a timer due already (a late row's) fires at the next watermark, as in Flink
-        wanted = None if next_timer is None else max(next_timer, now + 1)
+        # a timer due already (a late row's) fires at the next watermark, as in Flink; one at
+        # or before 0 at the first past Spark's start, 0, which the operator's clock takes for
+        # no watermark yet (`_operator_time`)
+        wanted = None if next_timer is None else max(next_timer, now + 1, 1)
         pending = bucket.spark_timer
         if wanted != pending and (
             wanted is None or pending is None or pending <= now or wanted < pending

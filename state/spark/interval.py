@@ -72,7 +72,9 @@ class IntervalJoinOperator:
         for i in rows.order():
             time = now if proctime else rows.times[i]
             side = rows.sides[i]
-            operator_time = 0 if self.chained and side == 0 else now
+            # Flink's operator time: the watermark, or 0 while it is not past 0
+            # (`RowTimeIntervalJoin.updateOperatorTime`)
+            operator_time = 0 if self.chained and side == 0 else max(now, 0)
             changes += self.join.process(
                 bucket, rows.keys[i], side, rows.row(i), time, operator_time
             )
