@@ -104,6 +104,23 @@ def test_timestamps_are_written_as_flinks_json_format_writes_them(spark) -> None
     assert [json.loads(r.key) for r in keys] == [{"t": text, "k": None} for text in texts]
 
 
+def test_timestamp_ltz_columns_are_written_with_flinks_z(spark) -> None:
+    """Flink's JSON writes a TIMESTAMP_LTZ as its TIMESTAMP text and a `Z`, and reads one back
+    only so: in a value, a Debezium envelope's before and after, and a record key."""
+    frame = spark.createDataFrame(
+        [("+I", b"{}", t, t) for t, _ in FLINK_TIMESTAMP_TEXTS]
+        + [("-D", b"{}", t, t) for t, _ in FLINK_TIMESTAMP_TEXTS[:1]],
+        f"op string, {KEY_COLUMN} binary, t timestamp, z timestamp",
+    )
+    zoned = frozenset({"z"})
+    texts = [text for _, text in FLINK_TIMESTAMP_TEXTS]
+    rows = [{"t": text, "z": f"{text}Z"} for text in texts]
+    values = [json.loads(r.value) for r in as_json(encode(frame, "debezium-json"), zoned).collect()]
+    assert [v["after"] or v["before"] for v in values] == [*rows, rows[0]]
+    keys = frame.select(json_text(frame, F.struct("t", "z"), zoned).alias("key")).collect()
+    assert [json.loads(r.key) for r in keys] == [*rows, rows[0]]
+
+
 def test_append_writes_the_row(spark) -> None:
     assert encoded(spark, "append")[0][1] == {"id": "a", "v": 1}
 

@@ -21,6 +21,7 @@ from app.plan.planner import (
     multi_way_refused,
     multi_way_spec,
     plan_errors,
+    zoned_columns,
 )
 from tests.service import run_to_exit, service_env, streamjoin_command
 
@@ -676,6 +677,21 @@ def test_a_third_table_is_a_join_of_the_result_so_far_with_it() -> None:
     config = planned({"STREAMJOIN_SQL": CHAIN + CHAIN_QUERY, "CHECKPOINT_LOCATION": "/tmp/ck"})
     assert [s.topic for s in config.inputs()] == ["orders", "customers", "products"]
     assert [s.side for s in config.inputs()] == ["left", "right", "input3"]
+
+
+def test_a_chains_timestamp_ltz_column_is_written_as_one() -> None:
+    """`order_time AS TO_TIMESTAMP_LTZ(ms, 3)` through two joins: a TIMESTAMP_LTZ output column,
+    which the JSON output writes with Flink's `Z`."""
+    sink = (
+        "CREATE TABLE timed (order_id STRING, ordered TIMESTAMP_LTZ(3), product STRING) WITH "
+        "('connector' = 'kafka', 'topic' = 'timed', 'format' = 'debezium-json');\n"
+    )
+    query = CHAIN_QUERY.replace("enriched", "timed").replace(
+        "c.name, p.name, p.price", "o.order_time, p.name"
+    )
+    tables = CHAIN_ORDERS + PRODUCTS + CUSTOMERS + sink
+    config = planned({"STREAMJOIN_SQL": tables + query, "CHECKPOINT_LOCATION": "/tmp/ck"})
+    assert zoned_columns(config) == {"ordered"}
 
 
 def test_a_where_of_an_inner_chain_is_a_condition_of_the_first_join_with_its_tables() -> None:

@@ -87,10 +87,11 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
         [json.dumps({"ship_id": s, "order_id": o, "st": t}).encode() for s, o, t in SHIPMENTS],
     )
     env = shipped_orders_env(kafka, orders, shipments, out, tmp_path / "ck", "left", 4)
-    # the orders padded below come out of a stored bucket, their notes with them
+    # the orders padded below come out of a stored bucket, their notes with them; their
+    # times are TIMESTAMP_LTZ, which the output writes with Flink's `Z`
     env.update(
-        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP(3), note STRING",
-        JOIN_SELECT="L.order_id, R.ship_id, L.note",
+        LEFT_SCHEMA="order_id STRING, ot TIMESTAMP_LTZ(3), note STRING",
+        JOIN_SELECT="L.order_id, R.ship_id, L.note, L.ot",
     )
     expected = {("o1", "s1"), ("o3", "s3"), ("o3", "s4"), ("o2", None), ("o4", None)}
 
@@ -108,6 +109,9 @@ def test_a_left_interval_join_emits_matches_and_pads_orders_whose_window_closed(
             "the matches never came",
             service,
         )
+        values = map(json.loads, (r.value for r in read_topic(kafka, out)))
+        times = {v["order_id"]: v["ot"] for v in values}
+        assert times["o1"] == "2026-11-22 01:00:00Z"
         wait_for(
             lambda: metric(service, "streamjoin_watermark_seconds") is not None,
             60,

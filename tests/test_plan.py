@@ -6,7 +6,14 @@ import pytest
 
 from app.config.env import ConfigError, load_config
 from app.plan.explain import describe
-from app.plan.planner import StateLayout, check_plan, normalized, query_plan, upsert_materialized
+from app.plan.planner import (
+    StateLayout,
+    check_plan,
+    normalized,
+    query_plan,
+    upsert_materialized,
+    zoned_columns,
+)
 from app.plan.pushdown import pushed_filter
 from app.run.pipeline import state_meaning
 
@@ -434,3 +441,18 @@ def test_a_views_records_and_a_window_joins_windows_are_part_of_what_the_state_m
     assert meaning["LEFT_WHERE"] == "kind=1" and meaning["RIGHT_WHERE"] == "none"
     assert meaning["LEFT_FIELDS"] == "order_id=order.id"
     assert meaning["JOIN_WINDOW"] == str(load_config(window).join.window)
+
+
+def test_timestamp_ltz_outputs_are_an_inputs_ltz_column_as_it_is_or_a_cast_to_one() -> None:
+    """What the output writes with Flink's `Z`: not a TIMESTAMP, nor an LTZ cast to one."""
+    env = {
+        **JOIN,
+        "LEFT_SCHEMA": "order_id STRING, product_id STRING, ot TIMESTAMP_LTZ(3), lt TIMESTAMP(3)",
+        "RIGHT_SCHEMA": "product_id STRING, ut TIMESTAMP(3) WITH LOCAL TIME ZONE",
+    }
+    assert zoned_columns(load_config(env)) == {"L_ot", "R_ut"}
+    select = (
+        "L.ot AS a, L.lt AS b, CAST(L.lt AS TIMESTAMP_LTZ(3)) AS c, R.ut AS d, "
+        "CAST(R.ut AS TIMESTAMP(3)) AS e, L.order_id AS f"
+    )
+    assert zoned_columns(load_config({**env, "JOIN_SELECT": select})) == {"a", "c", "d"}

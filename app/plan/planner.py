@@ -26,6 +26,7 @@ from app.plan.projection import (
     select_expressions,
     selected_columns,
     where_predicate,
+    zoned_selected,
 )
 from serdes.records.schema import Column
 from state.columns import Widening, chained_names, side_column
@@ -290,6 +291,23 @@ def output_columns(config: Config, spec: JoinSpec) -> dict[str, str | None]:
     names = [side_column(0, c) for c in spec.left.fields]
     names += [side_column(1, c) for c in spec.right.fields] if spec.projects_right else []
     return {name: name for name in names}
+
+
+def zoned_columns(config: Config) -> frozenset[str]:
+    """The output's TIMESTAMP_LTZ columns: an input's as it is, or a CAST to it in the select
+    list. Flink's JSON writes such an instant with a `Z` (`2024-01-31 12:00:00.5Z`), a
+    TIMESTAMP without."""
+    config = join_stages(config)[-1]  # the job's last join gives the output
+    inputs = (config.left, config.right)
+    zoned = {
+        side_column(side, c.name)
+        for side, source in enumerate(inputs)
+        for c in source.schema or ()
+        if c.zoned
+    }
+    if config.join.select:
+        return zoned_selected(config.join.select, zoned)
+    return frozenset(output_columns(config, join_spec(config))) & zoned
 
 
 def upsert_materialized(config: Config) -> bool:

@@ -171,6 +171,17 @@ def selected_columns(select: str) -> dict[str, str | None]:
     }
 
 
+def zoned_selected(select: str, zoned: set[str]) -> frozenset[str]:
+    """The output columns of the select list that are TIMESTAMP_LTZ: a joined column of
+    `zoned` as it is, or a CAST to TIMESTAMP_LTZ."""
+    return frozenset(
+        name
+        for name, e in _select_items(select, None)
+        if (isinstance(e, exp.Column) and e.name in zoned)
+        or (isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.TIMESTAMPLTZ)
+    )
+
+
 def where_predicate(
     where: str, columns: dict[str, tuple[str, ...]] | None = None, types: Types | None = None
 ) -> str:

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from app.config.env import Config, InputConfig
 from app.config.registry import LOOKUP
-from app.plan.planner import QueryPlan, normalized
+from app.plan.planner import QueryPlan, normalized, zoned_columns
 from app.plan.projection import filtered, project
 from app.run.inputs import (
     join_input,
@@ -376,8 +376,9 @@ def joined_output(
     if plan.last.join.select:
         keep = [KEY_COLUMN, SEQ] if plan.materialized else [KEY_COLUMN]
         joined = project(joined, plan.last.join.select, keep=keep)
+    zoned = zoned_columns(config)  # TIMESTAMP_LTZ columns: written with a Z in JSON
     if config.output.key:
-        key = json_text(joined, F.struct(*config.output.key))
+        key = json_text(joined, F.struct(*config.output.key), zoned)
         joined = joined.withColumn(KEY_COLUMN, key.cast("binary"))
     if plan.materialized:
         joined = materialized_upserts(
@@ -397,7 +398,7 @@ def joined_output(
             config.output.topic,
         )
     else:
-        records = as_json(records)
+        records = as_json(records, zoned)
     records = divert_failed_casts(records, config.output.dlq_topic)
     if "topic" in records.columns:  # the rows a CAST failed on, counted as dead letters
         records = records.observe(CAST_FAILURES_OBSERVATION, F.count("topic").alias("rows"))

@@ -99,26 +99,34 @@ def _has_timestamp(kind: T.DataType) -> bool:
     return isinstance(kind, T.TimestampType)
 
 
-def _timestamps_as_text(value: Column, kind: T.DataType) -> Column:
-    """`value` with each timestamp in it as Flink's JSON text. Spark's CAST to STRING (in the
-    session's UTC) writes that text, where a `timestampFormat` has a fixed number of digits."""
+def _timestamps_as_text(
+    value: Column, kind: T.DataType, zoned: frozenset[str], name: str | None = None
+) -> Column:
+    """`value` with each timestamp in it as Flink's JSON text, a `Z` after the fields named in
+    `zoned` (TIMESTAMP_LTZ columns). Spark's CAST to STRING (in the session's UTC) writes that
+    text, where a `timestampFormat` has a fixed number of digits."""
     if isinstance(kind, T.TimestampType):
-        return value.cast("string")
+        text = value.cast("string")
+        return F.concat(text, F.lit("Z")) if name in zoned else text
     if isinstance(kind, T.StructType) and _has_timestamp(kind):
-        fields = [_timestamps_as_text(value[f.name], f.dataType).alias(f.name) for f in kind.fields]
+        fields = [
+            _timestamps_as_text(value[f.name], f.dataType, zoned, f.name).alias(f.name)
+            for f in kind.fields
+        ]
         return F.when(value.isNotNull(), F.struct(*fields))
     return value
 
 
-def json_text(frame: DataFrame, value: Column) -> Column:
-    """`value`, a struct computed from `frame`'s columns, as Flink's JSON text (NULL stays NULL)."""
+def json_text(frame: DataFrame, value: Column, zoned: frozenset[str] = frozenset()) -> Column:
+    """`value`, a struct computed from `frame`'s columns, as Flink's JSON text (NULL stays
+    NULL); `zoned`: the names of its TIMESTAMP_LTZ fields, at any depth."""
     kind = frame.select(value).schema[0].dataType
-    return F.to_json(_timestamps_as_text(value, kind), _JSON_OPTIONS)
+    return F.to_json(_timestamps_as_text(value, kind, zoned), _JSON_OPTIONS)
 
 
-def as_json(records: DataFrame) -> DataFrame:
-    """Values as JSON bytes (a null value stays null: a tombstone)."""
-    return records.withColumn("value", json_text(records, F.col("value")).cast("binary"))
+def as_json(records: DataFrame, zoned: frozenset[str] = frozenset()) -> DataFrame:
+    """Values as JSON bytes (a null value stays null: a tombstone); `zoned` as `json_text`."""
+    return records.withColumn("value", json_text(records, F.col("value"), zoned).cast("binary"))
 
 
 def row_fields(changes: DataFrame) -> list[str]:

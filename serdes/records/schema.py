@@ -41,11 +41,13 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Column:
-    """One declared column: its name, its type as written, and the Spark type it maps to."""
+    """One declared column: its name, its type as written, and the Spark type it maps to;
+    `zoned` if a TIMESTAMP_LTZ, an instant that Flink's JSON writes with a `Z`."""
 
     name: str
     declared: str
     spark_type: T.DataType
+    zoned: bool = False
 
 
 def _spark_type(name: str, kind: exp.DataType, written: str) -> T.DataType:
@@ -107,7 +109,8 @@ def parse_schema(text: str) -> tuple[Column, ...]:
             raise SchemaError(f"column {definition.sql()!r} has no type")
         declared = written.get(definition.name) or kind.sql()
         spark_type = _spark_type(definition.name, kind, declared)
-        columns.append(Column(definition.name, declared, spark_type))
+        zoned = kind.this == _D.TIMESTAMPLTZ
+        columns.append(Column(definition.name, declared, spark_type, zoned))
     names = [c.name for c in columns]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
