@@ -456,3 +456,8 @@ def test_timestamp_ltz_outputs_are_an_inputs_ltz_column_as_it_is_or_a_cast_to_on
         "CAST(R.ut AS TIMESTAMP(3)) AS e, L.order_id AS f"
     )
     assert zoned_columns(load_config({**env, "JOIN_SELECT": select})) == {"a", "c", "d"}
+    # a window join's window_time has its rowtime's type, as in Flink; its bounds are TIMESTAMP
+    windows = {k: v for k, v in WINDOW.items() if v is not None}
+    windows["LEFT_SCHEMA"] = "order_id STRING, ot TIMESTAMP_LTZ(3)"
+    windows["JOIN_SELECT"] = "L.ot, L.window_start, L.window_time, R.window_time AS rt"
+    assert zoned_columns(load_config(windows)) == {"ot", "window_time"}

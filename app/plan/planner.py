@@ -305,6 +305,12 @@ def zoned_columns(config: Config) -> frozenset[str]:
         for c in source.schema or ()
         if c.zoned
     }
+    if config.join.type == WINDOW:  # a window's time has its rowtime's type, its bounds not
+        zoned |= {
+            side_column(side, WINDOW_COLUMNS[2])
+            for side, source in enumerate(inputs)
+            if side_column(side, source.time) in zoned
+        }
     if config.join.select:
         return zoned_selected(config.join.select, zoned)
     return frozenset(output_columns(config, join_spec(config))) & zoned
