@@ -183,11 +183,12 @@ def interleave(inputs: list[list[Record]], topics: tuple[str, ...]) -> list[RawR
 
 
 def render(value: Any) -> Any:
-    """As the oracle prints values: timestamps as epoch ms, decimals as strings."""
+    """As the oracle prints values: timestamps as epoch ms, decimals as Flink's CAST to STRING
+    writes them (`0.0000000000000`, not Python's `0E-13`)."""
     if isinstance(value, datetime):
         return round(value.timestamp() * 1000)
     if isinstance(value, Decimal):
-        return str(value)
+        return format(value, "f")
     return value
 
 

@@ -1,6 +1,7 @@
 """What Flink 2.3 computed, for the join condition's and the select list's tests: FLOOR, CEIL
 and EXTRACT over times on and beside each unit's boundaries (`fixtures/functions/
-flink_time.json`), and INITCAP.
+flink_time.json`), TRY_CAST of texts to numbers and BOOLEAN (`fixtures/functions/
+flink_text_casts.json`), and INITCAP.
 
 Flink counts a time before 1970 but not at midnight in the next day (its CAST to DATE, YEAR,
 MILLISECOND: 1969-12-31 23:59:59.999 is 1970-01-01, its millisecond -1); that value is computed
@@ -10,11 +11,16 @@ as the calendar has it here, and left out of the comparisons.
 from __future__ import annotations
 
 import json
+import math
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 FLINK_TIME = json.loads((Path(__file__).parent / "fixtures/functions/flink_time.json").read_text())
 FLINK_MISCOUNTS = "1969-12-31 23:59:59.999"
+FLINK_TEXT_CASTS = json.loads(
+    (Path(__file__).parent / "fixtures/functions/flink_text_casts.json").read_text()
+)
 # the expressions both places compute (a join condition has no CAST to DATE)
 EXPRESSIONS = [e for e in FLINK_TIME["results"] if not e.startswith("CAST")]
 
@@ -28,7 +34,12 @@ def qualified(expression: str) -> str:
 
 
 def as_flink_prints(value: object) -> object:
-    """A value as the fixture holds Flink's: a time as Python prints it, a date ISO, a number."""
+    """A value as the fixtures hold Flink's: a time as Python prints it, a date ISO, a number,
+    a DECIMAL as its text (no sign on a zero), a DOUBLE that is not finite as Python's repr."""
+    if isinstance(value, Decimal):
+        return str(value + 0)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if isinstance(value, datetime):
         return str(value.replace(tzinfo=None))
     return value.isoformat() if isinstance(value, date) else value

@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from app.config.windows import windowing
 from app.plan.planner import query_plan
-from app.replay import case_config, load_cases, replay, run_case, sql_join
+from app.replay import case_config, load_cases, render, replay, run_case, sql_join
 from state.store.encoding import load, load_entry
 from state.store.parked import PARK_FROM_ROWS
 
@@ -137,6 +138,15 @@ def test_a_where_after_outer_joins_filters_their_rows_as_flinks(spark, tmp_path:
     ours = {d["case"]: d["final"] for d in lines if "final" in d}
     assert ours == flink_finals("where_after_outer.jsonl")
     assert_changelogs_as_flinks(lines, cases, "where_after_outer.jsonl")
+
+
+def test_a_decimal_is_printed_as_the_oracle_prints_it() -> None:
+    """As Flink's CAST to STRING writes it, which the oracle prints: a DECIMAL(23, 13) zero
+    and a small quotient in plain digits (Python wrote `0E-13`, which compared unequal)."""
+    assert [render(Decimal("0E-13")), render(Decimal("3.333E-10"))] == [
+        "0.0000000000000",
+        "0.0000000003333",
+    ]
 
 
 def test_keys_of_different_number_types_join_as_flink_compares_them(spark, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ the types of the joined columns:
 | SIGN of an INT, DECIMAL(p, s) that type (1, 1.00) | a DOUBLE (1.0) | `CAST(SIGN(x) AS …)` |
 | a DOUBLE / 0 `Infinity` or `NaN` | NULL | `IF(y = 0, …, x / y)` |
 | TRY_CAST of a number as CAST (-1 for a BIGINT's 2^63-1 as INT) | NULL | `CAST(…)` |
+| TRY_CAST('1.5' AS INT) 1, the fraction cut | NULL | `CAST(…)` |
 | CAST(TIMESTAMP(3) AS STRING) `…:00.000` | `…:00` | `date_format(…)` |
 | EXTRACT, FLOOR(t TO unit), CEIL(t TO unit) | (`app.plan.flink_time`) | |
 | INITCAP: ASCII words (`Foo-Bar`, `StraßE`) | after whitespace (`Straße`) | char by char |
@@ -162,7 +163,11 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
             unit = exp.Literal.number(10 ** (6 - digits))
             return spark_template(_TRUNCATED, value=node.copy(), unit=unit)
     elif isinstance(node, exp.Cast) and node.args.get("safe"):
-        if type_of(node.this, types) not in (None, "STRING"):  # only a text fails a CAST
+        # only a text fails a CAST; and Spark's TRY_CAST reads a text as a whole number as its
+        # ANSI CAST does, refusing a fraction (`'1.5'`), where Flink's reading truncates it
+        # as Spark's CAST outside ANSI mode does (NULL where either fails)
+        whole = node.args["to"].this.name in INTEGRAL_BITS
+        if whole or type_of(node.this, types) not in (None, "STRING"):
             return exp.Cast(this=node.this.copy(), to=node.args["to"].copy())
     elif isinstance(node, exp.Cast) and node.args["to"].this.name in TEXT_TYPES:
         kind = type_of(node.this, types)

@@ -189,7 +189,7 @@ def where_predicate(
     `select_expressions` checks a select list. A CAST that fails on a row's text is refused
     here, not dead-lettered: a row a filter drops has no output record to divert."""
     [(_, predicate)] = _select_items(where, columns, types, what="")
-    if _strict_casts(predicate):
+    if _strict_casts(parse_select(where)):  # as written: Flink's arithmetic is CASTs in Spark
         raise ConditionError("a CAST is not supported: write TRY_CAST")
     return predicate.sql(dialect="spark")
 

@@ -220,14 +220,24 @@ def _wrapped(number: int, bits: int) -> int:
     return (number + half) % (1 << bits) - half
 
 
+# The texts Flink reads as numbers (Python's own readers take more: `1_000`, `inf`): a whole
+# number's after the spaces around it are cut, its fraction dropped (`1.9` is 1) and an
+# exponent refused; a DECIMAL's after any whitespace is; a DOUBLE's as Java's
+# `Double.parseDouble` reads, a `d` or `f` after it
+_WHOLE_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)")
+_DECIMAL_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_DOUBLE_TEXT = re.compile(r"[+-]?(NaN|Infinity|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[fFdD]?)")
+
+
 def _to_integral(value: Any, bits: int) -> int | None:
     """As Flink's CAST: a whole number or DECIMAL (truncated) keeps its low bits; a double is
     truncated, held at the range of an INT (of a BIGINT for one), NaN 0, then narrowed; a text
     is read as a number of the type, else NULL (Flink's job fails)."""
     if isinstance(value, str):
-        if "e" in value.lower():  # Flink reads `1.5` as 1 but refuses an exponent
+        text = value.strip(" ")
+        if not _WHOLE_TEXT.fullmatch(text):
             return None
-        number = int(Decimal(value.strip()))
+        number = int(Decimal(text))
         return number if _wrapped(number, bits) == number else None
     if isinstance(value, float):
         wide = 64 if bits == 64 else 32
@@ -244,8 +254,12 @@ def _to_decimal(value: Any, to: exp.DataType) -> Decimal | None:
     params = [int(p.name) for p in to.expressions]
     precision, scale = (params + [10, 0][len(params) :])[:2]
     # a double as its shortest text (Java's `BigDecimal.valueOf`), not its binary expansion
-    if isinstance(value, str | Decimal):
-        number = Decimal(value.strip() if isinstance(value, str) else value)
+    if isinstance(value, str):
+        if not _DECIMAL_TEXT.fullmatch(text := value.strip()):
+            return None
+        number = Decimal(text)
+    elif isinstance(value, Decimal):
+        number = value
     else:
         number = Decimal(repr(value))
     return decimal_fitting(precision, scale)(number)
@@ -258,6 +272,9 @@ def cast(value: Any, to: exp.DataType) -> Any:
         if target in INTEGRAL_BITS:
             return _to_integral(value, INTEGRAL_BITS[target])
         if target in _FLOATING:
+            if isinstance(value, str):
+                text = value.strip()
+                return float(text.rstrip("fFdD")) if _DOUBLE_TEXT.fullmatch(text) else None
             return float(value)
         if target == "DECIMAL":
             return _to_decimal(value, to)
