@@ -249,3 +249,27 @@ def test_a_texts_cast_is_flinks(to: str) -> None:
         if to.startswith("DECIMAL") and text in _FLINK_DECIMAL_QUIRKS:
             continue
         assert readings.as_flink_prints(computed((text,), ())) == flink, repr(text)
+
+
+@pytest.mark.parametrize(
+    ("condition", "widths", "row", "flink"),
+    [
+        ("L.a * R.a", ((32,), (32,)), (-(2**31), -(2**31)), 0),
+        ("L.a + 1", ((32,), (32,)), (2**31 - 1, 0), -(2**31)),
+        ("L.a + 1", ((64,), (32,)), (2**31 - 1, 0), 2**31),
+        ("L.a - R.a", ((64,), (32,)), (-(2**63) + 1, 7), 2**63 - 6),
+        ("-L.a", ((32,), (32,)), (-(2**31), 0), -(2**31)),
+        ("L.a / R.a", ((32,), (32,)), (-(2**31), -1), -(2**31)),
+        ("L.a * 2147483648", ((32,), (32,)), (2, 0), 2**32),
+        ("CAST(L.a AS SMALLINT) + CAST(R.a AS SMALLINT)", ((32,), (32,)), (2**15 - 1, 1), -(2**15)),
+        ("L.a * R.a", ((), ()), (2**31, 2), 2**32),
+    ],
+)
+def test_whole_number_arithmetic_wraps_at_its_types_width(
+    condition: str, widths: tuple, row: tuple, flink: int
+) -> None:
+    """As Flink's generated Java: an INT's arithmetic wraps at 32 bits, a BIGINT's (or an INT
+    with a BIGINT, or a literal beyond an INT) at 64, a CAST's type at its own; where the
+    columns' types are not known the true result stays."""
+    computed = compile_predicate(parse_condition(condition), ["a"], ["a"], widths)
+    assert computed((row[0],), (row[1],)) == flink

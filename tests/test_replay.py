@@ -160,6 +160,18 @@ def test_keys_of_different_number_types_join_as_flink_compares_them(spark, tmp_p
     assert {d["case"]: d["final"] for d in lines if "final" in d} == flink_finals("key_types.jsonl")
 
 
+def test_a_conditions_whole_number_arithmetic_wraps_as_flinks(spark, tmp_path: Path) -> None:
+    """An INT product, a BIGINT difference, the sum of two INTs of a chain's first join in the
+    second's condition, and an INT product in an interval join's condition, beyond their type:
+    wrapped at its width as Flink's Java wraps them, where Python's numbers grew, and joined
+    other rows. Equal to Flink 2.3's final tables."""
+    cases = load_cases(FIXTURES / "whole_number_overflow.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    finals = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert finals == flink_finals("whole_number_overflow.jsonl")
+
+
 def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables(
     spark, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from pyspark.sql.types import TimestampType
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, TimestampType
 
 from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
@@ -48,6 +48,8 @@ TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 WINDOW = "window"
 # The types of the columns a window join's windowing function adds (`WINDOW_COLUMNS`)
 WINDOW_TYPES = {name: Column(name, "TIMESTAMP(3)", TimestampType()) for name in WINDOW_COLUMNS}
+# A whole number column's width: a join condition's arithmetic on it wraps there, as Flink's
+_WHOLE_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
 
 OUTER_KINDS = ("inner", "left", "right", "full")
 
@@ -78,8 +80,10 @@ def input_widening(source: InputConfig, tail: int = 0) -> Widening | None:
 
 
 def _side(source: InputConfig, tail: tuple[str, ...] = ()) -> SideSpec:
-    fields = tuple(c.name for c in source.schema or ()) + tail
-    return SideSpec(fields, source.primary_key, input_widening(source, len(tail)))
+    schema = source.schema or ()
+    fields = tuple(c.name for c in schema) + tail
+    widths = tuple(_WHOLE_BITS.get(type(c.spark_type)) for c in schema)
+    return SideSpec(fields, source.primary_key, input_widening(source, len(tail)), widths)
 
 
 def join_spec(config: Config, layout: StateLayout = NEW_LAYOUT) -> JoinSpec:

@@ -5,8 +5,8 @@ DECIMAL as a DOUBLE (Python refuses to mix them); a DOUBLE divided by zero is in
 a negative one's square root NaN, an overflowing power infinite (Python raises, which would fail
 the task on every retry). A whole number divided by zero is NULL here: Flink's job fails on it.
 
-Whole numbers are not wrapped at 32 or 64 bits as Java's are: a condition's values carry no
-declared width, so `L.a * 2` of an INT beyond 2^30 is the true product here."""
+Whole numbers are wrapped at their type's width where the condition's compiler knows it
+(`state.expr.condition`): the values here carry none."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from state.expr import arithmetic
 from state.expr.functions import (
     CAST_TYPES,
     FUNCTIONS,
+    INTEGRAL_BITS,
     cast,
     describe,
     extract,
@@ -57,6 +58,8 @@ FLINK_LEXICON = FlinkLexicon
 
 # A compiled expression: (left row, right row) -> value; None is SQL's NULL / UNKNOWN.
 Evaluator = Callable[[Sequence[Any], Sequence[Any]], Any]
+# Each column's width in bits where it is a whole number (TINYINT 8 … BIGINT 64), else None
+Widths = Sequence[int | None]
 
 _COMPARISONS: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
     exp.EQ: operator.eq,
@@ -205,11 +208,57 @@ def _connective(a: Evaluator, b: Evaluator, decisive: bool) -> Evaluator:
     return evaluate
 
 
-class _Compiler:
-    """Turns a sqlglot expression into nested closures over (left row, right row)."""
+def _wrapping(evaluate: Evaluator, bits: int) -> Evaluator:
+    """`evaluate`'s whole number cut to its low `bits` bits as a signed number, as Java's
+    arithmetic on an int or a long wraps (`2147483647 + 1` of INTs is -2147483648 in Flink)."""
+    half, size = 1 << (bits - 1), 1 << bits
 
-    def __init__(self, left_fields: Sequence[str], right_fields: Sequence[str]) -> None:
+    def wrapped(left: Sequence[Any], right: Sequence[Any]) -> Any:
+        value = evaluate(left, right)
+        return value if value is None else (value + half) % size - half
+
+    return wrapped
+
+
+def _literal_bits(node: exp.Literal) -> int | None:
+    """A whole number literal's width as Flink types it: an INT if it fits, else a BIGINT."""
+    if node.is_string or not node.this.isdigit():
+        return None
+    value = int(node.this)
+    return 32 if value < 1 << 31 else 64 if value < 1 << 63 else None
+
+
+class _Compiler:
+    """Turns a sqlglot expression into nested closures over (left row, right row); `widths`
+    (each side's, empty where not known) make whole-number arithmetic wrap as Flink's does."""
+
+    def __init__(
+        self,
+        left_fields: Sequence[str],
+        right_fields: Sequence[str],
+        widths: tuple[Widths, Widths] = ((), ()),
+    ) -> None:
         self.fields = {"L": list(left_fields), "R": list(right_fields)}
+        self.widths = dict(zip(ALIASES, widths, strict=True))
+
+    def whole_bits(self, node: exp.Expression) -> int | None:
+        """The width of `node`'s value where Flink types it a whole number, None where it does
+        not or it is not known: an operation of two whole numbers is as wide as the wider."""
+        node = node.unnest()
+        if isinstance(node, exp.Column):
+            alias = node.table.upper()  # a column compiled already: one of its side's
+            known, position = self.widths[alias], self.fields[alias].index(node.name)
+            return known[position] if position < len(known) else None
+        if isinstance(node, exp.Literal):
+            return _literal_bits(node)
+        if isinstance(node, exp.Cast):
+            return INTEGRAL_BITS.get(node.args["to"].this.name)
+        if isinstance(node, exp.Neg):
+            return self.whole_bits(node.this)
+        if type(node) in _ARITHMETIC:
+            a, b = self.whole_bits(node.this), self.whole_bits(node.expression)
+            return max(a, b) if a is not None and b is not None else None
+        return None
 
     def column(self, node: exp.Column) -> Evaluator:
         alias = node.table.upper()
@@ -236,18 +285,17 @@ class _Compiler:
         kind = type(node)
         if kind in (exp.Add, exp.Sub) and isinstance(node.expression, exp.Interval):
             return self.shifted(node)
-        if kind in _COMPARISONS or kind in _ARITHMETIC:
-            fn = _COMPARISONS.get(kind) or _ARITHMETIC[kind]
-            return _null_safe(fn, self.compile(node.this), self.compile(node.expression))
+        if kind in _COMPARISONS:
+            operands = self.compile(node.this), self.compile(node.expression)
+            return _null_safe(_COMPARISONS[kind], *operands)
+        if kind in _ARITHMETIC or kind is exp.Neg:
+            return self.arithmetic(node)
         if kind is exp.And or kind is exp.Or:
             both = self.compile(node.this), self.compile(node.expression)
             return _connective(*both, decisive=kind is exp.Or)
         if kind is exp.Not:
             inner = self.compile(node.this)
             return lambda left, right: None if (v := inner(left, right)) is None else not v
-        if kind is exp.Neg:
-            inner = self.compile(node.this)
-            return lambda left, right: None if (v := inner(left, right)) is None else -v
         if kind is exp.Between:
             value = self.compile(node.this)
             low = _null_safe(operator.le, self.compile(node.args["low"]), value)
@@ -260,6 +308,16 @@ class _Compiler:
         if function is not None:
             return self.function(function.compute, function.arguments(node), function.strict)
         raise ConditionError(f"{describe(node)} is not supported in a join condition")
+
+    def arithmetic(self, node: exp.Expression) -> Evaluator:
+        """+, -, *, /, % and a minus sign; wrapped at the width of a whole-number result."""
+        if isinstance(node, exp.Neg):
+            evaluate = self.function(operator.neg, [node.this], strict=True)
+        else:
+            operands = self.compile(node.this), self.compile(node.expression)
+            evaluate = _null_safe(_ARITHMETIC[type(node)], *operands)
+        bits = self.whole_bits(node)
+        return evaluate if bits is None else _wrapping(evaluate, bits)
 
     def shifted(self, node: exp.Add | exp.Sub) -> Evaluator:
         """`t ± INTERVAL 'n' unit`: a timestamp moved, as epoch microseconds (the frame's
@@ -421,10 +479,14 @@ _SPECIAL_FORMS: dict[type[exp.Expression], Callable[[_Compiler, Any], Evaluator]
 
 
 def compile_predicate(
-    expression: exp.Expression, left_fields: Sequence[str], right_fields: Sequence[str]
+    expression: exp.Expression,
+    left_fields: Sequence[str],
+    right_fields: Sequence[str],
+    widths: tuple[Widths, Widths] = ((), ()),
 ) -> Evaluator:
-    """A function (left row, right row) -> True / False / None (unknown) for `expression`."""
-    return _Compiler(left_fields, right_fields).compile(expression)
+    """A function (left row, right row) -> True / False / None (unknown) for `expression`;
+    `widths`: each side's whole-number columns' (`Widths`), where known."""
+    return _Compiler(left_fields, right_fields, widths).compile(expression)
 
 
 def _position(fields: Sequence[str], name: str, alias: str) -> int:
@@ -435,7 +497,10 @@ def _position(fields: Sequence[str], name: str, alias: str) -> int:
 
 
 def compile_matcher(
-    condition: JoinCondition, left_fields: Sequence[str], right_fields: Sequence[str]
+    condition: JoinCondition,
+    left_fields: Sequence[str],
+    right_fields: Sequence[str],
+    widths: tuple[Widths, Widths] = ((), ()),
 ) -> Callable[[Sequence[Any], Sequence[Any]], bool]:
     """Rows match when no equi-key column is NULL and the residual is TRUE.
 
@@ -449,7 +514,7 @@ def compile_matcher(
     strict = [p for i, p in enumerate(positions) if i not in condition.null_safe]
     left_keys, right_keys = [i for i, _ in strict], [j for _, j in strict]
     residual = (
-        compile_predicate(condition.residual, left_fields, right_fields)
+        compile_predicate(condition.residual, left_fields, right_fields, widths)
         if condition.residual is not None
         else None
     )

@@ -31,6 +31,7 @@ from state.changes import Row
 from state.expr.condition import (
     ConditionError,
     Evaluator,
+    Widths,
     compile_predicate,
     parse_condition,
     split_condition,
@@ -272,24 +273,29 @@ class LookupJoinSpec:
             self.left.fields,
             self.right.fields,
             self.residual.after,
+            (self.left.widths, self.right.widths),
         )
 
 
 @dataclass
 class LookupJoin:
     """Joins left rows with the table rows found for their keys: `kind` inner or left, the left
-    row's key columns named by `key_fields`, `after` evaluated on each pair."""
+    row's key columns named by `key_fields`, `after` evaluated on each pair (over columns of
+    the `widths` given, `state.expr.condition.Widths`)."""
 
     kind: str
     key_fields: tuple[str, ...]
     left_fields: Sequence[str]
     right_fields: Sequence[str]
     after: exp.Expression | None = None
+    widths: tuple[Widths, Widths] = ((), ())
     _predicate: Evaluator | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.after is not None:
-            self._predicate = compile_predicate(self.after, self.left_fields, self.right_fields)
+            self._predicate = compile_predicate(
+                self.after, self.left_fields, self.right_fields, self.widths
+            )
 
     @property
     def needs_rows(self) -> bool:

@@ -48,12 +48,15 @@ NO_WATERMARK = MIN_TIME
 
 @dataclass(frozen=True)
 class SideSpec:
-    """One input's columns, in order, its unique key (empty: none), and how the rows its state
-    held before columns were added widen (None: none were)."""
+    """One input's columns, in order, its unique key (empty: none), how the rows its state
+    held before columns were added widen (None: none were), and the columns' widths in bits
+    where they are whole numbers (`state.expr.condition.Widths`; empty: not known), at which a
+    condition's arithmetic on them wraps as Flink's does."""
 
     fields: tuple[str, ...]
     unique_key: tuple[str, ...] = ()
     widening: Widening | None = None
+    widths: tuple[int | None, ...] = ()
 
 
 class JoinSpec(Protocol):
@@ -82,7 +85,8 @@ class JoinSpec(Protocol):
         return True
 
     def matcher(self) -> Callable[[Row, Row], bool]:
-        return compile_matcher(self.join_condition, self.left.fields, self.right.fields)
+        widths = self.left.widths, self.right.widths
+        return compile_matcher(self.join_condition, self.left.fields, self.right.fields, widths)
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,8 @@ class MultiJoinSpec:
             exp.and_(*tested) if tested else None,
             frozenset({0}) if keyed in condition.null_safe else frozenset(),
         )
-        return compile_matcher(as_met, join.left.fields, join.right.fields)
+        widths = join.left.widths, join.right.widths
+        return compile_matcher(as_met, join.left.fields, join.right.fields, widths)
 
     def new_views(self, retentions: Sequence[Retention] = ()) -> tuple[View, ...]:
         """A key's empty views, each under its input's retention (none: for ever)."""
