@@ -185,6 +185,10 @@ FLINK_COMPUTES = [
     ("CAST('yes' AS BOOLEAN)", True),
     ("CAST('1.5' AS INT)", 1),
     ("CAST('1e2' AS INT)", None),
+    ("GREATEST(L.a, L.b, 0)", 2),
+    ("LEAST(L.x, L.d)", -7.5),
+    ("LEAST(L.d, 1)", Decimal("-7.45")),
+    ("GREATEST(L.a, CAST(NULL AS INT))", None),
 ]
 
 

@@ -167,7 +167,8 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     (Spark failed the task on it, and the query on every retry), a narrowing CAST, a DECIMAL
     divided by an INT literal to 13 places, a DOUBLE divided by zero, FLOOR and SIGN of their
     argument's type, a boolean's and a time's text, whole seconds, a negative length, INITCAP
-    of ASCII words, a REPLACE of '', a CAST to TIMESTAMP(p) cut to p digits."""
+    of ASCII words, a REPLACE of '', a CAST to TIMESTAMP(p) cut to p digits, GREATEST and LEAST
+    NULL where an argument is (Spark's skipped it)."""
     t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
         [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
@@ -196,6 +197,9 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "REPLACE('abc', '', 'x')": "xaxbxcx",
         "REPLACE('', '', 'y')": "y",
         "REPLACE('abc', 'b', '')": "ac",
+        "GREATEST(L.a, L.b, 0)": 2,
+        "LEAST(L.d, 1)": Decimal("-7.45"),
+        "GREATEST(L.a, CAST(NULL AS INT))": None,
         "CAST('2024-03-05 06:07:08.999' AS TIMESTAMP(0))": datetime(2024, 3, 5, 6, 7, 8),
         "CAST('2024-03-05 06:07:08.123456' AS TIMESTAMP(3))": datetime(2024, 3, 5, 6, 7, 8, 123000),
         "CAST(CAST('1969-12-31 23:59:59.999' AS TIMESTAMP(3)) AS TIMESTAMP(0))": datetime(

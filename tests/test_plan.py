@@ -286,8 +286,13 @@ def test_a_select_list_runs_only_the_function_library(select: str, named: str) -
             "JOIN_ON: expected a condition Flink accepts (ABS(L.order_id) applies ABS to "
             "L.order_id (STRING): it takes a number)",
         ),
+        (
+            {"JOIN_SELECT": "L.order_id, GREATEST(R.price, 1, L.order_id) AS g"},
+            "(GREATEST(R.price, 1, L.order_id) orders R.price (DECIMAL(10,2)) with L.order_id "
+            "(STRING))",
+        ),
     ],
-    ids=["select", "nested", "condition"],
+    ids=["select", "nested", "condition", "greatest"],
 )
 def test_a_function_of_an_argument_it_does_not_take_is_refused_at_start_up(
     changes: dict, says: str

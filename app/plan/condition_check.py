@@ -61,9 +61,13 @@ def _operand(node: exp.Expression, columns: Columns) -> tuple[str, str] | None:
 
 def function_problem(tree: exp.Expression, columns: Columns) -> str | None:
     """A function of the library applied to an argument of a type it does not take, as Flink's
-    planner refuses it (`UPPER(L.qty)` of an INT), or None."""
+    planner refuses it (`UPPER(L.qty)` of an INT, `GREATEST(L.qty, L.name)`), or None."""
     for node in sorted(tree.walk(), key=lambda n: -n.depth):  # the innermost mistake first
         function = FUNCTIONS.get(type(node))
+        if isinstance(node, exp.Greatest | exp.Least):
+            pair = _incomparable([node.this, *node.expressions], columns)
+            if pair is not None:
+                return f"{node.sql()} orders {pair[0]} with {pair[1]}"
         if function is None or function.takes is None:
             continue
         arguments = function.arguments(node)
@@ -83,6 +87,17 @@ def _comparable(a: tuple[str, str], b: tuple[str, str], nodes: tuple[exp.Express
     # a string literal reads as a time ('2024-01-31 00:00:00'), as Flink casts it implicitly
     literal = any(isinstance(n.unnest(), exp.Literal) for n in nodes)
     return literal and {a[0], b[0]} == {"string", "time"}
+
+
+def _incomparable(operands: list[exp.Expression], columns: Columns) -> tuple[str, str] | None:
+    """The names of the first of `operands` and of one that Flink does not compare it with
+    (a number with a string), or None."""
+    known = [(o, f) for o in operands if (f := _operand(o, columns)) is not None]
+    for node_b, b in known[1:]:
+        node_a, a = known[0]
+        if not _comparable(a, b, (node_a, node_b)):
+            return a[1], b[1]
+    return None
 
 
 def _not_boolean(node: exp.Expression, columns: Columns) -> str | None:
@@ -112,10 +127,7 @@ def condition_problem(tree: exp.Expression, columns: Columns) -> str | None:
             operands = (node.this, node.args["low"], node.args["high"])
         else:
             operands = (node.this, node.expression)
-        known = [(o, _operand(o, columns)) for o in operands]
-        known = [(o, f) for o, f in known if f is not None]
-        for node_b, b in known[1:]:
-            node_a, a = known[0]
-            if not _comparable(a, b, (node_a, node_b)):
-                return f"{node.sql()} compares {a[1]} with {b[1]}"
+        pair = _incomparable(list(operands), columns)
+        if pair is not None:
+            return f"{node.sql()} compares {pair[0]} with {pair[1]}"
     return None

@@ -19,6 +19,7 @@ the types of the joined columns:
 | INITCAP: ASCII words (`Foo-Bar`, `StraßE`) | after whitespace (`Straße`) | char by char |
 | SUBSTR(s, i, n) of a negative `n` NULL | `''` | `IF(n < 0, NULL, …)` |
 | REPLACE('abc', '', 'x') `xaxbxcx` | `abc` | `IF(search = '', …)` |
+| GREATEST, LEAST of a NULL NULL | the others' | `IF(x IS NULL OR …, NULL, …)` |
 | CAST(t AS TIMESTAMP(0)) whole seconds | the microseconds kept | `TIMESTAMP_MICROS(…)` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
@@ -198,6 +199,10 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
         if not (isinstance(length, exp.Literal) and length.this.isdigit()):
             negative = exp.LT(this=length.copy(), expression=exp.Literal.number(0))
             return exp.If(this=negative, true=exp.Null(), false=node.copy())
+    elif isinstance(node, exp.Greatest | exp.Least):
+        given = [node.this, *node.expressions]
+        some_null = exp.or_(*(exp.Is(this=a.copy(), expression=exp.Null()) for a in given))
+        return exp.If(this=some_null, true=exp.Null(), false=node.copy())
     elif isinstance(node, exp.Sign):
         kind = type_of(node.this, types)
         if kind is not None and (kind in INTEGRAL_BITS or kind.startswith("DECIMAL(")):

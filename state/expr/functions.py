@@ -357,6 +357,14 @@ def _position(needle: str, text: str) -> int:
     return text.find(needle) + 1
 
 
+def _in_one_type(values: tuple[Any, ...]) -> list[Any]:
+    """`values` in one type where a DECIMAL meets a DOUBLE: all DOUBLE, as Flink's planner
+    makes them (Python refuses to order the two)."""
+    if any(isinstance(v, float) for v in values):
+        return [float(v) if isinstance(v, Decimal) else v for v in values]
+    return list(values)
+
+
 _TEXT_FUNCTION = {"takes": "string", "gives": "string"}
 _MATH = {"takes": "number", "gives": "number"}
 FUNCTIONS: dict[type[exp.Expression], Function] = {
@@ -411,6 +419,9 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     exp.Hour: _date_part("HOUR"),
     exp.Minute: _date_part("MINUTE"),
     exp.Second: _date_part("SECOND"),
+    # NULL if any argument is (Flink's), where Spark's and SQL Server's skip a NULL
+    exp.Greatest: Function("GREATEST", _listed, lambda *v: max(_in_one_type(v))),
+    exp.Least: Function("LEAST", _listed, lambda *v: min(_in_one_type(v))),
     exp.Coalesce: Function("COALESCE", _listed, _coalesce, strict=False),
     exp.Nullif: Function(
         "NULLIF", _two, lambda a, b: None if a is not None and a == b else a, strict=False
