@@ -18,7 +18,7 @@ import re
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -44,6 +44,7 @@ from app.run.inputs import decode_input, row_type, timed_changes
 from ops.metrics import CountsByLabel
 from serdes.kafka.decode import decoded_schema
 from serdes.kafka.source import ARROW_SCHEMA
+from serdes.records.encode import CAST_ERROR, FAILED_ROW
 from serdes.records.schema import parse_schema
 from state.changes import EPOCH, SIDES, RowKind, opens_update
 from state.expr.condition import FLINK_LEXICON
@@ -182,11 +183,21 @@ def interleave(inputs: list[list[Record]], topics: tuple[str, ...]) -> list[RawR
     return feed
 
 
+def _as_output_topic(projected: DataFrame) -> DataFrame:
+    """The rows the output topic gets: without those a CAST failed on (the service sends them
+    to the dead-letter topic; Flink's job fails), nor the failure's columns."""
+    if CAST_ERROR not in projected.columns:
+        return projected
+    return projected.where(F.col(CAST_ERROR).isNull()).drop(CAST_ERROR, FAILED_ROW)
+
+
 def render(value: Any) -> Any:
-    """As the oracle prints values: timestamps as epoch ms, decimals as Flink's CAST to STRING
-    writes them (`0.0000000000000`, not Python's `0E-13`)."""
+    """As the oracle prints values: timestamps as epoch ms, dates ISO, decimals as Flink's CAST
+    to STRING writes them (`0.0000000000000`, not Python's `0E-13`)."""
     if isinstance(value, datetime):
         return round(value.timestamp() * 1000)
+    if isinstance(value, date):  # no JSON type: the replay stopped on it
+        return value.isoformat()
     if isinstance(value, Decimal):
         return format(value, "f")
     return value
@@ -419,7 +430,7 @@ def run_case(
     select, where = plan.last.join.select, plan.last.join.where
     if where:
         joined = filtered(joined, where)
-    output = project(joined, select) if select else joined.drop("seq")
+    output = _as_output_topic(project(joined, select)) if select else joined.drop("seq")
     collected: list = []
     query = (
         output.writeStream.foreachBatch(lambda batch, _id: collected.extend(batch.collect()))

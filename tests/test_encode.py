@@ -168,7 +168,8 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     divided by an INT literal to 13 places, a DOUBLE divided by zero, FLOOR and SIGN of their
     argument's type, a boolean's and a time's text, whole seconds, a negative length, INITCAP
     of ASCII words, a REPLACE of '', a CAST to TIMESTAMP(p) cut to p digits, GREATEST and LEAST
-    NULL where an argument is (Spark's skipped it)."""
+    NULL where an argument is (Spark's skipped it), a CAST to VARCHAR(n) cut to n characters
+    and to CHAR(n) padded to n."""
     t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
         [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
@@ -197,6 +198,9 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "REPLACE('abc', '', 'x')": "xaxbxcx",
         "REPLACE('', '', 'y')": "y",
         "REPLACE('abc', 'b', '')": "ac",
+        "CAST(L.a AS VARCHAR(1))": "-",
+        "CAST(L.d AS CHAR(7)) || '|'": "-7.45  |",
+        "CAST(L.a > L.b AS VARCHAR(3))": "FAL",
         "GREATEST(L.a, L.b, 0)": 2,
         "LEAST(L.d, 1)": Decimal("-7.45"),
         "GREATEST(L.a, CAST(NULL AS INT))": None,

@@ -84,6 +84,21 @@ def test_a_window_join_of_two_windowed_tables_compiles_to_its_windows() -> None:
     assert variables["JOIN_SELECT"].endswith("L.window_start AS window_start")
 
 
+def test_a_casts_length_and_precision_reach_the_select_list() -> None:
+    """`CAST(… AS VARCHAR(3))`, `CHAR(4)`, `CHAR` and `TIMESTAMP(0)` written back as Flink
+    wrote them: the select list came out with STRING and TIMESTAMP, so the text was not cut
+    nor padded and the time kept its milliseconds."""
+    variables = compiled(
+        "INSERT INTO out SELECT CAST(o.order_id AS VARCHAR(3)), CAST(p.name AS CHAR(4)), "
+        "CAST(p.name AS CHAR) || CAST(CAST(o.order_time AS TIMESTAMP(0)) AS STRING) FROM orders "
+        "AS o JOIN products AS p ON o.product_id = p.product_id;"
+    )
+    assert variables["JOIN_SELECT"] == (
+        "CAST(L.order_id AS VARCHAR(3)) AS order_id, CAST(R.name AS CHAR(4)) AS name, "
+        "CAST(R.name AS CHAR) || CAST(CAST(L.ms AS TIMESTAMP(0)) AS STRING) AS price"
+    )
+
+
 def test_a_where_after_an_outer_join_filters_the_joined_rows() -> None:
     """A WHERE after a LEFT JOIN cannot be a condition of the join (the join pads the rows
     it would drop): it is `JOIN_WHERE`, over the last join's `L` and `R`, the conjuncts of an

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
@@ -140,13 +141,12 @@ def test_a_where_after_outer_joins_filters_their_rows_as_flinks(spark, tmp_path:
     assert_changelogs_as_flinks(lines, cases, "where_after_outer.jsonl")
 
 
-def test_a_decimal_is_printed_as_the_oracle_prints_it() -> None:
-    """As Flink's CAST to STRING writes it, which the oracle prints: a DECIMAL(23, 13) zero
-    and a small quotient in plain digits (Python wrote `0E-13`, which compared unequal)."""
-    assert [render(Decimal("0E-13")), render(Decimal("3.333E-10"))] == [
-        "0.0000000000000",
-        "0.0000000003333",
-    ]
+def test_a_decimal_and_a_date_are_printed_as_the_oracle_prints_them() -> None:
+    """As Flink's CAST to STRING writes a DECIMAL, which the oracle prints: a DECIMAL(23, 13)
+    zero and a small quotient in plain digits (Python wrote `0E-13`, which compared unequal);
+    a DATE as ISO text (the replay stopped on it)."""
+    values = [Decimal("0E-13"), Decimal("3.333E-10"), date(2024, 3, 1)]
+    assert [render(v) for v in values] == ["0.0000000000000", "0.0000000003333", "2024-03-01"]
 
 
 def test_keys_of_different_number_types_join_as_flink_compares_them(spark, tmp_path: Path) -> None:

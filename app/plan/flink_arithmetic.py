@@ -21,6 +21,7 @@ the types of the joined columns:
 | REPLACE('abc', '', 'x') `xaxbxcx` | `abc` | `IF(search = '', …)` |
 | GREATEST, LEAST of a NULL NULL | the others' | `IF(x IS NULL OR …, NULL, …)` |
 | CAST(t AS TIMESTAMP(0)) whole seconds | the microseconds kept | `TIMESTAMP_MICROS(…)` |
+| CAST('abcd' AS VARCHAR(2)) `ab`, CAST('a' AS CHAR(2)) `a ` | `abcd`, `a` | `SUBSTRING`, `RPAD` |
 
 (FLOOR and CEIL of a DOUBLE beyond 2^52, NaN or infinite are the value itself, which a BIGINT
 cannot hold.)
@@ -33,7 +34,14 @@ from sqlglot import exp
 
 from app.plan.flink_time import time_rewritten
 from app.plan.spark_template import VALUE, spark_template
-from state.expr.functions import INTEGRAL_BITS, OPERATORS, PREDICATES, TEXT_TYPES, time_unit
+from state.expr.functions import (
+    INTEGRAL_BITS,
+    OPERATORS,
+    PREDICATES,
+    TEXT_TYPES,
+    text_length,
+    time_unit,
+)
 
 _SPARK_NAMES = {
     T.ByteType: "TINYINT",
@@ -145,6 +153,25 @@ def _divided(node: exp.Div, kind: str | None) -> exp.Expression:
     return exp.If(this=is_zero, true=by_zero, false=node.copy())
 
 
+def _as_text(node: exp.Cast, kind: str | None) -> exp.Expression:
+    """A CAST to a text type as Flink's: a boolean's upper case, a TIMESTAMP(3)'s milliseconds
+    (zeros too), cut to a CHAR(n)'s or VARCHAR(n)'s length and padded to a CHAR's (Spark
+    casts to both as to a STRING)."""
+    length = text_length(node.args["to"])
+    text = node if length is None else _cast(node.this.copy(), "STRING")
+    if kind == "BOOLEAN":
+        text = exp.Upper(this=text.copy())
+    elif kind == "TIMESTAMP":
+        text = exp.func("date_format", node.this.copy(), exp.Literal.string(_TIMESTAMP_TEXT))
+    if length is None:
+        return text
+    size = exp.Literal.number(length)
+    cut = exp.Substring(this=text.copy(), start=exp.Literal.number(1), length=size)
+    if node.args["to"].this.name == "CHAR":
+        return exp.func("RPAD", cut, size.copy(), exp.Literal.string(" "))
+    return cut
+
+
 def _fraction_digits(to: exp.DataType) -> int | None:
     """The precision of a TIMESTAMP type (its digits of a second), None for another type."""
     if to.this not in _TIMESTAMPS:
@@ -171,11 +198,7 @@ def _rewritten(node: exp.Expression, types: Types) -> exp.Expression:
         if whole or type_of(node.this, types) not in (None, "STRING"):
             return exp.Cast(this=node.this.copy(), to=node.args["to"].copy())
     elif isinstance(node, exp.Cast) and node.args["to"].this.name in TEXT_TYPES:
-        kind = type_of(node.this, types)
-        if kind == "BOOLEAN":
-            return exp.Upper(this=node.copy())
-        if kind == "TIMESTAMP":  # TIMESTAMP(3): its milliseconds, zeros too
-            return exp.func("date_format", node.this.copy(), exp.Literal.string(_TIMESTAMP_TEXT))
+        return _as_text(node, type_of(node.this, types))
     elif isinstance(node, exp.Floor | exp.Ceil) and not (
         node.args.get("decimals") or node.args.get("to")
     ):

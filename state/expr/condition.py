@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import exp, parser
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError
 
@@ -52,6 +52,32 @@ class FlinkLexicon(Spark):
 
     class Tokenizer(Spark.Tokenizer):
         STRING_ESCAPES: ClassVar[list[str]] = ["'"]
+
+    class Parser(Spark.Parser):
+        def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expression | None:
+            """Types as written: Hive's parser (Spark's) reads `VARCHAR(3)` and `CHAR(3)` as
+            STRING, where Flink's CAST to them cuts and pads the text."""
+            return parser.Parser._parse_types(self, *args, **kwargs)
+
+    class Generator(Spark.Generator):
+        def datatype_sql(self, expression: exp.DataType) -> str:
+            """A type as Flink writes it, its length or precision kept: Spark's writes
+            `VARCHAR(3)` as STRING and `TIMESTAMP(0)` as TIMESTAMP, so a select list written
+            back from Flink SQL lost the CAST's cut."""
+            name = _SIZED_TYPES.get(expression.this)
+            if name is None or not (expression.expressions or name == "CHAR"):
+                return super().datatype_sql(expression)  # VARCHAR alone is a STRING
+            sizes = self.expressions(expression, flat=True)
+            return f"{name}({sizes})" if sizes else name
+
+
+_SIZED_TYPES = {
+    exp.DataType.Type.CHAR: "CHAR",
+    exp.DataType.Type.VARCHAR: "VARCHAR",
+    exp.DataType.Type.TIMESTAMP: "TIMESTAMP",
+    exp.DataType.Type.TIMESTAMPTZ: "TIMESTAMP",  # Spark's parser reads a TIMESTAMP as this
+    exp.DataType.Type.TIMESTAMPLTZ: "TIMESTAMP_LTZ",
+}
 
 
 FLINK_LEXICON = FlinkLexicon

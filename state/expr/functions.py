@@ -265,6 +265,33 @@ def _to_decimal(value: Any, to: exp.DataType) -> Decimal | None:
     return decimal_fitting(precision, scale)(number)
 
 
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, datetime):  # TIMESTAMP(3), as Flink writes it
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+    return double_text(value) if isinstance(value, float) else str(value)
+
+
+def text_length(to: exp.DataType) -> int | None:
+    """The length a CAST to `to` cuts a text to: CHAR(n)'s and VARCHAR(n)'s n, a CHAR's 1 (a
+    VARCHAR alone is a STRING, as in Flink); None for a STRING."""
+    if to.this.name not in ("CHAR", "VARCHAR"):
+        return None
+    if not to.expressions:
+        return 1 if to.this.name == "CHAR" else None
+    return int(to.expressions[0].name)
+
+
+def sized_text(text: str, to: exp.DataType) -> str:
+    """`text` as Flink's CAST to `to` makes it: cut to a CHAR's or VARCHAR's length, and a
+    CHAR's padded with spaces to it."""
+    length = text_length(to)
+    if length is None:
+        return text
+    return text[:length].ljust(length) if to.this.name == "CHAR" else text[:length]
+
+
 def cast(value: Any, to: exp.DataType) -> Any:
     """CAST(value AS to) on a non-NULL value, as Flink casts it; NULL where Flink's job fails."""
     target = to.this.name
@@ -279,11 +306,7 @@ def cast(value: Any, to: exp.DataType) -> Any:
         if target == "DECIMAL":
             return _to_decimal(value, to)
         if target in TEXT_TYPES:
-            if isinstance(value, bool):
-                return "TRUE" if value else "FALSE"
-            if isinstance(value, datetime):  # TIMESTAMP(3), as Flink writes it
-                return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
-            return double_text(value) if isinstance(value, float) else str(value)
+            return sized_text(_as_text(value), to)
         if target == "BOOLEAN":
             if isinstance(value, str):
                 return _BOOLEAN_TEXTS.get(value.lower())
