@@ -169,7 +169,7 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
     argument's type, a boolean's and a time's text, whole seconds, a negative length, INITCAP
     of ASCII words, a REPLACE of '', a CAST to TIMESTAMP(p) cut to p digits, GREATEST and LEAST
     NULL where an argument is (Spark's skipped it), a CAST to VARCHAR(n) cut to n characters
-    and to CHAR(n) padded to n."""
+    and to CHAR(n) padded to n; a time moved by an interval (refused before)."""
     t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
     joined = spark.createDataFrame(
         [("+I", -7, 2, -7.5, Decimal("-7.45"), 2**63 - 1, t)],
@@ -201,6 +201,8 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "CAST(L.a AS VARCHAR(1))": "-",
         "CAST(L.d AS CHAR(7)) || '|'": "-7.45  |",
         "CAST(L.a > L.b AS VARCHAR(3))": "FAL",
+        "L.t + INTERVAL '1' HOUR": datetime(2024, 3, 5, 7, 7, 8),
+        "L.t - INTERVAL '1.5' SECOND": datetime(2024, 3, 5, 6, 7, 6, 500000),
         "GREATEST(L.a, L.b, 0)": 2,
         "LEAST(L.d, 1)": Decimal("-7.45"),
         "GREATEST(L.a, CAST(NULL AS INT))": None,
@@ -247,6 +249,17 @@ def test_a_select_lists_try_cast_of_a_text_to_a_whole_number_is_flinks(spark) ->
         for text, flink in zip(casts["values"], casts["results"]["INT"], strict=True)
         if flink is not None
     )
+
+
+def test_a_where_moves_a_time_by_an_interval(spark) -> None:
+    """`JOIN_WHERE L.t + INTERVAL '1' SECOND > R.t`, as Flink's WHERE takes it (refused)."""
+    t = datetime(2024, 3, 5, 6, 7, 8, tzinfo=UTC)
+    joined = spark.createDataFrame(
+        [("+I", "near", t, t.replace(second=9)), ("+I", "far", t, t.replace(second=10))],
+        "op string, L_id string, L_t timestamp, R_t timestamp",
+    )
+    kept = filtered(joined, "L.t + INTERVAL '1.5' SECOND > R.t AND L.t - INTERVAL '1' MINUTE < R.t")
+    assert [r.L_id for r in kept.collect()] == ["near"]
 
 
 def test_a_select_lists_time_functions_compute_as_flinks(spark) -> None:

@@ -449,7 +449,8 @@ def test_a_views_records_and_a_window_joins_windows_are_part_of_what_the_state_m
 
 
 def test_timestamp_ltz_outputs_are_an_inputs_ltz_column_as_it_is_or_a_cast_to_one() -> None:
-    """What the output writes with Flink's `Z`: not a TIMESTAMP, nor an LTZ cast to one."""
+    """What the output writes with Flink's `Z`: not a TIMESTAMP, nor an LTZ cast to one; an
+    LTZ column moved by an interval is one still."""
     env = {
         **JOIN,
         "LEFT_SCHEMA": "order_id STRING, product_id STRING, ot TIMESTAMP_LTZ(3), lt TIMESTAMP(3)",
@@ -458,9 +459,10 @@ def test_timestamp_ltz_outputs_are_an_inputs_ltz_column_as_it_is_or_a_cast_to_on
     assert zoned_columns(load_config(env)) == {"L_ot", "R_ut"}
     select = (
         "L.ot AS a, L.lt AS b, CAST(L.lt AS TIMESTAMP_LTZ(3)) AS c, R.ut AS d, "
-        "CAST(R.ut AS TIMESTAMP(3)) AS e, L.order_id AS f"
+        "CAST(R.ut AS TIMESTAMP(3)) AS e, L.order_id AS f, L.ot + INTERVAL '1' HOUR AS g, "
+        "L.lt - INTERVAL '1' SECOND AS h"
     )
-    assert zoned_columns(load_config({**env, "JOIN_SELECT": select})) == {"a", "c", "d"}
+    assert zoned_columns(load_config({**env, "JOIN_SELECT": select})) == {"a", "c", "d", "g"}
     # a window join's window_time has its rowtime's type, as in Flink; its bounds are TIMESTAMP
     windows = {k: v for k, v in WINDOW.items() if v is not None}
     windows["LEFT_SCHEMA"] = "order_id STRING, ot TIMESTAMP_LTZ(3)"

@@ -173,13 +173,16 @@ def selected_columns(select: str) -> dict[str, str | None]:
 
 def zoned_selected(select: str, zoned: set[str]) -> frozenset[str]:
     """The output columns of the select list that are TIMESTAMP_LTZ: a joined column of
-    `zoned` as it is, or a CAST to TIMESTAMP_LTZ."""
-    return frozenset(
-        name
-        for name, e in _select_items(select, None)
-        if (isinstance(e, exp.Column) and e.name in zoned)
-        or (isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.TIMESTAMPLTZ)
-    )
+    `zoned` as it is or moved by an interval, or a CAST to TIMESTAMP_LTZ."""
+
+    def is_zoned(e: exp.Expression) -> bool:
+        if isinstance(e, exp.Add | exp.Sub) and isinstance(e.expression, exp.Interval):
+            return is_zoned(e.this.unnest())
+        if isinstance(e, exp.Cast):
+            return e.to.this == exp.DataType.Type.TIMESTAMPLTZ
+        return isinstance(e, exp.Column) and e.name in zoned
+
+    return frozenset(name for name, e in _select_items(select, None) if is_zoned(e))
 
 
 def where_predicate(

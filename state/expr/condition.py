@@ -27,6 +27,7 @@ from state.expr.functions import (
     CAST_TYPES,
     FUNCTIONS,
     INTEGRAL_BITS,
+    INTERVAL_UNIT_MS,
     cast,
     describe,
     extract,
@@ -94,14 +95,6 @@ _COMPARISONS: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
     exp.GTE: operator.ge,
     exp.LT: operator.lt,
     exp.LTE: operator.le,
-}
-# Flink SQL's interval units (`INTERVAL '5' SECOND`), in milliseconds
-INTERVAL_UNIT_MS = {
-    "MILLISECOND": 1,
-    "SECOND": 1000,
-    "MINUTE": 60_000,
-    "HOUR": 3_600_000,
-    "DAY": 86_400_000,
 }
 
 

@@ -507,6 +507,28 @@ def time_unit(node: exp.Expression) -> str | None:
     return None if unit is None else unit.name.upper()
 
 
+# Flink SQL's interval units (`INTERVAL '5' SECOND`), in milliseconds
+INTERVAL_UNIT_MS = {
+    "MILLISECOND": 1,
+    "SECOND": 1000,
+    "MINUTE": 60_000,
+    "HOUR": 3_600_000,
+    "DAY": 86_400_000,
+}
+
+
+def _shift(node: exp.Expression) -> bool:
+    """An interval a time moves by (`t + INTERVAL '5' SECOND`), in a unit Flink's intervals and
+    the library's both have."""
+    interval = isinstance(node, exp.Interval) and node.unit is not None
+    unit = node.unit.name.upper().removesuffix("S") if interval else ""
+    return (
+        unit in INTERVAL_UNIT_MS
+        and isinstance(node.parent, exp.Add | exp.Sub)
+        and node.arg_key == "expression"
+    )
+
+
 def unknown_unit(node: exp.Expression) -> bool:
     """An EXTRACT, FLOOR or CEIL of a unit of time the library does not have."""
     unit = time_unit(node)
@@ -519,7 +541,7 @@ def unsupported(tree: exp.Expression) -> exp.Expression | None:
     of time the library has."""
     for node in tree.walk():
         outside = not isinstance(node, STRUCTURE) and type(node) not in FUNCTIONS
-        if outside or unknown_unit(node):
+        if (outside and not _shift(node)) or unknown_unit(node):
             return node
     return None
 
