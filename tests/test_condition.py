@@ -213,9 +213,10 @@ def test_a_condition_computes_as_flink_does(expression: str, flink: object) -> N
 @pytest.mark.parametrize("expression", readings.EXPRESSIONS)
 def test_time_functions_compute_as_flinks(expression: str) -> None:
     """FLOOR and CEIL of a time TO each unit (a week from Sunday; a CEIL of a unit of days or
-    more from the date alone, as Calcite's) and EXTRACT of each unit, on a TIMESTAMP as the
-    regular join holds it (a datetime) and as the time joins do (epoch microseconds), and on a
-    DATE: each failed the join's task (FLOOR and CEIL took no unit, EXTRACT knew eight)."""
+    more from the date alone, as Calcite's), EXTRACT of each unit and a CAST to DATE, on a
+    TIMESTAMP as the regular join holds it (a datetime) and as the time joins do (epoch
+    microseconds), and on a DATE: each failed the join's task (FLOOR and CEIL took no unit,
+    EXTRACT knew eight) or was refused (the CAST)."""
     computed = compile_predicate(parse_condition(readings.qualified(expression)), ["t", "d"], [])
     days = [date.fromisoformat(d) for d in readings.FLINK_TIME["results"]["CAST(t AS DATE)"]]
     for text, day, flink in zip(

@@ -546,12 +546,14 @@ def _condition_errors(config: Config) -> Iterator[ConfigError]:
 def _where_errors(config: Config, visible: dict[str, tuple[str, ...]]) -> Iterator[ConfigError]:
     """`JOIN_WHERE` over the joined rows: their columns, a boolean, like compared with like."""
     where = config.join.where or ""
+    typed = _typed_columns(config)
+    types = {f"{alias}_{name}": c.spark_type for alias in typed for name, c in typed[alias].items()}
     try:
-        where_predicate(where, visible)
+        where_predicate(where, visible, types)
     except ConditionError as err:
         yield ConfigError("JOIN_WHERE", f"a condition over the joined rows ({err})", where)
         return
-    problem = condition_problem(parse_condition(where), _typed_columns(config))
+    problem = condition_problem(parse_condition(where), typed)
     if problem:
         yield ConfigError("JOIN_WHERE", f"a condition Flink accepts ({problem})", where)
 

@@ -53,9 +53,16 @@ def parse_select(select: str) -> exp.Expression:
         raise ConditionError(f"select list: {err.errors[0]['description']}") from None
 
 
-def _strict_casts(tree: exp.Expression) -> list[exp.Cast]:
-    """The CASTs of `tree` (sqlglot parses CAST and TRY_CAST alike, TRY_CAST marked `safe`)."""
-    return [c for c in tree.find_all(exp.Cast) if not c.args.get("safe")]
+def _failing_casts(tree: exp.Expression, types: Types) -> list[exp.Cast]:
+    """The CASTs of `tree` that can fail on a row: of a text (or of what `types` do not say),
+    not TRY_CAST (sqlglot parses it as a CAST marked `safe`). A number's CAST narrows, or is
+    NULL beyond a DECIMAL's precision, and a time's to DATE is its day, as in Flink."""
+    return [
+        c
+        for c in tree.find_all(exp.Cast)
+        if not c.args.get("safe")
+        and type_of(c.this.transform(_qualified_to_flat), types) in (None, "STRING")
+    ]
 
 
 def _holds(condition: exp.Expression) -> exp.Expression:
@@ -91,15 +98,12 @@ def _evaluated_when(node: exp.Expression) -> list[exp.Expression]:
 
 def _cast_failures(select: str, types: Types) -> exp.Expression | None:
     """The select list's first CAST that fails on a row, as a message naming it and the value
-    (NULL if none failed), over `L_`/`R_` columns of `types`; None if the list holds no CAST.
-    Only a text fails a CAST: a number's narrows, or is NULL beyond a DECIMAL's precision, as
-    in Flink."""
+    (NULL if none failed), over `L_`/`R_` columns of `types`; None if the list holds no CAST
+    that can fail."""
     branches = []
     for item in parse_select(select).expressions:
-        for cast in _strict_casts(item):
+        for cast in _failing_casts(item, types):
             value = cast.this
-            if type_of(value.transform(_qualified_to_flat), types) not in (None, "STRING"):
-                continue
             failed = exp.and_(
                 *_evaluated_when(cast),
                 exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
@@ -188,12 +192,12 @@ def zoned_selected(select: str, zoned: set[str]) -> frozenset[str]:
 def where_predicate(
     where: str, columns: dict[str, tuple[str, ...]] | None = None, types: Types | None = None
 ) -> str:
-    """`JOIN_WHERE` as a Spark SQL predicate over `L_`/`R_` columns, checked as
-    `select_expressions` checks a select list. A CAST that fails on a row's text is refused
-    here, not dead-lettered: a row a filter drops has no output record to divert."""
+    """`JOIN_WHERE` as a Spark SQL predicate over `L_`/`R_` columns of `types` (where given),
+    checked as `select_expressions` checks a select list. A CAST that can fail on a row's text
+    is refused here, not dead-lettered: a row a filter drops has no output record to divert."""
     [(_, predicate)] = _select_items(where, columns, types, what="")
-    if _strict_casts(parse_select(where)):  # as written: Flink's arithmetic is CASTs in Spark
-        raise ConditionError("a CAST is not supported: write TRY_CAST")
+    if _failing_casts(parse_select(where), types or {}):  # as written, not as Spark computes it
+        raise ConditionError("a CAST of a text is not supported: write TRY_CAST")
     return predicate.sql(dialect="spark")
 
 

@@ -59,7 +59,7 @@ def _as_datetime(value: Any) -> datetime:
     return EPOCH + timedelta(microseconds=value)  # epoch microseconds
 
 
-_DATE_TEXT = re.compile(r"\s*(\d{1,4})-(\d{1,2})-(\d{1,2})(?:[ T].*)?\s*$")
+_DATE_TEXT = re.compile(r"\s*(\d{1,4})-(\d{1,2})-(\d{1,2})(?: .*)?\s*$")  # no `T`, as Flink
 
 
 def _to_date(value: Any) -> date | None:
@@ -207,7 +207,7 @@ INTEGRAL_BITS = {"TINYINT": 8, "SMALLINT": 16, "INT": 32, "BIGINT": 64}  # a typ
 _FLOATING = {"FLOAT", "DOUBLE"}
 TEXT_TYPES = {"CHAR", "VARCHAR", "TEXT", "STRING"}
 # the types a join condition may CAST to
-CAST_TYPES = set(INTEGRAL_BITS) | _FLOATING | TEXT_TYPES | {"DECIMAL", "BOOLEAN"}
+CAST_TYPES = set(INTEGRAL_BITS) | _FLOATING | TEXT_TYPES | {"DECIMAL", "BOOLEAN", "DATE"}
 # The texts Flink casts to a BOOLEAN, in any case (anything else fails its job: NULL here)
 _BOOLEAN_TEXTS = dict.fromkeys(("true", "t", "yes", "y", "1"), True) | dict.fromkeys(
     ("false", "f", "no", "n", "0"), False
@@ -307,6 +307,8 @@ def cast(value: Any, to: exp.DataType) -> Any:
             return _to_decimal(value, to)
         if target in TEXT_TYPES:
             return sized_text(_as_text(value), to)
+        if target == "DATE":  # a text's as TO_DATE reads it, a time's day
+            return _to_date(value)
         if target == "BOOLEAN":
             if isinstance(value, str):
                 return _BOOLEAN_TEXTS.get(value.lower())
