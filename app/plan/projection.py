@@ -30,7 +30,7 @@ from sqlglot.errors import ParseError
 from app.plan.flink_arithmetic import Types, as_flink_computes, type_of
 from serdes.records.encode import CAST_ERROR, FAILED_ROW, json_text
 from state.expr.condition import ALIASES, FLINK_LEXICON, ConditionError
-from state.expr.functions import describe, unsupported
+from state.expr.functions import TEXT_TYPES, describe, unsupported
 
 
 def _qualified_to_flat(node: exp.Expression) -> exp.Expression:
@@ -54,13 +54,17 @@ def parse_select(select: str) -> exp.Expression:
 
 
 def _failing_casts(tree: exp.Expression, types: Types) -> list[exp.Cast]:
-    """The CASTs of `tree` that can fail on a row: of a text (or of what `types` do not say),
-    not TRY_CAST (sqlglot parses it as a CAST marked `safe`). A number's CAST narrows, or is
-    NULL beyond a DECIMAL's precision, and a time's to DATE is its day, as in Flink."""
+    """The CASTs of `tree` that can fail on a row: of a column's or an expression's text (or
+    of what `types` do not say) to another type, not TRY_CAST (sqlglot parses it as a CAST
+    marked `safe`). A number's CAST narrows, or is NULL beyond a DECIMAL's precision, a time's
+    to DATE is its day, as in Flink; a literal's (`TIMESTAMP '2024-01-31 00:00:00'`) is the
+    same on every row."""
     return [
         c
         for c in tree.find_all(exp.Cast)
         if not c.args.get("safe")
+        and c.args["to"].this.name not in TEXT_TYPES
+        and not isinstance(c.this, exp.Literal | exp.Null)
         and type_of(c.this.transform(_qualified_to_flat), types) in (None, "STRING")
     ]
 
