@@ -84,7 +84,8 @@ _TRUNCATED = f"TIMESTAMP_MICROS(UNIX_MICROS({VALUE}) - PMOD(UNIX_MICROS({VALUE})
 Types = dict[str, T.DataType]
 
 
-def _type_name(spark: T.DataType) -> str | None:
+def type_name(spark: T.DataType) -> str | None:
+    """The Flink type a Spark type holds (`INT`, `DECIMAL(10, 2)`), None where not known."""
     if isinstance(spark, T.DecimalType):
         return f"DECIMAL({spark.precision}, {spark.scale})"
     return _SPARK_NAMES.get(type(spark))
@@ -95,7 +96,7 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
     `DECIMAL` of a precision not worked out, `BOOLEAN`, `STRING`); None where not known."""
     if isinstance(node, exp.Column):
         spark = types.get(node.name)
-        return _type_name(spark) if spark is not None else None
+        return type_name(spark) if spark is not None else None
     if isinstance(node, exp.Literal):
         if node.is_string:
             return "STRING"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, TimestampType
+from pyspark.sql.types import TimestampType
 
 from app.config.env import Config, ConfigError, InputConfig, JoinConfig, raise_all, traced
 from app.config.registry import (
@@ -21,6 +21,7 @@ from app.config.registry import (
     LOOKUP,
 )
 from app.plan.condition_check import Columns, condition_problem, function_problem
+from app.plan.flink_arithmetic import type_name
 from app.plan.projection import (
     parse_select,
     select_expressions,
@@ -31,6 +32,7 @@ from app.plan.projection import (
 from serdes.records.schema import Column
 from state.columns import Widening, chained_names, side_column
 from state.expr.condition import ConditionError, parse_condition
+from state.expr.functions import INTEGRAL_BITS
 from state.joins.lookup_join import LookupJoinSpec
 from state.joins.specs import (
     PROCTIME,
@@ -48,8 +50,6 @@ TEMPORAL_TYPES = ("temporal", "temporal-proctime", "temporal-function")
 WINDOW = "window"
 # The types of the columns a window join's windowing function adds (`WINDOW_COLUMNS`)
 WINDOW_TYPES = {name: Column(name, "TIMESTAMP(3)", TimestampType()) for name in WINDOW_COLUMNS}
-# A whole number column's width: a join condition's arithmetic on it wraps there, as Flink's
-_WHOLE_BITS = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}
 
 OUTER_KINDS = ("inner", "left", "right", "full")
 
@@ -82,7 +82,8 @@ def input_widening(source: InputConfig, tail: int = 0) -> Widening | None:
 def _side(source: InputConfig, tail: tuple[str, ...] = ()) -> SideSpec:
     schema = source.schema or ()
     fields = tuple(c.name for c in schema) + tail
-    widths = tuple(_WHOLE_BITS.get(type(c.spark_type)) for c in schema)
+    # a whole number column's width: a join condition's arithmetic on it wraps there
+    widths = tuple(INTEGRAL_BITS.get(type_name(c.spark_type) or "") for c in schema)
     return SideSpec(fields, source.primary_key, input_widening(source, len(tail)), widths)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any
 
@@ -21,12 +21,19 @@ Number = int | float | Decimal
 
 def _widened(x: Any, y: Any) -> tuple[Any, Any]:
     """`x` and `y` in one type where a DECIMAL meets a DOUBLE: both DOUBLE, as Flink's planner
-    makes them."""
+    makes them (Python refuses to add or order the two)."""
     if isinstance(x, Decimal) and isinstance(y, float):
         return float(x), y
     if isinstance(y, Decimal) and isinstance(x, float):
         return x, float(y)
     return x, y
+
+
+def widened(values: Sequence[Any]) -> Sequence[Any]:
+    """`_widened` of any number of values (GREATEST, LEAST): all DOUBLE where one is."""
+    if any(isinstance(v, float) for v in values):
+        return [float(v) if isinstance(v, Decimal) else v for v in values]
+    return values
 
 
 def _widening(operation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

@@ -31,6 +31,7 @@ from state.expr.functions import (
     cast,
     describe,
     extract,
+    java_wrapped,
     like,
     time_bound,
     time_unit,
@@ -230,11 +231,10 @@ def _connective(a: Evaluator, b: Evaluator, decisive: bool) -> Evaluator:
 def _wrapping(evaluate: Evaluator, bits: int) -> Evaluator:
     """`evaluate`'s whole number cut to its low `bits` bits as a signed number, as Java's
     arithmetic on an int or a long wraps (`2147483647 + 1` of INTs is -2147483648 in Flink)."""
-    half, size = 1 << (bits - 1), 1 << bits
 
     def wrapped(left: Sequence[Any], right: Sequence[Any]) -> Any:
         value = evaluate(left, right)
-        return value if value is None else (value + half) % size - half
+        return value if value is None else java_wrapped(value, bits)
 
     return wrapped
 

@@ -214,7 +214,7 @@ _BOOLEAN_TEXTS = dict.fromkeys(("true", "t", "yes", "y", "1"), True) | dict.from
 )
 
 
-def _wrapped(number: int, bits: int) -> int:
+def java_wrapped(number: int, bits: int) -> int:
     """`number`'s low `bits` bits as a signed number: Java's narrowing of a whole number."""
     half = 1 << (bits - 1)
     return (number + half) % (1 << bits) - half
@@ -238,15 +238,15 @@ def _to_integral(value: Any, bits: int) -> int | None:
         if not _WHOLE_TEXT.fullmatch(text):
             return None
         number = int(Decimal(text))
-        return number if _wrapped(number, bits) == number else None
+        return number if java_wrapped(number, bits) == number else None
     if isinstance(value, float):
         wide = 64 if bits == 64 else 32
         limit = 1 << (wide - 1)
         if math.isnan(value):
             return 0
         held = max(-limit, min(limit - 1, math.trunc(value) if math.isfinite(value) else value))
-        return _wrapped(int(held), bits)
-    return _wrapped(int(value), bits)
+        return java_wrapped(int(held), bits)
+    return java_wrapped(int(value), bits)
 
 
 def _to_decimal(value: Any, to: exp.DataType) -> Decimal | None:
@@ -382,14 +382,6 @@ def _position(needle: str, text: str) -> int:
     return text.find(needle) + 1
 
 
-def _in_one_type(values: tuple[Any, ...]) -> list[Any]:
-    """`values` in one type where a DECIMAL meets a DOUBLE: all DOUBLE, as Flink's planner
-    makes them (Python refuses to order the two)."""
-    if any(isinstance(v, float) for v in values):
-        return [float(v) if isinstance(v, Decimal) else v for v in values]
-    return list(values)
-
-
 _TEXT_FUNCTION = {"takes": "string", "gives": "string"}
 _MATH = {"takes": "number", "gives": "number"}
 FUNCTIONS: dict[type[exp.Expression], Function] = {
@@ -445,8 +437,8 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
     exp.Minute: _date_part("MINUTE"),
     exp.Second: _date_part("SECOND"),
     # NULL if any argument is (Flink's), where Spark's and SQL Server's skip a NULL
-    exp.Greatest: Function("GREATEST", _listed, lambda *v: max(_in_one_type(v))),
-    exp.Least: Function("LEAST", _listed, lambda *v: min(_in_one_type(v))),
+    exp.Greatest: Function("GREATEST", _listed, lambda *v: max(arithmetic.widened(v))),
+    exp.Least: Function("LEAST", _listed, lambda *v: min(arithmetic.widened(v))),
     exp.Coalesce: Function("COALESCE", _listed, _coalesce, strict=False),
     exp.Nullif: Function(
         "NULLIF", _two, lambda a, b: None if a is not None and a == b else a, strict=False
