@@ -111,6 +111,20 @@ def test_a_where_over_the_joined_rows_is_checked_at_start_up(where: str, says: s
     assert any("upsert: by OUTPUT_KEY: +I/+U the row, -U and -D a tombstone" in x for x in lines)
 
 
+@pytest.mark.parametrize("variable", ["JOIN_ON", "JOIN_SELECT", "JOIN_WHERE"])
+def test_an_interval_that_is_no_number_is_refused_at_start_up(variable: str) -> None:
+    """`INTERVAL 'x' SECOND` names its variable at start-up: a condition raised a decimal
+    error, and a select list reached Spark's parser with it."""
+    moved = "CAST('2024-01-01 00:00:00' AS TIMESTAMP) + INTERVAL 'x' SECOND"
+    changes = {
+        "JOIN_ON": f"L.product_id = R.product_id AND {moved} > CAST('2024-01-01' AS TIMESTAMP)",
+        "JOIN_SELECT": f"L.order_id, CAST({moved} AS STRING) AS t",
+        "JOIN_WHERE": f"{moved} > CAST('2024-01-01' AS TIMESTAMP)",
+    }
+    message = refusal(**{variable: changes[variable]})
+    assert message.startswith(f"{variable}: expected ") and "INTERVAL 'x' SECOND" in message
+
+
 INTERVAL = {
     **JOIN,
     "LEFT_SCHEMA": "order_id STRING, ot TIMESTAMP(3)",

@@ -27,10 +27,10 @@ from state.expr.functions import (
     CAST_TYPES,
     FUNCTIONS,
     INTEGRAL_BITS,
-    INTERVAL_UNIT_MS,
     cast,
     describe,
     extract,
+    interval_millis,
     java_wrapped,
     like,
     time_bound,
@@ -101,11 +101,10 @@ _COMPARISONS: dict[type[exp.Expression], Callable[[Any, Any], bool]] = {
 
 def interval_ms(node: exp.Interval) -> int:
     """`INTERVAL '5' SECOND` in milliseconds."""
-    unit = node.unit.name.upper() if node.unit is not None else ""
-    unit = unit[:-1] if unit.endswith("S") else unit
-    if unit not in INTERVAL_UNIT_MS or not isinstance(node.this, exp.Literal):
+    millis = interval_millis(node)
+    if millis is None:
         raise ConditionError(f"{node.sql()!r}: expected INTERVAL 'n' DAY|HOUR|MINUTE|SECOND")
-    return int(Decimal(node.this.this) * INTERVAL_UNIT_MS[unit])
+    return millis
 
 
 _ARITHMETIC: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {

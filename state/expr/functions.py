@@ -511,13 +511,26 @@ INTERVAL_UNIT_MS = {
 }
 
 
+_INTERVAL_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def interval_millis(node: exp.Interval) -> int | None:
+    """`INTERVAL '5' SECOND` in milliseconds; None where it is not a number of a unit from a
+    millisecond to a day (`INTERVAL 'x' SECOND`, `INTERVAL '1' MONTH`)."""
+    unit = node.unit.name.upper().removesuffix("S") if node.unit is not None else ""
+    number = node.this
+    if unit not in INTERVAL_UNIT_MS or not isinstance(number, exp.Literal):
+        return None
+    if not _INTERVAL_NUMBER.fullmatch(number.name):
+        return None
+    return int(Decimal(number.name) * INTERVAL_UNIT_MS[unit])
+
+
 def _shift(node: exp.Expression) -> bool:
-    """An interval a time moves by (`t + INTERVAL '5' SECOND`), in a unit Flink's intervals and
-    the library's both have."""
-    interval = isinstance(node, exp.Interval) and node.unit is not None
-    unit = node.unit.name.upper().removesuffix("S") if interval else ""
+    """An interval a time moves by (`t + INTERVAL '5' SECOND`), as `interval_millis` reads."""
     return (
-        unit in INTERVAL_UNIT_MS
+        isinstance(node, exp.Interval)
+        and interval_millis(node) is not None
         and isinstance(node.parent, exp.Add | exp.Sub)
         and node.arg_key == "expression"
     )

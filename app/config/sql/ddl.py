@@ -19,7 +19,7 @@ from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.kafka.decode import METADATA_TYPES
 from serdes.records.schema import SchemaError, parse_schema
-from state.expr.condition import INTERVAL_UNIT_MS
+from state.expr.functions import INTERVAL_UNIT_MS
 
 _NAME = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"
 # Flink's format names are the service's (`upsert` is a connector in Flink, not a format)
