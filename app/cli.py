@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from app.config.env import Config, ConfigError, load_config
 from app.config.registry import VARIABLES
-from app.plan.planner import check_plan, multi_way_refused, multi_way_spec
+from app.plan.planner import check_plan, multi_way_refused, multi_way_spec, with_declared_output
 from app.run.preflight import StartupError, check_environment, check_kafka
 from ops.logging import QUERY, setup_logging
 
@@ -52,7 +52,7 @@ def planned(env: Mapping[str, str]) -> Config:
 
         config = with_table(config)
     check_plan(config)
-    return config
+    return with_declared_output(config)
 
 
 def checked(env: Mapping[str, str]) -> Config:

@@ -91,6 +91,42 @@ def test_a_regular_join_qualified_by_table_names(kafka: str, tmp_path: Path) -> 
     )
 
 
+def test_each_column_is_written_as_the_output_table_declares_its_type(
+    kafka: str, tmp_path: Path
+) -> None:
+    """As Flink's INSERT casts a query's column to its output column's type (Flink 2.3's
+    output in `fixtures/functions/flink_sink_casts.json`): a name cut to VARCHAR(3), a DOUBLE
+    rounded half up to DECIMAL(5,2), a TIMESTAMP(3) cut to TIMESTAMP(0), to its DATE, and
+    written with a `Z` as a TIMESTAMP_LTZ(3)."""
+    script = (
+        kafka_table("Orders", "id STRING, productId STRING, at TIMESTAMP(3)", "{Orders}")
+        + kafka_table("Product", "id STRING, name STRING, price DOUBLE", "{Product}")
+        + kafka_table(
+            "out",
+            "id STRING, name VARCHAR(3), price DECIMAL(5,2), at TIMESTAMP(0), "
+            "day DATE, zoned TIMESTAMP_LTZ(3)",
+            "{out}",
+        )
+        + "INSERT INTO out\nSELECT o.id, p.name, p.price, o.at, o.at, o.at\n"
+        "FROM Orders AS o JOIN Product AS p ON o.productId = p.id;"
+    )
+    orders = [{"id": "o1", "productId": "p1", "at": "2024-01-01 10:00:00.923"}]
+    products = [{"id": "p1", "name": "scooter", "price": 2.675}]
+    table, _ = run_script(kafka, tmp_path, script, {"Orders": orders, "Product": products})
+    assert table == Counter(
+        {
+            (
+                "o1",
+                "sco",
+                2.68,
+                "2024-01-01 10:00:00",
+                "2024-01-01",
+                "2024-01-01 10:00:00.923Z",
+            ): 1
+        }
+    )
+
+
 def test_an_interval_join_written_as_a_comma_join_with_its_bounds_in_where(
     kafka: str, tmp_path: Path
 ) -> None:

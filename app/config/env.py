@@ -145,6 +145,7 @@ class OutputConfig:
     marker_topic: str
     transactional_id: str
     sink: str = "kafka"  # or "blackhole": the joined rows dropped (Flink's, for benchmarks)
+    schema: tuple[Column, ...] | None = None  # declared: the select list is cast to it
 
 
 @dataclass(frozen=True)
@@ -673,6 +674,7 @@ def load_config(env: Mapping[str, str]) -> Config:
         key=output_key or (),
         delivery=read.get("OUTPUT_DELIVERY"),
         sink=read.get("OUTPUT_SINK"),
+        schema=read.get("OUTPUT_SCHEMA"),
         marker_topic=read.get("OUTPUT_MARKER_TOPIC", f"{output_topic}.markers") or "",
         transactional_id=read.get(
             "OUTPUT_TRANSACTIONAL_ID", f"streamjoin-{output_topic}-{query_id}"

@@ -423,6 +423,14 @@ _ALL = [
     _choice("OUTPUT_FORMAT", OUTPUT_FORMATS, "json", "'format' / 'value.format'"),
     _choice("OUTPUT_SINK", OUTPUT_SINKS, "kafka", "'connector' = 'blackhole'"),
     Variable(
+        "OUTPUT_SCHEMA",
+        "a column list like 'id STRING, price DECIMAL(10,2)': the select list's columns in "
+        "its order, each cast to its type as Flink's INSERT casts",
+        parse_schema,
+        flink="the output CREATE TABLE's columns",
+        shown_default="the select list's own types",
+    ),
+    Variable(
         "OUTPUT_KEY",
         "a comma-separated list of output column names",
         parsers.column_list,

@@ -98,12 +98,7 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
         spark = types.get(node.name)
         return type_name(spark) if spark is not None else None
     if isinstance(node, exp.Literal):
-        if node.is_string:
-            return "STRING"
-        text = node.this.lower()
-        if text.lstrip("-").isdigit():
-            return "INT" if -(2**31) <= int(text) < 2**31 else "BIGINT"
-        return "DOUBLE" if "e" in text else "DECIMAL"
+        return literal_type(node)
     if isinstance(node, (exp.Boolean, *PREDICATES)):
         return "BOOLEAN"
     if isinstance(node, exp.Cast):
@@ -114,6 +109,16 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
     if isinstance(node, OPERATORS):
         return _arithmetic_type(type_of(node.this, types), type_of(node.expression, types))
     return None
+
+
+def literal_type(node: exp.Literal) -> str:
+    """A literal's Flink type: `STRING`, `INT`, `BIGINT`, `DOUBLE` (`1e3`) or `DECIMAL`."""
+    if node.is_string:
+        return "STRING"
+    text = node.this.lower()
+    if text.lstrip("-").isdigit():
+        return "INT" if -(2**31) <= int(text) < 2**31 else "BIGINT"
+    return "DOUBLE" if "e" in text else "DECIMAL"
 
 
 def _arithmetic_type(a: str | None, b: str | None) -> str | None:

@@ -21,6 +21,7 @@ from app.config.registry import (
     LOOKUP,
 )
 from app.plan.condition_check import Columns, condition_problem, function_problem
+from app.plan.declared_output import declared_problem, declared_select
 from app.plan.flink_arithmetic import type_name
 from app.plan.projection import (
     parse_select,
@@ -580,6 +581,8 @@ def _output_errors(config: Config) -> Iterator[ConfigError]:
                 "JOIN_SELECT", f"a select list Flink accepts ({problem})", config.join.select
             )
             return
+    if config.output.schema:
+        yield from _declared_errors(config)
     columns = output_columns(config, spec)
     if any(name not in columns for name in config.output.key):
         yield ConfigError(
@@ -594,6 +597,27 @@ def _output_errors(config: Config) -> Iterator[ConfigError]:
             "produces updates and deletes, which an append-only output cannot carry",
             "append",
         )
+
+
+def _declared_errors(config: Config) -> Iterator[ConfigError]:
+    """The select list against the output's declared columns (`OUTPUT_SCHEMA`)."""
+    declared = config.output.schema or ()
+    written = ", ".join(f"{c.name} {c.declared}" for c in declared)
+    if not config.join.select:
+        yield ConfigError("OUTPUT_SCHEMA", "unset, or set with JOIN_SELECT", written)
+        return
+    problem = declared_problem(config.join.select, declared, _typed_columns(config))
+    if problem:
+        yield ConfigError("OUTPUT_SCHEMA", f"types the select list is cast to ({problem})", written)
+
+
+def with_declared_output(config: Config) -> Config:
+    """`config` (its plan checked) with its select list cast to the output's declared types."""
+    if not config.output.schema or not config.join.select:
+        return config
+    stage = join_stages(config)[-1]
+    select = declared_select(config.join.select, config.output.schema, _typed_columns(stage))
+    return replace(config, join=replace(config.join, select=select))
 
 
 def plan_errors(config: Config) -> list[ConfigError]:

@@ -604,6 +604,7 @@ def output_table(table: Table, out: Compiled) -> None:
     connector = options.take("connector")
     if connector == "blackhole":  # Flink's sink that drops every row: a benchmark's
         out.set("OUTPUT_SINK", "blackhole", line)
+        _output_schema(table, out)
         out.set("OUTPUT_TOPIC", table.name, line)  # names its dead-letter topic
         options.refuse_rest()
         return
@@ -614,6 +615,7 @@ def output_table(table: Table, out: Compiled) -> None:
             "output streamjoin writes (kafka, upsert-kafka, blackhole)",
         )
     out.set("OUTPUT_TOPIC", _topic(options), line)
+    _output_schema(table, out)
     value = options.take("value.format") or options.take("format")
     key_fields = options.take("key.fields")
     options.take("key.format")
@@ -651,6 +653,13 @@ def output_table(table: Table, out: Compiled) -> None:
     _kafka_properties(options, out)
     _registry(options, out)
     options.refuse_rest()
+
+
+def _output_schema(table: Table, out: Compiled) -> None:
+    """The output table's columns with their types: what the select list is cast to."""
+    types, names = dict(table.physical), table.columns()
+    if all(name in types for name in names):  # (a metadata column has no value type here)
+        out.set("OUTPUT_SCHEMA", ", ".join(f"{n} {types[n]}" for n in names), table.line)
 
 
 # Flink's `lookup.*` options, each the variable it stands for (`app.config.registry`)
