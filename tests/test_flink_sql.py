@@ -99,6 +99,23 @@ def test_a_casts_length_and_precision_reach_the_select_list() -> None:
     )
 
 
+def test_a_derived_tables_columns_and_filter_go_where_they_keep_flinks_rows() -> None:
+    """Its columns as what computes them, its filter in its join's ON (an inner join's input,
+    an outer join's padded one) or after the joins (an outer join's kept input), and a computed
+    column NULL on the rows an outer join pads, by the table's primary key."""
+    variables = compiled(
+        "INSERT INTO out SELECT o.id, p.label, p.price FROM (SELECT order_id AS id, product_id "
+        "FROM orders WHERE order_id <> 'x') o LEFT JOIN (SELECT product_id, COALESCE(name, '?') AS "
+        "label, price FROM products WHERE price > 1) p ON o.product_id = p.product_id;"
+    )
+    assert variables["JOIN_ON"] == "L.product_id = R.product_id AND R.price > 1"
+    assert variables["JOIN_WHERE"] == "L.order_id <> 'x'"
+    assert variables["JOIN_SELECT"] == (
+        "L.order_id AS order_id, CASE WHEN R.product_id IS NULL THEN NULL ELSE "
+        "COALESCE(R.name, '?') END AS name, R.price AS price"
+    )
+
+
 def test_a_where_after_an_outer_join_filters_the_joined_rows() -> None:
     """A WHERE after a LEFT JOIN cannot be a condition of the join (the join pads the rows
     it would drop): it is `JOIN_WHERE`, over the last join's `L` and `R`, the conjuncts of an
@@ -352,6 +369,35 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
             23,
             "a nested join is supported as an INNER JOIN of INNER and LEFT joins",
         ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM (SELECT order_id, product_id FROM orders "
+            "WHERE order_id <> 'x') o FULL JOIN products p ON o.product_id = p.product_id",
+            23,
+            "a derived table's WHERE on a FULL join's input",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM (SELECT order_id, product_id FROM orders "
+            "WHERE order_id <> 'x') o LEFT JOIN products p ON o.product_id = p.product_id "
+            "RIGHT JOIN products q ON q.product_id = p.product_id",
+            23,
+            "a derived table's WHERE on an outer join's kept input that a later RIGHT or FULL "
+            "join pads",
+        ),
+        (
+            "SELECT o.order_id, o.tag, p.price FROM products p LEFT JOIN (SELECT order_id, "
+            "product_id, COALESCE(product_id, 'none') AS tag FROM orders) o ON o.tag = "
+            "p.product_id",
+            23,
+            "o.tag: a derived table's column computed as COALESCE(o.product_id, 'none') is not "
+            "NULL on the rows an outer join pads",
+        ),
+        (
+            "SELECT o.order_id, p.name, p.price FROM (SELECT product_id, MAX(order_id) AS "
+            "order_id FROM orders GROUP BY product_id) o JOIN products p ON o.product_id = "
+            "p.product_id",
+            23,
+            "a derived table is SELECT <columns> FROM <table> [WHERE <condition>]",
+        ),
     ],
     ids=[
         "group-by",
@@ -364,6 +410,10 @@ def test_a_jdbc_table_as_of_processing_time_is_a_lookup_join() -> None:
         "table-function",
         "two-in-beside-a-join",
         "nested-join",
+        "derived-filter-full",
+        "derived-filter-kept-then-padded",
+        "derived-computed-padded",
+        "derived-group-by",
     ],
 )
 def test_what_streamjoin_does_not_run_is_refused_with_its_line(

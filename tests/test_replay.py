@@ -172,6 +172,18 @@ def test_a_conditions_whole_number_arithmetic_wraps_as_flinks(spark, tmp_path: P
     assert finals == flink_finals("whole_number_overflow.jsonl")
 
 
+def test_derived_tables_in_from_join_as_flinks_subqueries(spark, tmp_path: Path) -> None:
+    """`(SELECT … FROM t WHERE …) AS a` in FROM: its filter on an inner join's input, an outer
+    join's padded and kept inputs, a derived table of a derived table, `SELECT *`, its computed
+    columns NULL on the rows an outer join pads (a CASE, a COALESCE, a literal), in regular,
+    interval and temporal joins. Equal to Flink 2.3's final tables."""
+    cases = load_cases(FIXTURES / "derived_tables.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    finals = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert finals == flink_finals("derived_tables.jsonl")
+
+
 def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables(
     spark, tmp_path: Path
 ) -> None:

@@ -449,13 +449,16 @@ FUNCTIONS: dict[type[exp.Expression], Function] = {
 # CAST, EXTRACT, TRIM, IN, LIKE, BETWEEN, IS [NOT] NULL / TRUE / FALSE / DISTINCT FROM (the
 # condition compiler, `state.expr.condition`, evaluates these forms itself).
 # The forms whose value is a BOOLEAN, and the arithmetic operators
-PREDICATES: tuple[type[exp.Expression], ...] = (
+COMPARISONS: tuple[type[exp.Expression], ...] = (  # NULL where either side is
     exp.EQ,
     exp.NEQ,
     exp.GT,
     exp.GTE,
     exp.LT,
     exp.LTE,
+)
+PREDICATES: tuple[type[exp.Expression], ...] = (
+    *COMPARISONS,
     exp.NullSafeEQ,
     exp.NullSafeNEQ,
     exp.And,

@@ -55,6 +55,7 @@ from app.config.sql.ddl import (
     starting_offsets,
     statements,
 )
+from app.config.sql.derived import inlined
 from app.config.sql.views import CREATE_VIEW, create_view
 from app.config.sql.windows import readable, unwrapped
 from state.columns import chained_column
@@ -234,6 +235,7 @@ def compile_query(
     and alias (lower case) -> its place in that order. Two tables through the same windowing
     function are a window join (`app.config.sql.windows`)."""
     query, windowed, windows, groups = unwrapped(line, query, tables)
+    query = inlined(line, query, windowed)
     queries, members, names = _compiled_joins(line, query, windowed, outputs)
     if windows:
         first = queries[0]
