@@ -176,7 +176,8 @@ def test_derived_tables_in_from_join_as_flinks_subqueries(spark, tmp_path: Path)
     """`(SELECT … FROM t WHERE …) AS a` in FROM: its filter on an inner join's input, an outer
     join's padded and kept inputs, a derived table of a derived table, `SELECT *`, its computed
     columns NULL on the rows an outer join pads (a CASE, a COALESCE, a literal), in regular,
-    interval and temporal joins. Equal to Flink 2.3's final tables."""
+    interval and temporal joins, and in an `EXISTS` subquery's condition. Equal to Flink 2.3's
+    final tables."""
     cases = load_cases(FIXTURES / "derived_tables.json")
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]

@@ -169,6 +169,8 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
         def one(column: exp.Expression) -> exp.Expression:
             if not isinstance(column, exp.Column) or isinstance(column.this, exp.Star):
                 return column
+            if not column.table and column.find_ancestor(exp.Select) is not None:
+                return column  # a subquery's own (`IN (SELECT k FROM t)`)
             owners = [a for a, named in columns.items() if column.name in named]
             alias = column.table.lower() or (owners[0] if len(owners) == 1 else "")
             if alias not in columns or (not column.table and column.name in others):
