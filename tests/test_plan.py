@@ -76,6 +76,9 @@ def test_append_is_refused_for_a_join_that_updates() -> None:
         ({"JOIN_ON": "L.product_id = R.sku"}, "JOIN_ON"),
         ({"OUTPUT_FORMAT": "avro-confluent"}, "SCHEMA_REGISTRY_URL"),
         ({"JOIN_SELECT": "L.order_id, R.nope"}, "JOIN_SELECT"),
+        ({"OUTPUT_SCHEMA": "order_id STRING"}, "OUTPUT_SCHEMA"),
+        ({"JOIN_SELECT": "L.order_id", "OUTPUT_SCHEMA": "id STRING"}, "OUTPUT_SCHEMA"),
+        ({"JOIN_SELECT": "R.price AS p", "OUTPUT_SCHEMA": "p INT"}, "OUTPUT_SCHEMA"),
     ],
 )
 def test_an_unusable_combination_names_its_variable(changes: dict, variable: str) -> None:
