@@ -88,3 +88,7 @@ def test_a_column_of_its_declared_type_is_not_cast() -> None:
         declared_select("L.s AS a, L.t AS b, L.i AS c", declared, columns)
         == "L.s AS a, L.t AS b, CAST(L.i AS DOUBLE) AS `c`"
     )
+    # bytes, which Flink casts from bytes alone, as they are, whatever computed them
+    columns["L"]["y"] = parse_schema("y BYTES")[0]
+    case = "CASE WHEN L.i > 0 THEN L.y END AS y"
+    assert declared_select(case, parse_schema("y BYTES"), columns) == case

@@ -160,7 +160,7 @@ def declared_select(select: str, declared: tuple[Column, ...], columns: Columns)
             _normal(given) == _normal(column.declared)
             or (_kind(given) == "text" and _normal(column.declared) in ("STRING", "VARCHAR"))
         )
-        if not same:
+        if not same and _kind(column.declared) != "bytes":  # bytes take only bytes, uncast
             to = exp.DataType.build(column.declared, dialect=FLINK_LEXICON)
             cast = exp.Cast(this=inner.copy(), to=to)
             item.replace(exp.alias_(cast, column.name, quoted=True))
