@@ -29,7 +29,7 @@ import re
 from sqlglot import exp
 
 from app.plan.condition_check import Columns
-from app.plan.flink_arithmetic import literal_type
+from app.plan.flink_arithmetic import arithmetic_type, literal_type
 from app.plan.projection import parse_select
 from serdes.records.schema import Column
 from state.expr.condition import FLINK_LEXICON
@@ -105,12 +105,8 @@ def _query_type(node: exp.Expression, columns: Columns) -> str | None:
     if isinstance(node, exp.Extract):
         return "BIGINT"
     if isinstance(node, OPERATORS):
-        kinds = [_query_type(n, columns) for n in (node.this, node.expression)]
-        if all(k is not None and _kind(k) == "whole" for k in kinds):  # the wider of the two
-            return max(kinds, key=lambda k: INTEGRAL_BITS[_normal(k)])  # type: ignore[arg-type]
-        if any(k is not None and _kind(k) == "double" for k in kinds):
-            return "DOUBLE"
-        return None
+        a, b = (_query_type(n, columns) for n in (node.this, node.expression))
+        return arithmetic_type(a and _normal(a), b and _normal(b))
     function = FUNCTIONS.get(type(node))
     if function is not None and function.gives in ("string", "number"):
         return "STRING" if function.gives == "string" else "number"

@@ -107,7 +107,7 @@ def type_of(node: exp.Expression, types: Types) -> str | None:
     if isinstance(node, _SAME_TYPE):
         return type_of(node.this, types)
     if isinstance(node, OPERATORS):
-        return _arithmetic_type(type_of(node.this, types), type_of(node.expression, types))
+        return arithmetic_type(type_of(node.this, types), type_of(node.expression, types))
     return None
 
 
@@ -121,7 +121,8 @@ def literal_type(node: exp.Literal) -> str:
     return "DOUBLE" if "e" in text else "DECIMAL"
 
 
-def _arithmetic_type(a: str | None, b: str | None) -> str | None:
+def arithmetic_type(a: str | None, b: str | None) -> str | None:
+    """The Flink type of `a` and `b` added, multiplied or divided (type names, `INT`)."""
     if a in INTEGRAL_BITS and b in INTEGRAL_BITS:
         return a if INTEGRAL_BITS[a] >= INTEGRAL_BITS[b] else b
     if a is None or b is None:

@@ -55,11 +55,11 @@ def _requalified(
 
 
 def _derived(
-    line: int, node: exp.Subquery, tables: dict[str, Table]
+    line: int, node: exp.Subquery, tables: dict[str, Table], said: str
 ) -> tuple[exp.Table, dict[str, exp.Expression], exp.Expression | None]:
     """The table a derived table reads, as the outer query's alias for it; each of its columns
-    by name as an expression over that alias; its filter over that alias, if any."""
-    said = f"{node.sql(FLINK_LEXICON)}"[:120]
+    by name as an expression over that alias; its filter over that alias, if any. `said`: how
+    errors name it."""
     alias_node = node.args.get("alias")
     if alias_node is None or alias_node.args.get("columns"):
         raise SqlError(line, f"{said}: a derived table is supported with an alias (… ) AS a")
@@ -101,29 +101,13 @@ def _derived(
     return read, columns, condition
 
 
-def _placed(
-    line: int,
-    place: int,
-    kinds: list[str],
-    condition: exp.Expression,
-    said: str,
-) -> int | None:
+def _placed(line: int, place: int, kinds: list[str], said: str) -> int | None:
     """Where the filter of the input at `place` (0: FROM, n: the n-th join's table) goes: the
-    number of the join whose ON takes it, or None for the WHERE (the module's table)."""
-    own = kinds[max(place, 1) - 1] if kinds else "inner"
-    padded, kept = ("right", "left") if place == 0 else ("left", "right")
-    if own == "full":
+    number of the join whose ON takes it (an inner join's input, an outer join's padded one),
+    or None for the WHERE (the module's list)."""
+    if kinds and kinds[max(place, 1) - 1] == "full":
         raise SqlError(line, f"{said}: a derived table's WHERE on a FULL join's input")
-    if own == padded or (own == "inner" and kinds):
-        return max(place, 1)
-    later = kinds[max(place, 1) :]
-    if own == kept and any(kind in ("right", "full") for kind in later):
-        raise SqlError(
-            line,
-            f"{said}: a derived table's WHERE on an outer join's kept input that a later "
-            "RIGHT or FULL join pads",
-        )
-    return None
+    return max(place, 1) if kinds and not _kept(place, kinds) else None
 
 
 def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.Expression:
@@ -142,7 +126,7 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
         if not (isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select)):
             continue
         said = node.sql(FLINK_LEXICON)[:120]
-        read, named, condition = _derived(line, node, tables)
+        read, named, condition = _derived(line, node, tables, said)
         place.set("this", read)
         columns[read.alias.lower()] = named
         key = tables[read.name].primary_key
@@ -222,13 +206,18 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
     if where is not None:
         where.set("this", substitute(where.this, set()))
     for place, condition, said in filters:
-        number = _placed(line, place, kinds, condition, said)
+        number = _placed(line, place, kinds, said)
         if number is not None and joins[number - 1].args.get("on") is not None:
             join = joins[number - 1]
             join.set("on", exp.and_(join.args["on"], condition))
             continue
-        if _paddable(place, kinds):  # `FROM a, b RIGHT JOIN c …`: after the joins is too late
-            raise SqlError(line, f"{said}: a derived table's WHERE on an input a join pads")
+        if _paddable(place, kinds):  # after the joins is too late: padded rows fail it
+            kept = "an outer join's kept" if _kept(place, kinds) else "an inner join's"
+            raise SqlError(
+                line,
+                f"{said}: a derived table's WHERE on {kept} input that a later RIGHT or FULL "
+                "join pads",
+            )
         if where is not None:
             where.set("this", exp.and_(where.this, condition))
         else:
