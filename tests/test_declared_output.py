@@ -52,6 +52,10 @@ def test_a_select_column_is_refused_where_flinks_insert_refuses_its_type() -> No
         "column a: the select list gives INT, which Flink does not cast to STRING on INSERT "
         "(write a CAST in the select list)"
     )
+    # arithmetic typed as Flink types it: a DECIMAL and an INT add to a DECIMAL, no INT
+    assert "gives DECIMAL, which Flink does not cast to INT" in declared_problem(
+        "L.c6 + L.c2 AS a", parse_schema("a INT"), COLUMNS
+    )
     assert "gives 2 columns, the output 1" in declared_problem(
         "L.c0 AS a, L.c1 AS b", parse_schema("a INT"), COLUMNS
     )
