@@ -1,8 +1,9 @@
 """What Flink 2.3 computed, for the join condition's and the select list's tests: FLOOR, CEIL
 and EXTRACT over times on and beside each unit's boundaries (`fixtures/functions/
 flink_time.json`), TRY_CAST of texts to numbers and BOOLEAN (`fixtures/functions/
-flink_text_casts.json`), INITCAP, and what an INSERT casts a query's column to, or refuses
-(`fixtures/functions/flink_sink_casts.json`).
+flink_text_casts.json`), INITCAP, what an INSERT casts a query's column to, or refuses
+(`fixtures/functions/flink_sink_casts.json`), and what the json format reads a JSON value into
+a column of each type as (`fixtures/functions/flink_json_reads.json`).
 
 Flink counts a time before 1970 but not at midnight in the next day (its CAST to DATE, YEAR,
 MILLISECOND: 1969-12-31 23:59:59.999 is 1970-01-01, its millisecond -1); that value is computed
@@ -24,6 +25,9 @@ FLINK_TEXT_CASTS = json.loads(
 )
 FLINK_SINK_CASTS = json.loads(
     (Path(__file__).parent / "fixtures/functions/flink_sink_casts.json").read_text()
+)
+FLINK_JSON_READS = json.loads(
+    (Path(__file__).parent / "fixtures/functions/flink_json_reads.json").read_text()
 )
 # the expressions both places compute
 EXPRESSIONS = list(FLINK_TIME["results"])

@@ -8,6 +8,7 @@ Connect schema of the field) and then applied to every value. A value that does 
 from __future__ import annotations
 
 import base64
+import calendar
 import math
 import re
 from collections.abc import Callable
@@ -200,8 +201,37 @@ def _parse_timestamp_text(text: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise _wrong(text, "a timestamp like 2024-01-31 12:00:00.000") from None
+        parsed = _resolved_smartly(text)
+        if parsed is None:
+            raise _wrong(text, "a timestamp like 2024-01-31 12:00:00.000") from None
     return _in_range(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC), text)
+
+
+# Flink's SQL format, `Z` after it as a TIMESTAMP_LTZ's text has it
+_SQL_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{0,9}))?Z?")
+
+
+def _resolved_smartly(text: str) -> datetime | None:
+    """A time in Flink's SQL format that `fromisoformat` refuses, as Flink's json format reads
+    it: a point with no digits after it, and what its formatter resolves as java.time's SMART
+    style does, a day past its month's end (up to the 31st) being the month's last day, and
+    24:00:00 the next day's midnight."""
+    match = _SQL_TIMESTAMP.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    fraction = (match[7] or "").ljust(6, "0")[:6]
+    midnight_after = hour == 24 and minute == second == 0 and not int(match[7] or 0)
+    if not (1 <= month <= 12 and 1 <= day <= 31 and (hour < 24 or midnight_after)):
+        return None
+    if midnight_after:
+        hour = 0
+    try:
+        last = calendar.monthrange(year, month)[1]
+        parsed = datetime(year, month, min(day, last), hour, minute, second)
+        return parsed + timedelta(days=midnight_after, microseconds=int(fraction))
+    except (ValueError, OverflowError):  # a minute or second out of range; beyond the year 9999
+        return None
 
 
 def _in_range(moment: datetime, value: Any) -> datetime:
