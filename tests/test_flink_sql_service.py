@@ -213,11 +213,17 @@ def postgres() -> Iterator[PostgresCluster]:
 
 
 @pytest.mark.skipif(not PostgresCluster.available(), reason="PostgreSQL 15 is not installed")
+@pytest.mark.parametrize(
+    ("key", "written"),
+    [("o.currency", "{}"), ("TRIM(o.currency)", " {} ")],
+    ids=["column", "computed"],
+)
 def test_the_latest_rates_as_of_processing_time_are_a_lookup_into_the_rates_table(
-    kafka: str, tmp_path: Path, postgres: PostgresCluster
+    kafka: str, tmp_path: Path, postgres: PostgresCluster, key: str, written: str
 ) -> None:
     """JOIN LatestRates FOR SYSTEM_TIME AS OF o.proctime AS r ON r.currency = o.currency, where
-    LatestRates is the rates table's latest content: a JDBC table."""
+    LatestRates is the rates table's latest content: a JDBC table; or, as Flink computes a
+    lookup key from the order, ON r.currency = TRIM(o.currency)."""
     script = (
         kafka_table("Orders", "amount INT, currency STRING, proctime AS PROCTIME()", "{Orders}")
         + "CREATE TABLE LatestRates (currency STRING, rate INT) WITH (\n"
@@ -226,14 +232,14 @@ def test_the_latest_rates_as_of_processing_time_are_a_lookup_into_the_rates_tabl
         "  'lookup.partial-cache.max-rows' = '100', "
         "'lookup.partial-cache.expire-after-write' = '1 min');\n"
         + kafka_table("out", "amount INT, currency STRING, rate INT, yen INT", "{out}")
-        + "INSERT INTO out\nSELECT\n  o.amount, o.currency, r.rate, o.amount * r.rate\nFROM\n"
+        + "INSERT INTO out\nSELECT\n  o.amount, r.currency, r.rate, o.amount * r.rate\nFROM\n"
         "  Orders AS o\n  JOIN LatestRates FOR SYSTEM_TIME AS OF o.proctime AS r\n"
-        "  ON r.currency = o.currency;"
+        f"  ON r.currency = {key};"
     )
     orders = [
-        {"amount": 2, "currency": "Euro"},
-        {"amount": 1, "currency": "US Dollar"},
-        {"amount": 5, "currency": "Pounds"},
+        {"amount": 2, "currency": written.format("Euro")},
+        {"amount": 1, "currency": written.format("US Dollar")},
+        {"amount": 5, "currency": written.format("Pounds")},
     ]
     table, _ = run_script(kafka, tmp_path, script, {"Orders": orders})
     assert table == Counter({(2, "Euro", 114, 228): 1, (1, "US Dollar", 102, 102): 1})

@@ -166,3 +166,35 @@ def test_the_tables_types_map_to_flink_types() -> None:
             "uuid",
         )
     ] == ["INT", "DECIMAL(10,2)", "STRING", "TIMESTAMP_LTZ(6)", None]
+
+
+def test_a_key_computed_from_the_left_row_is_looked_up_as_flink_computes_it() -> None:
+    """`L.k + 1 = R.id`, `UPPER(L.code) = R.code`: Flink computes the key from the left row
+    before its lookup; the rest of the condition stays as it was."""
+    left, right = SideSpec(("oid", "k", "code", "x")), SideSpec(("id", "code", "n"))
+    spec = LookupJoinSpec(
+        "left", "L.k + 1 = R.id AND UPPER(L.code) = R.code AND L.x > R.n AND R.n <> 0", left, right
+    )
+    assert [(value.sql(), column) for value, column in spec.keys] == [
+        ("L.k + 1", "id"),
+        ("UPPER(L.code)", "code"),
+    ]
+    assert [f.column for f in spec.residual.pushed] == ["n"]
+    join = spec.operator()
+    lefts = [(1, 1, "a", 5), (2, None, "a", 5), (3, 2, None, 5), (4, 1, "b", 0)]
+    keys = join.computed_keys(lefts)
+    assert keys == [(2, "A"), None, None, (2, "B")]
+    found = {(2, "A"): [(2, "A", 3), (2, "A", 9)], (2, "B"): [(2, "B", 1)]}
+    indices, rights = join.matches(keys, found, lefts)
+    assert list(zip(indices, rights, strict=True)) == [
+        (0, (2, "A", 3)),
+        (1, None),
+        (2, None),
+        (3, None),
+    ]
+
+
+def test_a_key_computed_from_a_column_the_left_lacks_is_refused() -> None:
+    spec = LookupJoinSpec("inner", "L.nope * 2 = R.id", SideSpec(("k",)), SideSpec(("id",)))
+    with pytest.raises(ConditionError, match="nope"):
+        spec.operator()

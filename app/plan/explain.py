@@ -153,7 +153,7 @@ def _lookup(config: Config, number: int | None) -> list[str]:
     changes = "append-only" if append_only else "each change keeps its kind"
     return [
         f"{_head(number)} lookup {config.join.kind.upper()} (processing time), {changes}",
-        "  join key: " + " AND ".join(f"L.{a} = R.{b}" for a, b in spec.equi_keys),
+        "  join key: " + " AND ".join(f"{value.sql()} = R.{b}" for value, b in spec.keys),
         "  query: " + (query.batch_query() if lookup.asynchronous else query.key_query()),
         f"    ({how}; timeout {lookup.timeout_ms} ms, {lookup.max_retries} retries)",
         f"  evaluated after the lookup: {after.sql() if after is not None else 'none'}",

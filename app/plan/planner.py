@@ -508,14 +508,17 @@ def _lookup_errors(config: Config) -> Iterator[ConfigError]:
             "fail: a lookup join after another join has no Kafka record of its own to dead-letter",
             "dead-letter",
         )
+    spec = join_spec(config)
+    assert isinstance(spec, LookupJoinSpec)
     try:
-        keyed = bool(join_spec(config).equi_keys)
+        keyed = bool(spec.keys)
     except ConditionError:
         return  # told by the condition's own check
     if not keyed:
         yield ConfigError(
             "JOIN_ON",
-            "at least one equality between an L column and a column of the table, like L.id = R.id",
+            "at least one equality between the table's column and an L column or an expression "
+            "of L's columns, like L.id = R.id",
             config.join.on,
         )
 

@@ -15,7 +15,7 @@ from state.joins.lookup_join import LookupJoinSpec
 def table_lookup(config: Config, spec: LookupJoinSpec) -> TableLookup:
     lookup = config.lookup
     assert lookup is not None
-    keys = tuple(b for _, b in spec.equi_keys)
+    keys = tuple(b for _, b in spec.keys)
     declared = {c.name: c.spark_type for c in config.right.schema or ()}
     decimals = tuple(
         (i, kind.precision, kind.scale)

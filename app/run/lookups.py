@@ -56,6 +56,7 @@ from state.joins.lookup_join import (
     NoCache,
     PartialCache,
     Row,
+    key_columns,
 )
 
 
@@ -193,6 +194,17 @@ def looked_up(
     retry_attempts = config.lookup.miss_retries  # type: ignore[union-attr]
     retry_delay_s = config.lookup.miss_retry_delay_ms / 1000  # type: ignore[union-attr]
 
+    def left_rows(batch: pa.RecordBatch) -> list[Row] | None:
+        """The batch's left rows as tuples, where the join reads them whole."""
+        if not join.needs_rows:
+            return None
+        return [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
+
+    def keys_of(batch: pa.RecordBatch) -> list[Key | None]:
+        if join.computed:
+            return join.computed_keys(left_rows(batch) or [])
+        return join.keys([batch.column("row").field(a).to_pylist() for a in join.key_fields])
+
     def joined_batch(
         batch: pa.RecordBatch, keys: list[Key | None], found: dict[Key, list[Row]]
     ) -> pa.RecordBatch:
@@ -200,10 +212,7 @@ def looked_up(
         indices (never turned into Python objects), the table's columns built from the
         distinct rows matched, then taken likewise (a padded row: a null index)."""
         rows: pa.StructArray = batch.column("row")
-        lefts = None
-        if join.needs_rows:
-            lefts = [tuple(r[f] for f in spec.left.fields) for r in rows.to_pylist()]
-        indices, rights = join.matches(keys, found, lefts)
+        indices, rights = join.matches(keys, found, left_rows(batch))
         position_of: dict[int, int] = {}  # a matched table row's position, by its id
         matched: list[Row] = []
         positions: list[int | None] = []
@@ -232,7 +241,7 @@ def looked_up(
         undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
-            keys = join.keys([batch.column("row").field(a).to_pylist() for a in join.key_fields])
+            keys = keys_of(batch)
             distinct = list(dict.fromkeys(k for k in keys if k is not None))
             found: dict[Key, list[Row]] = {}
             missing: list[Key] = []
@@ -273,9 +282,9 @@ def looked_up(
             if written and tally is not None:  # an earlier attempt of the batch counted them
                 tally.add({("left", "lookup-failed"): written})
 
-    if shuffled(config) and spec.equi_keys:
-        keys = [F.col("row")[a] for a, _ in spec.equi_keys]
-        changes = changes.repartition(*keys)
+    if shuffled(config) and spec.keys:  # by the columns the keys are computed from
+        read = dict.fromkeys(c.name for value, _ in spec.keys for c in key_columns(value))
+        changes = changes.repartition(*[F.col("row")[name] for name in read])
     return changes.mapInArrow(run, out_type)
 
 

@@ -504,6 +504,16 @@ def compile_predicate(
 ) -> Evaluator:
     """A function (left row, right row) -> True / False / None (unknown) for `expression`;
     `widths`: each side's whole-number columns' (`Widths`), where known."""
+    return compile_value(expression, left_fields, right_fields, widths)
+
+
+def compile_value(
+    expression: exp.Expression,
+    left_fields: Sequence[str],
+    right_fields: Sequence[str],
+    widths: tuple[Widths, Widths] = ((), ()),
+) -> Evaluator:
+    """A function (left row, right row) -> the value of `expression`, as Flink computes it."""
     return _Compiler(left_fields, right_fields, widths).compile(expression)
 
 

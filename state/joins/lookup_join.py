@@ -33,6 +33,7 @@ from state.expr.condition import (
     Evaluator,
     Widths,
     compile_predicate,
+    compile_value,
     parse_condition,
     split_condition,
 )
@@ -228,16 +229,48 @@ class SplitResidual:
     after: exp.Expression | None = None
 
 
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    if condition is None:
+        return []
+    nodes = condition.flatten() if isinstance(condition, exp.And) else [condition]
+    return [node.unnest() for node in nodes]
+
+
 def split_residual(residual: exp.Expression | None) -> SplitResidual:
-    if residual is None:
-        return SplitResidual()
     pushed: list[PushedFilter] = []
     after: list[exp.Expression] = []
-    for conjunct in residual.flatten() if isinstance(residual, exp.And) else [residual]:
-        node = conjunct.unnest()
+    for node in _conjuncts(residual):
         filtered = pushed_filter(node)
         (pushed.append(filtered) if filtered else after.append(node))
     return SplitResidual(tuple(pushed), exp.and_(*after) if after else None)
+
+
+# a lookup key: the left's value (a column, or an expression of its columns), the table's column
+LookupKey = tuple[exp.Expression, str]
+
+
+def _computed_key(node: exp.Expression) -> LookupKey | None:
+    """`<an expression of L's columns alone> = R.b` as a lookup key, or None."""
+    if not isinstance(node, exp.EQ):
+        return None
+    for value, column in ((node.this, node.expression), (node.expression, node.this)):
+        sides = {c.table.upper() for c in value.find_all(exp.Column)}
+        if _right_column(column.unnest()) and sides == {"L"}:
+            return value.unnest(), column.unnest().name
+    return None
+
+
+def lookup_condition(on: str) -> tuple[tuple[LookupKey, ...], exp.Expression | None]:
+    """The lookup keys, from `L.a = R.b` and from `<an expression of L's columns> = R.b` (a key
+    Flink computes from the left row before its lookup, as `o.code + 1 = c.id`), and the rest
+    of the condition."""
+    condition = split_condition(parse_condition(on))
+    keys: list[LookupKey] = [(exp.column(a, "L"), b) for a, b in condition.equi]
+    rest = []
+    for node in _conjuncts(condition.residual):
+        key = _computed_key(node)
+        (keys.append(key) if key else rest.append(node))
+    return tuple(keys), exp.and_(*rest) if rest else None
 
 
 @dataclass(frozen=True)
@@ -253,28 +286,44 @@ class LookupJoinSpec:
 
     @property
     def equi_keys(self) -> tuple[tuple[str, str], ...]:
+        """The keys that are a column of each side (the other joins' interface)."""
         return split_condition(parse_condition(self.on)).equi
 
     @property
+    def keys(self) -> tuple[LookupKey, ...]:
+        """Every lookup key, a computed one's value an expression of the left's columns."""
+        return lookup_condition(self.on)[0]
+
+    @property
     def residual(self) -> SplitResidual:
-        return split_residual(split_condition(parse_condition(self.on)).residual)
+        return split_residual(lookup_condition(self.on)[1])
 
     def operator(self) -> LookupJoin:
         """The join of a batch; raises ConditionError for a column neither side has."""
-        names = [(a, self.left.fields, "L", "left input") for a, _ in self.equi_keys]
-        names += [(b, self.right.fields, "R", "table") for _, b in self.equi_keys]
+        values = [value for value, _ in self.keys]
+        names = [
+            (c.name, self.left.fields, "L", "left input") for v in values for c in key_columns(v)
+        ]
+        names += [(b, self.right.fields, "R", "table") for _, b in self.keys]
         names += [(f.column, self.right.fields, "R", "table") for f in self.residual.pushed]
         for name, fields, alias, what in names:
             if name not in fields:
                 raise ConditionError(f"'{alias}.{name}': the {what} has no column {name!r}")
+        bare = all(isinstance(value, exp.Column) for value in values)
         return LookupJoin(
             self.kind,
-            tuple(a for a, _ in self.equi_keys),
+            tuple(value.name for value in values) if bare else (),
             self.left.fields,
             self.right.fields,
             self.residual.after,
             (self.left.widths, self.right.widths),
+            computed=() if bare else tuple(values),
         )
+
+
+def key_columns(value: exp.Expression) -> list[exp.Column]:
+    """The left's columns a lookup key's value reads."""
+    return list(value.find_all(exp.Column))
 
 
 @dataclass
@@ -289,19 +338,27 @@ class LookupJoin:
     right_fields: Sequence[str]
     after: exp.Expression | None = None
     widths: tuple[Widths, Widths] = ((), ())
+    # the keys' values computed from each left row (`L.code + 1 = R.id`), where `key_fields`
+    # is empty
+    computed: tuple[exp.Expression, ...] = ()
     _predicate: Evaluator | None = field(init=False, default=None)
+    _key_values: list[Evaluator] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.after is not None:
             self._predicate = compile_predicate(
                 self.after, self.left_fields, self.right_fields, self.widths
             )
+        self._key_values = [
+            compile_value(value, self.left_fields, (), (self.widths[0], ()))
+            for value in self.computed
+        ]
 
     @property
     def needs_rows(self) -> bool:
-        """Whether `matches` needs the left rows whole (a condition after the lookup reads
-        them); without one, the key columns are all a batch's rows are read for."""
-        return self._predicate is not None
+        """Whether the left rows are needed whole (a computed key, or a condition after the
+        lookup, reads them); without, the key columns are all a batch's rows are read for."""
+        return self._predicate is not None or bool(self.computed)
 
     def keys(self, columns: Sequence[Sequence[Any]]) -> list[Key | None]:
         """Each row's lookup key from the key columns' values (in `key_fields`' order);
@@ -309,6 +366,15 @@ class LookupJoin:
         if len(columns) == 1:
             return [None if value is None else (value,) for value in columns[0]]
         return [None if any(p is None for p in key) else key for key in zip(*columns, strict=True)]
+
+    def computed_keys(self, lefts: Sequence[Row]) -> list[Key | None]:
+        """Each left row's lookup key computed from the row, as Flink computes it; None where a
+        part is NULL."""
+        keys: list[Key | None] = []
+        for left in lefts:
+            key = tuple(value(left, ()) for value in self._key_values)
+            keys.append(None if any(p is None for p in key) else key)
+        return keys
 
     def matches(
         self,
