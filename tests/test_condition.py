@@ -282,3 +282,30 @@ def test_whole_number_arithmetic_wraps_at_its_types_width(
     columns' types are not known the true result stays."""
     computed = compile_predicate(parse_condition(condition), ["a"], ["a"], widths)
     assert computed((row[0],), (row[1],)) == flink
+
+
+def test_a_time_literal_is_compared_with_a_time_as_the_row_holds_it() -> None:
+    """`TIMESTAMP '…'` (UTC, the session's zone) against epoch microseconds, a datetime with
+    its zone and one without (a lookup table's `timestamp`)."""
+    after = compile_predicate(
+        parse_condition(
+            "R.t > TIMESTAMP '2024-01-01 00:00:00' AND "
+            "R.t BETWEEN L.t AND TIMESTAMP '2024-06-01 00:00:00.5'"
+        ),
+        ["t"],
+        ["t"],
+    )
+    for start, inside, outside in [
+        (
+            datetime(2023, 1, 1, tzinfo=UTC),
+            datetime(2024, 2, 1, tzinfo=UTC),
+            datetime(2024, 6, 1, 0, 0, 1, tzinfo=UTC),
+        ),
+        (datetime(2023, 1, 1), datetime(2024, 2, 1), datetime(2023, 12, 31, 23, 59)),
+        (0, 1_706_745_600_000_000, 1_704_067_199_000_000),
+    ]:
+        assert after((start,), (inside,)) is True
+        assert after((start,), (outside,)) is False
+    assert after((None,), (datetime(2024, 2, 1),)) is None
+    with pytest.raises(ConditionError, match="not a time"):
+        compile_predicate(parse_condition("R.t > TIMESTAMP 'soon'"), [], ["t"])

@@ -172,6 +172,17 @@ def test_a_conditions_whole_number_arithmetic_wraps_as_flinks(spark, tmp_path: P
     assert finals == flink_finals("whole_number_overflow.jsonl")
 
 
+def test_a_time_literal_in_a_condition_compares_as_flinks(spark, tmp_path: Path) -> None:
+    """`R.shiptime < TIMESTAMP '1970-01-01 06:00:00'` beside an interval join's bounds, in a
+    regular join's BETWEEN, `<>` and an OR, over INNER, LEFT and FULL joins: compared with each
+    row's time in the session's zone (UTC). Equal to Flink 2.3's final tables."""
+    cases = load_cases(FIXTURES / "time_literals.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    finals = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert finals == flink_finals("time_literals.jsonl")
+
+
 def test_derived_tables_in_from_join_as_flinks_subqueries(spark, tmp_path: Path) -> None:
     """`(SELECT … FROM t WHERE …) AS a` in FROM: its filter on an inner join's input, an outer
     join's padded and kept inputs, a derived table of a derived table, `SELECT *`, its computed

@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -30,6 +30,7 @@ from state.expr.functions import (
     cast,
     describe,
     extract,
+    in_kind_of,
     interval_millis,
     java_wrapped,
     like,
@@ -204,6 +205,27 @@ def _literal(node: exp.Literal) -> Any:
     return float(node.this) if "e" in node.this.lower() else Decimal(node.this)
 
 
+_TIME_TYPES = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ)
+
+
+def time_literal(node: exp.Expression) -> datetime | None:
+    """`TIMESTAMP '2024-01-31 12:00:00'` (a text cast to TIMESTAMP): its moment, in UTC (the
+    session's zone); None for anything else."""
+    node = node.unnest()
+    if not (
+        isinstance(node, exp.Cast)
+        and node.args["to"].this in _TIME_TYPES
+        and isinstance(node.this, exp.Literal)
+        and node.this.is_string
+    ):
+        return None
+    try:
+        moment = datetime.fromisoformat(node.this.this.strip())
+    except ValueError:
+        raise ConditionError(f"{node.sql()!r}: not a time like 2024-01-31 12:00:00") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _null_safe(fn: Callable[[Any, Any], Any], a: Evaluator, b: Evaluator) -> Evaluator:
     def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
         x, y = a(left, right), b(left, right)
@@ -304,8 +326,7 @@ class _Compiler:
         if kind in (exp.Add, exp.Sub) and isinstance(node.expression, exp.Interval):
             return self.shifted(node)
         if kind in _COMPARISONS:
-            operands = self.compile(node.this), self.compile(node.expression)
-            return _null_safe(_COMPARISONS[kind], *operands)
+            return _null_safe(_COMPARISONS[kind], *self.compared(node.this, node.expression))
         if kind in _ARITHMETIC or kind is exp.Neg:
             return self.arithmetic(node)
         if kind is exp.And or kind is exp.Or:
@@ -315,9 +336,8 @@ class _Compiler:
             inner = self.compile(node.this)
             return lambda left, right: None if (v := inner(left, right)) is None else not v
         if kind is exp.Between:
-            value = self.compile(node.this)
-            low = _null_safe(operator.le, self.compile(node.args["low"]), value)
-            high = _null_safe(operator.le, value, self.compile(node.args["high"]))
+            low = _null_safe(operator.le, *self.compared(node.args["low"], node.this))
+            high = _null_safe(operator.le, *self.compared(node.this, node.args["high"]))
             return _connective(low, high, decisive=False)
         special = _SPECIAL_FORMS.get(kind)
         if special is not None:
@@ -326,6 +346,21 @@ class _Compiler:
         if function is not None:
             return self.function(function.compute, function.arguments(node), function.strict)
         raise ConditionError(f"{describe(node)} is not supported in a join condition")
+
+    def compared(self, *nodes: exp.Expression) -> list[Evaluator]:
+        """Two operands compared with each other; a time literal (`TIMESTAMP '…'`) held as the
+        other holds its times (epoch microseconds, or a datetime with or without its zone)."""
+        moments = [time_literal(node) for node in nodes]
+        compiled = [self.compile(n) for n, m in zip(nodes, moments, strict=True) if m is None]
+        if len(compiled) != 1:  # both literals, or neither
+            return [self.compile(node) for node in nodes]
+        other = compiled[0]
+        return [
+            other
+            if moment is None
+            else (lambda left, right, m=moment: in_kind_of(other(left, right), m))
+            for moment in moments
+        ]
 
     def arithmetic(self, node: exp.Expression) -> Evaluator:
         """+, -, *, /, % and a minus sign; wrapped at the width of a whole-number result."""

@@ -79,7 +79,7 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _in_kind_of(value: Any, moment: datetime) -> Any:
+def in_kind_of(value: Any, moment: datetime) -> Any:
     """`moment` as `value` holds a time: a date, a datetime, or epoch microseconds."""
     if isinstance(value, datetime):
         return moment if value.tzinfo else moment.replace(tzinfo=None)
@@ -139,7 +139,7 @@ def time_bound(value: Any, unit: str, up: bool) -> Any:
             bound = datetime.combine(_calendar_bound(moment.date(), unit, up), time(), UTC)
     except (ValueError, OverflowError):
         return None
-    return _in_kind_of(value, bound)
+    return in_kind_of(value, bound)
 
 
 def _substring(text: str, start: int, length: int | None = None) -> str | None:
