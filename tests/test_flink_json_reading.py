@@ -1,6 +1,6 @@
 """A JSON input's field read into its declared column as Flink 2.3's json format reads it: each
-of 1,600 pairs of a declared type and a field's JSON text, against what Flink read
-(`fixtures/functions/flink_json_reads.json`)."""
+of 1,600 pairs of a declared type and a field's JSON text, against what Flink read, and a text
+read into a time as Flink's CAST reads it (`fixtures/functions/flink_json_reads.json`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from tests.flink_readings import FLINK_JSON_READS
 # ISO-8601 with a `T` or an offset, a date alone, a TIMESTAMP_LTZ without its `Z`, a time into a
 # DATE.
 READ_MORE = ("DATE", "TIMESTAMP")
-# a year past 9999, which Flink reads (and prints as the year 0000) and Spark's dates do not hold:
-# a dead letter here
+# a year past 9999, which Flink reads (and prints as the year 0000) and Spark's times do not
+# hold: a dead letter here
 BEYOND_9999 = '"+10000-01-01"'
 
 
@@ -92,3 +92,13 @@ def test_a_field_reads_as_flinks_json_format_reads_it(kind: str) -> None:
         read = at_once.read(record, pa.array([None], pa.binary())) if at_once else None
         if read is not None:  # read at once by Arrow where it reads as the path above
             assert same(as_flink_casts(kind, read[1].to_pylist()[0]["a"]), flink), fragment
+
+
+@pytest.mark.parametrize("kind", sorted(FLINK_JSON_READS["cast"]))
+def test_a_computed_cast_of_a_text_to_a_time_reads_as_flinks_cast(kind: str) -> None:
+    """`t AS CAST(s AS TIMESTAMP(3))` reads the record's `s` as the time: each text Flink's CAST
+    turns into a time is that time here (`2024-1-2 3:4:5`, `2024-02-30` as February 29)."""
+    fmt = JsonFormat(parse_schema(f"id INT, a {kind}"), ["id"])
+    for fragment, flink in FLINK_JSON_READS["cast"][kind].items():
+        if flink is not None and fragment != BEYOND_9999:
+            assert as_flink_casts(kind, read_one(fmt, fragment)) == flink, (kind, fragment)

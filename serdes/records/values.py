@@ -207,19 +207,22 @@ def _parse_timestamp_text(text: str) -> datetime:
     return _in_range(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC), text)
 
 
-# Flink's SQL format, `Z` after it as a TIMESTAMP_LTZ's text has it
-_SQL_TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{0,9}))?Z?")
+# Flink's SQL format, as its CAST of a text reads it too (a part of one digit, a date alone),
+# `Z` after it as a TIMESTAMP_LTZ's text has it
+_SQL_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d\d?)-(\d\d?)(?: (\d\d?):(\d\d?):(\d\d?)(?:\.(\d{0,9}))?)?Z?"
+)
 
 
 def _resolved_smartly(text: str) -> datetime | None:
-    """A time in Flink's SQL format that `fromisoformat` refuses, as Flink's json format reads
-    it: a point with no digits after it, and what its formatter resolves as java.time's SMART
-    style does, a day past its month's end (up to the 31st) being the month's last day, and
-    24:00:00 the next day's midnight."""
+    """A time in Flink's SQL format that `fromisoformat` refuses, as Flink's json format and its
+    CAST read it: a part of one digit, a point with no digits after it, and what they resolve
+    as java.time's SMART style does, a day past its month's end (up to the 31st) being the
+    month's last day, and 24:00:00 the next day's midnight."""
     match = _SQL_TIMESTAMP.fullmatch(text)
     if match is None:
         return None
-    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    year, month, day, hour, minute, second = (int(part or 0) for part in match.groups()[:6])
     fraction = (match[7] or "").ljust(6, "0")[:6]
     midnight_after = hour == 24 and minute == second == 0 and not int(match[7] or 0)
     if not (1 <= month <= 12 and 1 <= day <= 31 and (hour < 24 or midnight_after)):
