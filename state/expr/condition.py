@@ -352,8 +352,8 @@ class _Compiler:
         other holds its times (epoch microseconds, or a datetime with or without its zone)."""
         moments = [time_literal(node) for node in nodes]
         compiled = [self.compile(n) for n, m in zip(nodes, moments, strict=True) if m is None]
-        if len(compiled) != 1:  # both literals, or neither
-            return [self.compile(node) for node in nodes]
+        if len(compiled) != 1:  # neither a literal (two literals: the CAST refused, as before)
+            return compiled if compiled else [self.compile(node) for node in nodes]
         other = compiled[0]
         return [
             other
