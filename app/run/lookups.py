@@ -200,19 +200,22 @@ def looked_up(
             return None
         return [tuple(r[f] for f in spec.left.fields) for r in batch.column("row").to_pylist()]
 
-    def keys_of(batch: pa.RecordBatch) -> list[Key | None]:
+    def keys_of(batch: pa.RecordBatch, lefts: list[Row] | None) -> list[Key | None]:
         if join.computed:
-            return join.computed_keys(left_rows(batch) or [])
+            return join.computed_keys(lefts or [])
         return join.keys([batch.column("row").field(a).to_pylist() for a in join.key_fields])
 
     def joined_batch(
-        batch: pa.RecordBatch, keys: list[Key | None], found: dict[Key, list[Row]]
+        batch: pa.RecordBatch,
+        keys: list[Key | None],
+        found: dict[Key, list[Row]],
+        lefts: list[Row] | None,
     ) -> pa.RecordBatch:
         """The output of a batch: the left columns taken from the input by the matches'
         indices (never turned into Python objects), the table's columns built from the
         distinct rows matched, then taken likewise (a padded row: a null index)."""
         rows: pa.StructArray = batch.column("row")
-        indices, rights = join.matches(keys, found, left_rows(batch))
+        indices, rights = join.matches(keys, found, lefts)
         position_of: dict[int, int] = {}  # a matched table row's position, by its id
         matched: list[Row] = []
         positions: list[int | None] = []
@@ -241,7 +244,8 @@ def looked_up(
         undone: list[OutputRecord] = []
         table.stats.latencies_s = []
         for batch in batches:
-            keys = keys_of(batch)
+            lefts = left_rows(batch)  # read once, for the keys and the condition after
+            keys = keys_of(batch, lefts)
             distinct = list(dict.fromkeys(k for k in keys if k is not None))
             found: dict[Key, list[Row]] = {}
             missing: list[Key] = []
@@ -257,6 +261,7 @@ def looked_up(
                     raise
                 failed = set(distinct) - found.keys()
                 batch, keys = _dead_lettered(batch, keys, failed, error, letters, undone)
+                lefts = left_rows(batch)
                 fetched = {}
             counts[("key",)] = counts.get(("key",), 0) + len(distinct)
             counts[("hit",)] = counts.get(("hit",), 0) + len(found)
@@ -264,7 +269,7 @@ def looked_up(
             for key, rows in fetched.items():
                 cache.put(key, rows)
             found.update(fetched)
-            out = joined_batch(batch, keys, found)
+            out = joined_batch(batch, keys, found, lefts)
             if changes_out is not None:
                 for counted in pc.value_counts(out.column(OP)).to_pylist():
                     kind = (counted["values"],)
