@@ -213,6 +213,12 @@ def test_state_partitions_are_the_sessions_shuffle_partitions_and_agree_with_spa
         ("1h", 3_600_000),
         ("7d", 604_800_000),
         ("0", 0),
+        ("90 secs", 90_000),
+        ("5 millis", 5),
+        ("1500µs", 1),
+        ("PT1M30S", 90_000),
+        ("pt0.25s", 250),
+        ("P1D", 86_400_000),
     ],
 )
 def test_durations(text: str, ms: int) -> None:

@@ -543,6 +543,38 @@ def test_the_readmes_example_plans_and_its_ttl_is_a_regular_joins_only() -> None
     assert (config.join.type, config.join.state_ttl_ms) == ("regular", 86_400_000)
 
 
+FLINK_DURATIONS = json.loads(
+    (Path(__file__).parent / "fixtures" / "functions" / "flink_durations.json").read_text()
+)["reads"]
+
+
+def test_a_duration_option_is_read_as_flink_reads_it() -> None:
+    """`SET 'table.exec.state.ttl'` with each of 647 texts Flink 2.3's `TimeUtils` was given
+    (every unit Flink names, its plurals, ISO-8601, a bare number of milliseconds, spaces, case):
+    the TTL Flink reads, in milliseconds, or a refusal where Flink refuses the text."""
+    script = (
+        ORDERS
+        + PRODUCTS
+        + OUT
+        + (
+            "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders o "
+            "LEFT JOIN products p ON o.product_id = p.product_id;"
+        )
+    )
+    env = {"CHECKPOINT_LOCATION": "/tmp/ck"}
+    differ = {}
+    for text, flinks in FLINK_DURATIONS.items():
+        ttl = f"SET 'table.exec.state.ttl' = '{text}';\n"
+        try:
+            ours = load_config(env | {"STREAMJOIN_SQL": ttl + script}).join.state_ttl_ms
+        except ConfigError:
+            ours = None
+        if ours != flinks:
+            differ[text] = (flinks, ours)
+    assert differ == {}
+    assert len(FLINK_DURATIONS) == 647
+
+
 def test_flinks_parallelism_settings_are_the_state_partitions_and_buckets() -> None:
     script = SCRIPT.format(suffix="")
     env = {"CHECKPOINT_LOCATION": "/tmp/ck", "KAFKA_BOOTSTRAP_SERVERS": "k:9092"}

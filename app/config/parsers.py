@@ -15,38 +15,40 @@ DURATION = "a duration with its unit, like 500ms, 5s, 2 minutes, 1h"
 AVAILABLE_NOW = "available-now"
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^\[?[A-Za-z0-9._:-]+\]?:\d{1,5}$")
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
-_UNIT_MS = {
-    "ms": 1,
-    "millisecond": 1,
-    "milliseconds": 1,
-    "s": 1000,
-    "sec": 1000,
-    "second": 1000,
-    "seconds": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "minute": 60_000,
-    "minutes": 60_000,
-    "h": 3_600_000,
-    "hour": 3_600_000,
-    "hours": 3_600_000,
-    "d": 86_400_000,
-    "day": 86_400_000,
-    "days": 86_400_000,
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-zµ]*)\s*$")
+# Flink's units (`TimeUtils.parseDuration`), each in nanoseconds: a label written with an `s`
+# is Flink's plural, and only those Flink pluralizes take one (`mins` and `hs` it refuses).
+_UNIT_NS = {
+    **dict.fromkeys(["ns", "nano", "nanos", "nanosecond", "nanoseconds"], 1),
+    **dict.fromkeys(["µs", "micro", "micros", "microsecond", "microseconds"], 1_000),
+    **dict.fromkeys(["ms", "milli", "millis", "millisecond", "milliseconds"], 1_000_000),
+    **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], 1_000_000_000),
+    **dict.fromkeys(["m", "min", "minute", "minutes"], 60_000_000_000),
+    **dict.fromkeys(["h", "hour", "hours"], 3_600_000_000_000),
+    **dict.fromkeys(["d", "day", "days"], 86_400_000_000_000),
 }
+# ISO-8601 as java.time.Duration reads it, which Flink tries first: `PT1M`, `P1D`, `PT0.5S`.
+_ISO_DURATION = re.compile(
+    r"^P(?:(\d+)D)?(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{0,9}))?S)?)?$", re.IGNORECASE
+)
 _POSTGRES_URL = re.compile(r"^postgres(ql)?://[^\s/:@]+@[^\s/]+/[^\s/?]+$")
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
 
 
 def duration_ms(text: str) -> int:
-    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, or `0`."""
+    """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, `PT1M`, or `0`: Flink's units, whole
+    milliseconds (a finer duration cut to them, as Flink's `Duration.toMillis`)."""
+    iso = _ISO_DURATION.match(text.strip())
+    if iso and text.strip().upper() not in ("P", "PT"):
+        days, hours, minutes, seconds, fraction = (part or "0" for part in iso.groups())
+        whole = ((int(days) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
+        return whole * 1000 + int(fraction.ljust(9, "0")[:3])
     match = _DURATION.match(text.lower())
     if match and match.group(2) == "" and int(match.group(1)) == 0:
         return 0
-    if not match or match.group(2) not in _UNIT_MS:
+    if not match or match.group(2) not in _UNIT_NS:
         raise ValueError(text)
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+    return int(match.group(1)) * _UNIT_NS[match.group(2)] // 1_000_000
 
 
 def trigger_ms(text: str) -> int | None:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.config.parsers import duration_ms
+from app.config.parsers import DURATION, duration_ms
 from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.kafka.decode import METADATA_TYPES
@@ -407,8 +407,11 @@ def _column(table: Table, item: str, line: int) -> None:
 # --- connectors ----------------------------------------------------------------------------
 
 
-def duration(text: str) -> str:
-    """Flink reads a bare number as milliseconds; the variables want a unit."""
+def duration(text: str, line: int) -> str:
+    """Flink reads a bare number as milliseconds; the variables want a unit. A blank text,
+    which would leave a variable at its default, Flink refuses."""
+    if not text.strip():
+        raise SqlError(line, f"expected {DURATION}; got {text!r}")
     return f"{text.strip()}ms" if text.strip().isdigit() else text.strip()
 
 
@@ -693,5 +696,5 @@ def jdbc_table(table: Table, out: Compiled) -> None:
         value = options.take(key)
         if value is not None:
             takes_duration = VARIABLES[variable].parse is duration_ms
-            out.set(variable, duration(value) if takes_duration else value, line)
+            out.set(variable, duration(value, line) if takes_duration else value, line)
     options.refuse_rest()

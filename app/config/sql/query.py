@@ -765,9 +765,9 @@ def _set(line: int, statement: str, out: Compiled) -> None:
         raise SqlError(line, "SET is written SET 'key' = 'value'")
     key, value = (sql_string(v) if v.startswith("'") else v for v in (match[1], match[2]))
     if key == "table.exec.state.ttl":
-        out.set("STATE_TTL", duration(value), line)
+        out.set("STATE_TTL", duration(value, line), line)
     elif key == IDLE_TIMEOUT_OPTION:
-        out.set("SOURCE_IDLE_TIMEOUT", duration(value), line)
+        out.set("SOURCE_IDLE_TIMEOUT", duration(value, line), line)
     elif key in _PARALLELISM:  # a key group is a bucket, a subtask a state partition
         out.set(_PARALLELISM[key], value, line)
     elif key == MULTI_JOIN_OPTION:
@@ -828,7 +828,7 @@ def _input_ttls(text: str, names: dict[str, int]) -> dict[int, tuple[str, int]]:
     ttls: dict[int, tuple[str, int]] = {}
     for line, options in _hints(text, "STATE_TTL", "STATE_TTL('table or alias' = 'duration', …)"):
         for name, value in options:
-            ttls[_named_input(line, "STATE_TTL", name, names)] = (duration(value), line)
+            ttls[_named_input(line, "STATE_TTL", name, names)] = (duration(value, line), line)
     return ttls
 
 
@@ -856,7 +856,7 @@ def _early_fire(text: str, queries: list[JoinQuery], out: Compiled) -> None:
                     f"EARLY_FIRE 'time_mode' = '{given['time_mode']}' is not supported: the "
                     f"interval join runs on {own} (Flink's default)",
                 )
-            compiled.set("JOIN_EARLY_FIRE_DELAY", duration(given["delay"]), line)
+            compiled.set("JOIN_EARLY_FIRE_DELAY", duration(given["delay"], line), line)
 
 
 # Flink's LOOKUP hint options this service runs, as the variables they set ('retry-predicate'
@@ -903,7 +903,7 @@ def _lookup_hints(
                         f"LOOKUP '{key}' = '{value}' is not supported ({_LOOKUP_HINT_FIXED[key]})",
                     )
             elif key in _LOOKUP_HINT:
-                value = duration(value) if key == "fixed-delay" else value
+                value = duration(value, line) if key == "fixed-delay" else value
                 variables.append((_LOOKUP_HINT[key], value, line))
             elif key != "output-mode":
                 raise SqlError(
