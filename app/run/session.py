@@ -47,6 +47,12 @@ DEFAULT_CONF = {
     # list (the Kafka headers) walks the whole batch so far: a large share of the JVM's time
     # (`docs/performance.md`).
     "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    # PySpark's DataFrame debugging records the Python call site of every Column function
+    # in the JVM (about six calls to the JVM each: the active session, the setting, the
+    # origin set and cleared), while the query is built. The call sites it would show in an
+    # error are the service's own lines, not a user's: off, the query is built with a third
+    # of the calls.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
     "spark.sql.adaptive.enabled": "false",
     # Secrets (the Kafka clients' travel as data source options) masked in plans and logs.
