@@ -309,3 +309,21 @@ def test_a_time_literal_is_compared_with_a_time_as_the_row_holds_it() -> None:
     assert after((None,), (datetime(2024, 2, 1),)) is None
     with pytest.raises(ConditionError, match="not a time"):
         compile_predicate(parse_condition("R.t > TIMESTAMP 'soon'"), [], ["t"])
+
+
+def test_time_literals_in_a_list_are_compared_as_the_row_holds_its_times() -> None:
+    """`t IN (TIMESTAMP '…', …)` and `NOT IN`, with SQL's NULLs: a NULL item makes a miss
+    NULL, not FALSE."""
+    listed = "R.t IN (TIMESTAMP '2024-01-01 00:00:00', TIMESTAMP '2024-06-01 12:00:00.5')"
+    found = compile_predicate(parse_condition(listed), [], ["t"])
+    missing = compile_predicate(parse_condition(listed.replace(" IN ", " NOT IN ")), [], ["t"])
+    with_null = compile_predicate(parse_condition(listed.replace("(", "(NULL, ", 1)), [], ["t"])
+    for hit, miss in [
+        (datetime(2024, 6, 1, 12, 0, 0, 500_000, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)),
+        (datetime(2024, 1, 1), datetime(2024, 1, 1, 0, 0, 1)),
+        (1_704_067_200_000_000, 1_704_067_200_000_001),
+    ]:
+        assert (found((), (hit,)), found((), (miss,))) == (True, False)
+        assert (missing((), (hit,)), missing((), (miss,))) == (False, True)
+        assert (with_null((), (hit,)), with_null((), (miss,))) == (True, None)
+    assert found((), (None,)) is None

@@ -423,9 +423,14 @@ class _Compiler:
         return evaluate
 
     def in_(self, node: exp.In) -> Evaluator:
-        """`x IN (a, b, ...)`: TRUE on a match, else NULL if x or any item is NULL."""
+        """`x IN (a, b, ...)`: TRUE on a match, else NULL if x or any item is NULL; a time
+        literal among the items held as x holds its times (`compared`)."""
         value = self.compile(node.this)
-        items = [self.compile(item) for item in node.expressions]
+        moments = [time_literal(item) for item in node.expressions]
+        items = [
+            self.compile(item) if moment is None else moment
+            for item, moment in zip(node.expressions, moments, strict=True)
+        ]
         if not items:
             raise ConditionError(f"{node.sql()!r}: only IN with a list of values is supported")
 
@@ -433,7 +438,10 @@ class _Compiler:
             x = value(left, right)
             if x is None:
                 return None
-            found = [item(left, right) for item in items]
+            found = [
+                in_kind_of(x, item) if isinstance(item, datetime) else item(left, right)
+                for item in items
+            ]
             if x in [v for v in found if v is not None]:
                 return True
             return None if any(v is None for v in found) else False
