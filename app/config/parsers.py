@@ -29,7 +29,8 @@ _UNIT_NS = {
 }
 # ISO-8601 as java.time.Duration reads it, which Flink tries first: `PT1M`, `P1D`, `PT0.5S`.
 _ISO_DURATION = re.compile(
-    r"^P(?:(\d+)D)?(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{0,9}))?S)?)?$", re.IGNORECASE
+    r"^P(?=[\dT])(?:(\d+)D)?(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{0,9}))?S)?)?$",
+    re.IGNORECASE,
 )
 _POSTGRES_URL = re.compile(r"^postgres(ql)?://[^\s/:@]+@[^\s/]+/[^\s/?]+$")
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$")
@@ -39,7 +40,7 @@ def duration_ms(text: str) -> int:
     """`500ms`, `5s`, `2 minutes`, `1h`, `7d`, `PT1M`, or `0`: Flink's units, whole
     milliseconds (a finer duration cut to them, as Flink's `Duration.toMillis`)."""
     iso = _ISO_DURATION.match(text.strip())
-    if iso and text.strip().upper() not in ("P", "PT"):
+    if iso:
         days, hours, minutes, seconds, fraction = (part or "0" for part in iso.groups())
         whole = ((int(days) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
         return whole * 1000 + int(fraction.ljust(9, "0")[:3])

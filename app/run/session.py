@@ -50,8 +50,8 @@ DEFAULT_CONF = {
     # PySpark's DataFrame debugging records the Python call site of every Column function
     # in the JVM (about six calls to the JVM each: the active session, the setting, the
     # origin set and cleared), while the query is built. The call sites it would show in an
-    # error are the service's own lines, not a user's: off, the query is built with a third
-    # of the calls.
+    # error are the service's own lines, not a user's: off, the query is built with far fewer
+    # calls (`docs/performance.md`).
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     # Adaptive execution cannot run in a streaming query; Spark warns and turns it off.
     "spark.sql.adaptive.enabled": "false",
