@@ -73,6 +73,15 @@ def test_strings_are_read_as_flink_reads_them(text: str, value: str) -> None:
         ("FLOOR(L.a TO FORTNIGHT) IS NULL", "'FLOOR(L.a TO FORTNIGHT)' is not supported"),
         ("EXTRACT(FORTNIGHT FROM L.a) = 1", "'EXTRACT(FORTNIGHT FROM L.a)' is not supported"),
         ("TO_DATE(L.a, 'yyyy') IS NULL", "TO_DATE with a format is not supported"),
+        # Flink 2.3: "Cannot apply '<' to arguments of type '<DATE> < <TIMESTAMP(0)>'"
+        ("CAST(L.a AS DATE) < TIMESTAMP '1970-01-01 05:00:00'", "a DATE compared with a TIMESTAMP"),
+        ("TIMESTAMP '1970-01-01 00:00:00' = DATE '1970-01-01'", "a DATE compared with a TIMESTAMP"),
+        ("TO_DATE(L.a) BETWEEN TIMESTAMP '1970-01-01 00:00:00' AND R.b", "a DATE compared with"),
+        # "Values passed to IN operator must have compatible types"
+        (
+            "CAST(R.b AS DATE) NOT IN (TIMESTAMP '1970-01-01 05:00:00')",
+            "a DATE compared with a TIMESTAMP",
+        ),
     ],
 )
 def test_errors_point_at_the_part(text: str, message: str) -> None:

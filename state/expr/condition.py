@@ -226,6 +226,25 @@ def time_literal(node: exp.Expression) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def _a_date(node: exp.Expression) -> bool:
+    """`node` is visibly a DATE: a cast to one, `TO_DATE`."""
+    node = node.unnest()
+    if isinstance(node, exp.Cast):
+        return node.args["to"].this == exp.DataType.Type.DATE
+    return isinstance(node, exp.TsOrDsToDate)
+
+
+def _no_date_beside(moments: Sequence[datetime | None], nodes: Sequence[exp.Expression]) -> None:
+    """Flink refuses to compare a DATE with a TIMESTAMP ("Cannot apply '<' to arguments of
+    type '<DATE> < <TIMESTAMP(0)>'", "Values passed to IN operator must have compatible
+    types"): so do we, rather than compare the literal's date."""
+    if any(m is not None for m in moments) and any(_a_date(node) for node in nodes):
+        raise ConditionError(
+            f"{' and '.join(repr(n.sql()) for n in nodes)}: a DATE compared with a TIMESTAMP "
+            "(Flink refuses it); CAST one to the other's type"
+        )
+
+
 def _null_safe(fn: Callable[[Any, Any], Any], a: Evaluator, b: Evaluator) -> Evaluator:
     def evaluate(left: Sequence[Any], right: Sequence[Any]) -> Any:
         x, y = a(left, right), b(left, right)
@@ -351,6 +370,7 @@ class _Compiler:
         """Two operands compared with each other; a time literal (`TIMESTAMP '…'`) held as the
         other holds its times (epoch microseconds, or a datetime with or without its zone)."""
         moments = [time_literal(node) for node in nodes]
+        _no_date_beside(moments, nodes)
         compiled = [self.compile(n) for n, m in zip(nodes, moments, strict=True) if m is None]
         if len(compiled) != 1:  # neither a literal (two literals: the CAST refused, as before)
             return compiled if compiled else [self.compile(node) for node in nodes]
@@ -427,6 +447,7 @@ class _Compiler:
         literal among the items held as x holds its times (`compared`)."""
         value = self.compile(node.this)
         moments = [time_literal(item) for item in node.expressions]
+        _no_date_beside(moments, [node.this, *node.expressions])
         items = [
             self.compile(item) if moment is None else moment
             for item, moment in zip(node.expressions, moments, strict=True)
