@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.config.env import ConfigError, ConfigErrors, load_config
@@ -39,6 +41,12 @@ def test_defaults_make_a_runnable_service() -> None:
     )
 
 
+def test_a_time_to_start_from_is_one_mode_for_every_input() -> None:
+    """`timestamp:<epoch ms>`, Flink's `timestamp` startup mode, for every input topic."""
+    config = load_config({**BASE, "STARTING_OFFSETS": "timestamp:1700000000000"})
+    assert config.starting_offsets == "timestamp:1700000000000"
+
+
 def test_every_variable_is_read() -> None:
     config = load_config(
         {
@@ -46,7 +54,7 @@ def test_every_variable_is_read() -> None:
             "DLQ_TOPIC": "dead",
             "SPARK_MASTER": "k8s://https://kubernetes.default.svc",
             "TRIGGER_INTERVAL": "500ms",
-            "STARTING_OFFSETS": '{"orders": {"0": 42}}',
+            "STARTING_OFFSETS": '{"orders": {"0": 42, "*": "timestamp:1700000000000"}}',
             "MAX_RECORDS_PER_TRIGGER": "5000",
             "METRICS_PORT": "9000",
             "LEFT_FORMAT": "json",
@@ -68,6 +76,9 @@ def test_every_variable_is_read() -> None:
     )
     assert config.output.dlq_topic == "dead"
     assert config.trigger_interval_ms == 500
+    assert json.loads(config.starting_offsets) == {
+        "orders": {"0": 42, "*": "timestamp:1700000000000"}
+    }
     assert config.max_records_per_trigger == 5000
     assert config.metrics_port == 9000
     assert [c.name for c in config.left.schema] == ["order_id", "product_id", "order_time"]
@@ -96,8 +107,11 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         (
             {"STARTING_OFFSETS": "beginning"},
             "STARTING_OFFSETS",
-            "earliest, latest, group-offsets (KAFKA_GROUP_ID's) or JSON",
+            "earliest, latest, group-offsets (KAFKA_GROUP_ID's), timestamp:<epoch ms> or JSON",
         ),
+        ({"STARTING_OFFSETS": "timestamp:soon"}, "STARTING_OFFSETS", "timestamp:<epoch ms>"),
+        ({"STARTING_OFFSETS": '{"orders": {"0": -3}}'}, "STARTING_OFFSETS", "or JSON like"),
+        ({"STARTING_OFFSETS": '{"orders": {"*": "anywhere"}}'}, "STARTING_OFFSETS", "or JSON"),
         ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER", "positive whole number"),
         ({"METRICS_PORT": "70000"}, "METRICS_PORT", "port number"),
         ({"LEFT_FORMAT": "xml"}, "LEFT_FORMAT", "json|avro-confluent"),

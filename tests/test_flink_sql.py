@@ -184,6 +184,44 @@ def test_each_table_starts_where_flink_would_start_it() -> None:
     )
 
 
+def test_a_table_starts_at_named_offsets_or_at_a_time_as_flink_reads_the_options() -> None:
+    """`specific-offsets`: the partitions named at their offsets, the others at the group's
+    committed offsets (`*`; without a group, at the earliest); `timestamp`: each partition at
+    its first record at or after the time. Flink's refusals: the mode's option missing or not
+    in its format."""
+    query = (
+        "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
+        "LEFT JOIN products AS p ON o.product_id = p.product_id;"
+    )
+    mode = "'scan.startup.mode' = 'latest-offset'"
+
+    def starts(options: str, tables: str = ORDERS) -> dict:
+        variables = compiled(query, tables.replace(mode, options) + PRODUCTS + OUT)
+        return json.loads(variables["STARTING_OFFSETS"])["orders"]
+
+    named = "'scan.startup.mode' = 'specific-offsets', 'scan.startup.specific-offsets' = "
+    assert starts(named + "'partition:0,offset:42;partition:2,offset:300'") == {
+        "0": 42,
+        "2": 300,
+        "*": "group-offsets",
+    }
+    ungrouped = ORDERS.replace(", 'properties.group.id' = 'g'", "")
+    assert starts(named + "'offset:7,partition:1'", ungrouped) == {"1": 7}
+    at = "'scan.startup.mode' = 'timestamp', 'scan.startup.timestamp-millis' = '1700000002500'"
+    assert starts(at) == "timestamp:1700000002500"
+    assert starts(mode + ", 'scan.startup.timestamp-millis' = '1'") == "latest"  # unused
+    for options, message in [
+        ("'scan.startup.mode' = 'specific-offsets'", "'scan.startup.specific-offsets' is required"),
+        ("'scan.startup.mode' = 'timestamp'", "'scan.startup.timestamp-millis' is required"),
+        (named + "'partition:0;offset:42'", "should follow the format 'partition:0,offset:42;"),
+        (named + "'partition:0,offset:-1'", "should follow the format"),
+        (named + "'partition:0,offset:1,x:2'", "should follow the format"),
+        (at.replace("1700000002500", "soon"), "'soon' is not a long"),
+        ("'scan.startup.mode' = 'latest'", "'latest' is not supported"),
+    ]:
+        assert message in refusal(ORDERS.replace(mode, options) + PRODUCTS + OUT + query)
+
+
 def test_connector_options_become_the_inputs_and_outputs_variables() -> None:
     variables = compiled(
         "INSERT INTO out SELECT o.order_id, p.name, p.price FROM orders AS o "
@@ -440,8 +478,8 @@ def test_what_streamjoin_does_not_run_is_refused_with_its_line(
         ),
         (
             "'connector' = 'kafka', 'topic' = 't', 'format' = 'json', 'scan.startup.mode' = "
-            "'timestamp'",
-            "'scan.startup.mode' 'timestamp' is not supported",
+            "'from-now'",
+            "'scan.startup.mode' 'from-now' is not supported",
         ),
         ("'connector' = 'filesystem', 'path' = '/x'", "'connector' 'filesystem'"),
         (

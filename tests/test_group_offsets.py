@@ -1,6 +1,7 @@
-"""Consumer group offsets, as Flink's Kafka connector uses them: a new job starts where its
-group (`properties.group.id`) committed (`scan.startup.mode` = `group-offsets`, Flink's default
-where a group is named), and the offsets it reads are committed back to the group."""
+"""Where a new job starts, as Flink's Kafka connector starts it: where its group
+(`properties.group.id`) committed (`scan.startup.mode` = `group-offsets`, Flink's default where a
+group is named), at named offsets (`specific-offsets`) or at a time (`timestamp`); and the offsets
+it reads are committed back to the group."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from serdes.kafka.group_offsets import GroupCommitter, committed
 from tests.kafka_io import create_topics, join_topics, read_topic, unique
@@ -84,3 +86,46 @@ def test_a_new_job_starts_where_its_group_committed_and_commits_what_it_read(
     config = {"bootstrap.servers": kafka}
     assert committed(config, group, orders, [0]) == {0: 5}
     assert committed(config, group, products, [0]) == {0: 1}
+
+
+@pytest.mark.spark
+def test_a_new_job_starts_at_named_offsets_and_at_a_time_as_flinks_startup_modes(
+    kafka: str, tmp_path: Path
+) -> None:
+    """Orders over four partitions, `specific-offsets` as Flink starts them: partition 0 named
+    at offset 2, partition 1 past its end (at its end), the others at the group's committed
+    offset (3 of partition 2) or, never committed, at the earliest (partition 3), whatever
+    KAFKA_AUTO_OFFSET_RESET says. Products from a time, as `timestamp`: the product created
+    before it is never read, so its orders find nothing in the inner join."""
+    orders, products, out = join_topics(kafka, partitions=4)
+    group, before = unique("orders-group"), 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": kafka})
+    for late, product in enumerate(["p1", "p2"]):
+        event = {"before": None, "after": {"product_id": product, "name": "n"}, "op": "c"}
+        producer.produce(
+            products, json.dumps(event).encode(), partition=0, timestamp=before + late * 10_000
+        )
+    for p in range(4):
+        for i in range(4):
+            row = {"order_id": f"o{p}{i}", "product_id": "p2" if i % 2 == 0 else "p1", "qty": i}
+            event = {"before": None, "after": row, "op": "c"}
+            producer.produce(orders, json.dumps(event).encode(), partition=p)
+    assert producer.flush(30) == 0
+    GroupCommitter({"bootstrap.servers": kafka}, group, {orders}).commit_progress(
+        progress(orders, {"2": 3})
+    )
+    starts = {
+        orders: {"0": 2, "1": 99, "*": "group-offsets"},
+        products: f"timestamp:{before + 5_000}",
+    }
+    env = join_env(kafka, orders, products, out, tmp_path / "ck") | {
+        "TRIGGER_INTERVAL": "available-now",
+        "JOIN_KIND": "inner",
+        "JOIN_SELECT": "L.order_id, R.name",
+        "STARTING_OFFSETS": json.dumps(starts),
+        "KAFKA_GROUP_ID": group,
+    }
+    done = run_to_exit(env, timeout_s=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    joined = sorted(json.loads(r.value)["order_id"] for r in read_topic(kafka, out))
+    assert joined == ["o02", "o30", "o32"]

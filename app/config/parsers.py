@@ -93,18 +93,45 @@ def column_list(text: str) -> tuple[str, ...]:
 
 
 STARTING_MODES = ("earliest", "latest", "group-offsets")
+# `timestamp:<epoch ms>`: each partition from its first record at or after that time (Flink's
+# `scan.startup.mode` = `timestamp`)
+AT_TIME = "timestamp:"
+# In a topic's offsets, where its partitions not named start: a mode (Flink's `specific-offsets`
+# starts them at its group's committed offsets, else the earliest)
+OTHER_PARTITIONS = "*"
+
+
+def start_time(mode: str) -> int | None:
+    """The epoch milliseconds of a `timestamp:<ms>` start, None for any other."""
+    if not mode.startswith(AT_TIME):
+        return None
+    text = mode[len(AT_TIME) :]
+    if not text.isdigit():
+        raise ValueError(mode)
+    return int(text)
+
+
+def _a_mode(start: object) -> bool:
+    return isinstance(start, str) and (start in STARTING_MODES or start_time(start) is not None)
+
+
+def _offsets(start: object) -> bool:
+    """A topic's partitions' offsets, its other partitions' mode beside them if given."""
+    return isinstance(start, dict) and all(
+        _a_mode(o) if p == OTHER_PARTITIONS else p.isdigit() and isinstance(o, int) and o >= -2
+        for p, o in start.items()
+    )
 
 
 def starting_offsets(text: str) -> str:
-    """`earliest`, `latest`, `group-offsets`, or JSON naming each topic's start: one of those
-    modes, or its partitions' offsets `{"partition": offset}` (-2 earliest, -1 latest)."""
-    if text.lower() in STARTING_MODES:
+    """`earliest`, `latest`, `group-offsets`, `timestamp:<epoch ms>`, or JSON naming each
+    topic's start: one of those modes, or its partitions' offsets `{"partition": offset}` (-2
+    earliest, -1 latest), with `"*"` the mode of the partitions not named."""
+    if _a_mode(text.lower()):
         return text.lower()
     spec = json.loads(text)
     if not isinstance(spec, dict) or not all(
-        start in STARTING_MODES
-        or (isinstance(start, dict) and all(isinstance(o, int) for o in start.values()))
-        for start in spec.values()
+        _a_mode(start) or _offsets(start) for start in spec.values()
     ):
         raise ValueError(text)
     return text

@@ -278,7 +278,8 @@ _ALL = [
     ),
     Variable(
         "STARTING_OFFSETS",
-        'earliest, latest, group-offsets (KAFKA_GROUP_ID\'s) or JSON like {"topic": {"0": 42}}',
+        "earliest, latest, group-offsets (KAFKA_GROUP_ID's), timestamp:<epoch ms> or JSON like "
+        '{"topic": {"0": 42, "*": "latest"}}',
         parsers.starting_offsets,
         "earliest",
         flink="'scan.startup.mode'",

@@ -101,6 +101,15 @@ class PartitionBounds:
         """The earliest offset still stored in each partition."""
         return {p: self._listed_bounds(p)[0] for p in self.partitions()}
 
+    def at_time(self, epoch_ms: int) -> dict[int, int]:
+        """Each partition's first offset whose record's timestamp is at or after `epoch_ms`;
+        a partition with none such, its end (Kafka's `ListOffsets` by time, as Flink's
+        `timestamp` startup mode asks it)."""
+        asked = [TopicPartition(self.topic, p, epoch_ms) for p in self.partitions()]
+        found = self._consumer.offsets_for_times(asked, timeout=METADATA_TIMEOUT_S)
+        ends = self.ends()
+        return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in found}
+
     def ends(self) -> dict[int, int]:
         """The end offset (next offset to be written, or last stable) of each partition: exact,
         or short of it while a partition is busier than the probe can follow (module doc)."""

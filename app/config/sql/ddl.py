@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.config.parsers import DURATION, duration_ms
+from app.config.parsers import DURATION, OTHER_PARTITIONS, duration_ms
 from app.config.redaction import is_secret
 from app.config.registry import INPUT_FORMATS, OUTPUT_FORMATS, VARIABLES, flink_options
 from serdes.kafka.decode import METADATA_TYPES
@@ -29,6 +29,12 @@ _STARTUP = {
     "latest-offset": "latest",
     "group-offsets": "group-offsets",
 }
+# The startup modes that take an option of their own, and its name
+_STARTUP_WITH = {
+    "specific-offsets": "scan.startup.specific-offsets",
+    "timestamp": "scan.startup.timestamp-millis",
+}
+_SPECIFIC_OFFSETS = "partition:0,offset:42;partition:1,offset:300"
 # Options of Flink's connectors that change nothing here (offsets live in the checkpoint).
 # Options whose only value streamjoin runs is Flink's default: any other is refused
 _DEFAULT_ONLY = {"value.fields-include": "ALL", "sink.partitioner": "default"}
@@ -85,7 +91,7 @@ class Compiled:
     variables: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
     # each input topic's startup mode, as STARTING_OFFSETS spells it, and the line of its table
-    starts: dict[str, tuple[str, int]] = field(default_factory=dict)
+    starts: dict[str, tuple[str | dict, int]] = field(default_factory=dict)
     # a chain's joins after the first, each as a join of two would be configured: its table's
     # RIGHT_* variables and its JOIN_TYPE, JOIN_KIND, JOIN_ON
     chain: list[Compiled] = field(default_factory=list)
@@ -549,12 +555,12 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
     if table.watermark and table.watermark[0] == time:
         out.set(f"{side}_WATERMARK_DELAY", f"{table.watermark[1]}ms", line)
     mode = options.take("scan.startup.mode")
-    if mode is not None and mode not in _STARTUP:
+    if mode is not None and mode not in _STARTUP and mode not in _STARTUP_WITH:
         raise SqlError(
             line,
             f"CREATE TABLE {table.name}: 'scan.startup.mode' {mode!r} is not "
-            "supported (earliest-offset, latest-offset, group-offsets; a restart "
-            "resumes from the checkpoint)",
+            "supported (earliest-offset, latest-offset, group-offsets, specific-offsets, "
+            "timestamp; a restart resumes from the checkpoint)",
         )
     if connector == "upsert-kafka":
         if mode is not None:  # Flink refuses the option on upsert-kafka
@@ -564,18 +570,57 @@ def input_table(table: Table, side: str, out: Compiled, time: str) -> None:
                 "its topic from the beginning: 'scan.startup.mode' is not its "
                 "option",
             )
-        start = "earliest"
+        start: str | dict = "earliest"
+    elif mode in _STARTUP_WITH:
+        start = _startup_at(options, mode)
     elif mode is not None:
         start = _STARTUP[mode]
     elif "properties.group.id" in options.left:
         start = "group-offsets"  # Flink's default mode, where a group is named
     else:
         start = "earliest"  # no group to start from: the topic's beginning
+    for key in _STARTUP_WITH.values():  # a mode's option beside another mode: unused, as in Flink
+        options.take(key)
     out.starts[topic] = (start, line)
     options.take("sink.partitioner")  # a table read, not written: how it is written is moot
     _kafka_properties(options, out, source=True)
     _registry(options, out)
     options.refuse_rest()
+
+
+def _startup_at(options: _Options, mode: str) -> str | dict:
+    """The start of a `specific-offsets` or `timestamp` mode from its option, as Flink reads
+    it: the partitions named at their offsets, the others at the group's committed offsets (the
+    earliest where it has none, or without a group); each partition at its first record at or
+    after the time."""
+    key, table = _STARTUP_WITH[mode], options.table
+    text = options.take(key)
+    if text is None:
+        raise SqlError(
+            table.line,
+            f"CREATE TABLE {table.name}: '{key}' is required in '{mode}' startup mode but missing",
+        )
+    if mode == "timestamp":
+        if not text.strip().isdigit():
+            raise SqlError(table.line, f"CREATE TABLE {table.name}: '{key}' {text!r} is not a long")
+        return f"timestamp:{int(text)}"
+    offsets: dict[str, int | str] = {}
+    for item in text.split(";"):
+        pair = dict(kv.split(":", 1) for kv in item.split(",") if ":" in kv)
+        if (
+            len(item.split(",")) != 2
+            or set(pair) != {"partition", "offset"}
+            or not all(v.isdigit() for v in pair.values())
+        ):
+            raise SqlError(
+                table.line,
+                f"CREATE TABLE {table.name}: invalid value for key '{key}': specific offsets "
+                f"should follow the format '{_SPECIFIC_OFFSETS}'",
+            )
+        offsets[str(int(pair["partition"]))] = int(pair["offset"])
+    if "properties.group.id" in options.left:
+        offsets[OTHER_PARTITIONS] = "group-offsets"
+    return offsets
 
 
 def _topic(options: _Options) -> str:
@@ -591,12 +636,12 @@ def _topic(options: _Options) -> str:
 
 def starting_offsets(out: Compiled) -> None:
     """STARTING_OFFSETS from the inputs' startup modes: their common one, or each topic's."""
-    modes = {mode for mode, _line in out.starts.values()}
+    modes = [mode for mode, _line in out.starts.values()]
     line = min((line for _mode, line in out.starts.values()), default=1)
-    if modes == {"earliest"}:
+    if all(mode == "earliest" for mode in modes):
         return  # the default
-    if len(modes) == 1:
-        out.set("STARTING_OFFSETS", modes.pop(), line)
+    if isinstance(modes[0], str) and modes.count(modes[0]) == len(modes):
+        out.set("STARTING_OFFSETS", modes[0], line)
     else:
         spec = {topic: mode for topic, (mode, _line) in sorted(out.starts.items())}
         out.set("STARTING_OFFSETS", json.dumps(spec), line)
