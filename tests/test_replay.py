@@ -185,7 +185,7 @@ def test_a_time_literal_in_a_condition_compares_as_flinks(spark, tmp_path: Path)
 
 def test_derived_tables_in_from_join_as_flinks_subqueries(spark, tmp_path: Path) -> None:
     """`(SELECT … FROM t WHERE …) AS a` in FROM: its filter on an inner join's input, an outer
-    join's padded and kept inputs, a derived table of a derived table, `SELECT *`, its computed
+    join's padded and kept inputs, a FULL join's inputs, a derived table of a derived table, `SELECT *`, its computed
     columns NULL on the rows an outer join pads (a CASE, a COALESCE, a literal), in regular,
     interval and temporal joins, and in an `EXISTS` subquery's condition. Equal to Flink 2.3's
     final tables."""

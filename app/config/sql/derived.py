@@ -12,13 +12,19 @@ becomes a condition where it keeps the same rows:
 - `a` the kept side of an outer join (`a LEFT JOIN y`), which no later join pads: the `WHERE`
   (the joined rows of `a`'s failing rows are dropped after the join, the others are as they
   were);
-- `a` a FULL join's input, or a kept side that a later RIGHT or FULL join pads: refused (no
-  condition of the joined rows keeps the same rows).
+- `a` a FULL join's input, which no later join pads: both, its join's `ON` (no row of the
+  other input meets a failing row of `a`, and is padded as Flink pads it) and the `WHERE`
+  `m IS NULL OR p` (a failing row of `a`, padded, is dropped; `m`, NULL exactly on the rows
+  where `a` is padded, is its table's primary key or a column declared NOT NULL: without one,
+  refused);
+- `a` a kept side that a later RIGHT or FULL join pads: refused (no condition of the joined
+  rows keeps the same rows).
 
 In Flink a column the subquery computes is NULL on a row an outer join pads; computed over the
 padded row's NULLs, a column that is not NULL wherever its own columns are (a CASE, COALESCE,
 IS NULL, a literal) would not be. Such a column is computed as `CASE WHEN m IS NULL THEN NULL
-ELSE … END`, `m` being NULL exactly on the padded rows: the table's primary key, or a side of an
+ELSE … END`, `m` being NULL exactly on the padded rows: the table's primary key or a column
+declared NOT NULL (Flink's planner holds it never NULL too), or a side of an
 equality in its own join's ON where that join does not keep its unmatched rows (an equality
 holds on no NULL). Without one it is refused.
 
@@ -101,12 +107,12 @@ def _derived(
     return read, columns, condition
 
 
-def _placed(line: int, place: int, kinds: list[str], said: str) -> int | None:
+def _placed(place: int, kinds: list[str]) -> int | None:
     """Where the filter of the input at `place` (0: FROM, n: the n-th join's table) goes: the
-    number of the join whose ON takes it (an inner join's input, an outer join's padded one),
-    or None for the WHERE (the module's list)."""
+    number of the join whose ON takes it (an inner join's input, an outer join's padded one, a
+    FULL join's input), or None for the WHERE alone (the module's list)."""
     if kinds and kinds[max(place, 1) - 1] == "full":
-        raise SqlError(line, f"{said}: a derived table's WHERE on a FULL join's input")
+        return max(place, 1)
     return max(place, 1) if kinds and not _kept(place, kinds) else None
 
 
@@ -129,9 +135,11 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
         read, named, condition = _derived(line, node, tables, said)
         place.set("this", read)
         columns[read.alias.lower()] = named
-        key = tables[read.name].primary_key
-        if key:  # a primary key is never NULL: NULL exactly on a padded row
-            markers[read.alias.lower()] = exp.column(key[0], table=read.alias)
+        table = tables[read.name]
+        # a primary key, a column declared NOT NULL, is never NULL: NULL exactly on a padded row
+        never_null = [*table.primary_key, *(c for c in table.declared if c in table.not_null)]
+        if never_null:
+            markers[read.alias.lower()] = exp.column(never_null[0], table=read.alias)
         if condition is not None:
             filters.append((number, condition, said))
     if not columns:
@@ -169,8 +177,8 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
                     line,
                     f"{column.sql()}: a derived table's column computed as "
                     f"{value.sql(FLINK_LEXICON)} is not NULL on the rows an outer join pads, "
-                    "as in Flink: supported where its table has a PRIMARY KEY, or its own join's "
-                    "ON equates a column of it",
+                    "as in Flink: supported where its table has a PRIMARY KEY or a NOT NULL "
+                    "column, or its own join's ON equates a column of it",
                 )
             absent = exp.Is(this=markers[alias].copy(), expression=exp.Null())
             return exp.Case(ifs=[exp.If(this=absent, true=exp.Null())], default=value)
@@ -206,12 +214,20 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
     if where is not None:
         where.set("this", substitute(where.this, set()))
     for place, condition, said in filters:
-        number = _placed(line, place, kinds, said)
+        number = _placed(place, kinds)
         if number is not None and joins[number - 1].args.get("on") is not None:
             join = joins[number - 1]
-            join.set("on", exp.and_(join.args["on"], condition))
-            continue
-        if _paddable(place, kinds):  # after the joins is too late: padded rows fail it
+            join.set("on", exp.and_(join.args["on"], condition.copy()))
+            if kinds[number - 1] != "full":
+                continue
+            if _paddable(0, kinds[number:]):
+                raise SqlError(
+                    line,
+                    f"{said}: a derived table's WHERE on a FULL join's input that a later RIGHT "
+                    "or FULL join pads",
+                )
+            condition = _unless_padded(line, aliases[place], markers, condition, said)
+        elif _paddable(place, kinds):  # after the joins is too late: padded rows fail it
             kept = "an outer join's kept" if _kept(place, kinds) else "an inner join's"
             raise SqlError(
                 line,
@@ -224,6 +240,21 @@ def inlined(line: int, query: exp.Expression, tables: dict[str, Table]) -> exp.E
             where = exp.Where(this=condition)
             query.set("where", where)
     return query
+
+
+def _unless_padded(
+    line: int, alias: str, markers: dict[str, exp.Expression], condition: exp.Expression, said: str
+) -> exp.Expression:
+    """A FULL join's input's filter over the joined rows: a row where that input is padded
+    passes it, as no row of the input it reads."""
+    if alias not in markers:
+        raise SqlError(
+            line,
+            f"{said}: a derived table's WHERE on a FULL join's input: supported where its table "
+            "has a PRIMARY KEY or a NOT NULL column (NULL only on the rows the join pads)",
+        )
+    absent = exp.Is(this=markers[alias].copy(), expression=exp.Null())
+    return exp.or_(absent, exp.paren(condition, copy=False))
 
 
 def _star(alias: str, columns: dict[str, dict[str, exp.Expression]]) -> list[exp.Expression]:
