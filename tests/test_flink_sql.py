@@ -160,6 +160,32 @@ def test_where_an_outer_join_pads_a_derived_table_a_never_null_column_tells_its_
         assert says in refusal(nullable + PRODUCTS + OUT + query)
 
 
+def test_a_correlated_condition_over_both_tables_meets_no_outer_null_as_flink_decorrelates() -> (
+    None
+):
+    """In `EXISTS` a conjunct over both tables other than an equality of one's expression with
+    the other's meets no outer row NULL in a column it names; an equality, or a conjunct over
+    one table, runs as written. Under `NOT IN`, such a conjunct that a NULL does not make NULL
+    is refused."""
+    variables = compiled(
+        "INSERT INTO out SELECT o.order_id, o.product_id, o.product_id FROM orders o WHERE "
+        "EXISTS (SELECT * FROM products p WHERE o.product_id IS NOT DISTINCT FROM p.product_id "
+        "AND COALESCE(o.order_id, 'z') = p.name AND (o.order_id > 'a' OR o.order_id IS NULL));"
+    )
+    assert variables["JOIN_ON"] == (
+        "NOT L.product_id IS NULL AND L.product_id IS NOT DISTINCT FROM R.product_id AND "
+        "COALESCE(L.order_id, 'z') = R.name AND (L.order_id > 'a' OR L.order_id IS NULL)"
+    )
+    not_in = (
+        "INSERT INTO out SELECT o.order_id, o.product_id, o.product_id FROM orders o WHERE "
+        "o.product_id NOT IN (SELECT p.product_id FROM products p WHERE {});"
+    )
+    assert compiled(not_in.format("o.order_id < p.name"))["JOIN_KIND"] == "anti"
+    assert "a condition over both tables that is not NULL wherever a column is" in refusal(
+        ORDERS + PRODUCTS + OUT + not_in.format("o.order_id < p.name OR p.name IS NULL")
+    )
+
+
 def test_a_where_after_an_outer_join_filters_the_joined_rows() -> None:
     """A WHERE after a LEFT JOIN cannot be a condition of the join (the join pads the rows
     it would drop): it is `JOIN_WHERE`, over the last join's `L` and `R`, the conjuncts of an

@@ -185,15 +185,28 @@ def test_a_time_literal_in_a_condition_compares_as_flinks(spark, tmp_path: Path)
 
 def test_derived_tables_in_from_join_as_flinks_subqueries(spark, tmp_path: Path) -> None:
     """`(SELECT … FROM t WHERE …) AS a` in FROM: its filter on an inner join's input, an outer
-    join's padded and kept inputs, a FULL join's inputs, a derived table of a derived table, `SELECT *`, its computed
-    columns NULL on the rows an outer join pads (a CASE, a COALESCE, a literal), in regular,
-    interval and temporal joins, and in an `EXISTS` subquery's condition. Equal to Flink 2.3's
-    final tables."""
+    join's padded and kept inputs, a FULL join's inputs, a derived table of a derived table,
+    `SELECT *`, its computed columns NULL on the rows an outer join pads (a CASE, a COALESCE, a
+    literal), in regular, interval and temporal joins, and in an `EXISTS` subquery's condition.
+    Equal to Flink 2.3's final tables."""
     cases = load_cases(FIXTURES / "derived_tables.json")
     code, lines = run(spark, cases, tmp_path)
     assert code == 0, [line for line in lines if "error" in line]
     finals = {d["case"]: d["final"] for d in lines if "final" in d}
     assert finals == flink_finals("derived_tables.jsonl")
+
+
+def test_a_correlated_subquerys_nulls_are_flinks(spark, tmp_path: Path) -> None:
+    """`EXISTS`, `NOT EXISTS` and `IN (SELECT …)` whose WHERE relates the outer row to the
+    subquery's by more than an equality (`IS NOT DISTINCT FROM`, an OR, a CASE, a comparison):
+    an outer row NULL in a column such a condition names meets no row, as Flink decorrelates
+    it; over one table, after a join and in a window join. Equal to Flink 2.3's final
+    tables."""
+    cases = load_cases(FIXTURES / "correlated_subqueries.json")
+    code, lines = run(spark, cases, tmp_path)
+    assert code == 0, [line for line in lines if "error" in line]
+    finals = {d["case"]: d["final"] for d in lines if "final" in d}
+    assert finals == flink_finals("correlated_subqueries.jsonl")
 
 
 def test_flinks_multi_join_option_runs_one_operator_with_the_chains_final_tables(

@@ -295,6 +295,15 @@ def _null_when_absent(node: exp.Expression) -> bool:
     return strict and any(_null_when_absent(n) for n in node.iter_expressions())
 
 
+def null_wherever_a_column_is(node: exp.Expression) -> bool:
+    """Whether `node` is NULL wherever any column it names is: strict all the way down."""
+    if isinstance(node, exp.Column | exp.Literal | exp.Null):
+        return True
+    function = FUNCTIONS.get(type(node))
+    strict = isinstance(node, _STRICT) or (function is not None and function.strict)
+    return strict and all(null_wherever_a_column_is(n) for n in node.iter_expressions())
+
+
 def _marker(on: exp.Expression, alias: str) -> exp.Expression | None:
     """A side of an equality of `on` over `alias`'s columns alone that is NULL on its padded
     rows: an equality holds on no NULL, so it is not NULL on a row that joined."""

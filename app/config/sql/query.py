@@ -55,7 +55,7 @@ from app.config.sql.ddl import (
     starting_offsets,
     statements,
 )
-from app.config.sql.derived import inlined
+from app.config.sql.derived import inlined, null_wherever_a_column_is
 from app.config.sql.views import CREATE_VIEW, create_view
 from app.config.sql.windows import readable, unwrapped
 from state.columns import chained_column
@@ -680,6 +680,47 @@ def _select_list(line: int, query: exp.Select, sides: _Sides, outputs: list[str]
     )
 
 
+def _aliases(node: exp.Expression) -> set[str]:
+    return {column.table for column in node.find_all(exp.Column)}
+
+
+def _as_decorrelated(
+    line: int, written: exp.Expression, conjunct: exp.Expression, not_in: bool
+) -> list[exp.Expression]:
+    """A conjunct of a correlated subquery's WHERE (`written`; `conjunct` over `L`, the outer
+    row, and `R`, the subquery's) as the semi or anti join Flink's planner makes of it.
+
+    A conjunct of one of them alone, or an equality of an expression of each, joins as
+    written. Flink's decorrelation evaluates any other over both (an `IS NOT DISTINCT FROM`,
+    an OR, a comparison) over the outer rows' distinct values of the columns it names, joined
+    back to them by `=`: in `EXISTS`, `NOT EXISTS` and `IN`, an outer row NULL in one of those
+    meets no row, whatever the conjunct says of NULLs (checked against Flink 2.3: `L.k IS NOT
+    DISTINCT FROM R.k` matches no NULL `L.k` there, in a window's join as in a regular one).
+    Under `NOT IN`, whose NULLs Flink's null-aware anti join treats apart, only a conjunct NULL
+    wherever a column is runs (the same there either way); another is refused rather than
+    answered otherwise."""
+    node = conjunct.unnest()
+    if _aliases(node) != {"L", "R"}:
+        return [conjunct]
+    if isinstance(node, exp.EQ) and {
+        frozenset(_aliases(node.this)),
+        frozenset(_aliases(node.expression)),
+    } == {frozenset({"L"}), frozenset({"R"})}:
+        return [conjunct]
+    if not_in:
+        if null_wherever_a_column_is(node):
+            return [conjunct]
+        raise SqlError(
+            line,
+            f"NOT IN (SELECT … WHERE {written.sql(FLINK_LEXICON)}): a condition over both "
+            "tables that is not NULL wherever a column is, under NOT IN, is not supported "
+            "(Flink's NULLs there are not reproduced); NOT EXISTS is",
+        )
+    named = dict.fromkeys(c.name for c in node.find_all(exp.Column) if c.table == "L")
+    present = [exp.column(name, table="L").is_(exp.null()).not_() for name in named]
+    return [*present, conjunct]
+
+
 def _subquery_join(
     line: int,
     tables: dict[str, Table],
@@ -718,9 +759,11 @@ def _subquery_join(
     sides = _Sides(line, [*members, right], [*aliases, {right_alias, right.name}])
     within = sides.inner()
     sides.visible = "L"  # the subquery's table is not the outer query's
+    not_in = negated and isinstance(part, exp.In)
     on = [
-        within.rewrite(p)
+        kept
         for p in _conjuncts(inner.args["where"].this if inner.args.get("where") else None)
+        for kept in _as_decorrelated(line, p, within.rewrite(p), not_in)
     ]
     if isinstance(part, exp.In):
         if len(inner.expressions) != 1 or not isinstance(part.this, exp.Column):
