@@ -203,6 +203,7 @@ def test_a_select_list_computes_as_flink_does(spark) -> None:
         "CAST(L.a > L.b AS VARCHAR(3))": "FAL",
         "L.t + INTERVAL '1' HOUR": datetime(2024, 3, 5, 7, 7, 8),
         "L.t - INTERVAL '1.5' SECOND": datetime(2024, 3, 5, 6, 7, 6, 500000),
+        "L.t + INTERVAL '-1.5' SECOND": datetime(2024, 3, 5, 6, 7, 6, 500000),
         "GREATEST(L.a, L.b, 0)": 2,
         "LEAST(L.d, 1)": Decimal("-7.45"),
         "GREATEST(L.a, CAST(NULL AS INT))": None,

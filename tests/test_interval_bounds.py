@@ -26,6 +26,9 @@ def bounds(text: str) -> tuple[int, int]:
         ("L.t BETWEEN R.t + INTERVAL '1' HOUR AND R.t + INTERVAL '3' HOUR", (HOUR, 3 * HOUR)),
         ("L.t BETWEEN R.t AND R.t", (0, 0)),
         ("L.t BETWEEN R.t - INTERVAL '1.5' SECOND AND R.t", (-1500, 0)),
+        # a signed literal, as Flink reads it: `+ INTERVAL '-1' SECOND` is a second earlier
+        ("R.t BETWEEN L.t - INTERVAL '3' SECOND AND L.t + INTERVAL '-1' SECOND", (1000, 3000)),
+        ("L.t BETWEEN R.t - INTERVAL '+2' SECOND AND R.t - INTERVAL '-1' SECOND", (-2000, 1000)),
         ("L.t BETWEEN R.t + INTERVAL '1' HOUR AND R.t", (HOUR, 0)),  # empty: joins nothing
         ("L.k = R.k AND L.t = R.t", (0, 0)),  # equal time attributes: an interval of width zero
         ("L.t = R.t + INTERVAL '1' HOUR AND L.k = R.k", (HOUR, HOUR)),

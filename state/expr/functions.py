@@ -514,7 +514,7 @@ INTERVAL_UNIT_MS = {
 }
 
 
-_INTERVAL_NUMBER = re.compile(r"\d+(\.\d+)?")
+_INTERVAL_NUMBER = re.compile(r"[-+]?\d+(\.\d+)?")
 
 
 def interval_millis(node: exp.Interval) -> int | None:
