@@ -296,8 +296,9 @@ def _null_when_absent(node: exp.Expression) -> bool:
 
 
 def null_wherever_a_column_is(node: exp.Expression) -> bool:
-    """Whether `node` is NULL wherever any column it names is: strict all the way down."""
-    if isinstance(node, exp.Column | exp.Literal | exp.Null):
+    """Whether `node` is NULL wherever any column it names is: strict all the way down (a
+    type or a unit names none)."""
+    if isinstance(node, exp.Column | exp.Literal | exp.Null | exp.DataType | exp.Var):
         return True
     function = FUNCTIONS.get(type(node))
     strict = isinstance(node, _STRICT) or (function is not None and function.strict)
