@@ -112,6 +112,7 @@ def test_available_now_trigger_processes_what_is_there_and_stops() -> None:
         ({"STARTING_OFFSETS": "timestamp:soon"}, "STARTING_OFFSETS", "timestamp:<epoch ms>"),
         ({"STARTING_OFFSETS": '{"orders": {"0": -3}}'}, "STARTING_OFFSETS", "or JSON like"),
         ({"STARTING_OFFSETS": '{"orders": {"*": "anywhere"}}'}, "STARTING_OFFSETS", "or JSON"),
+        ({"STARTING_OFFSETS": '{"orders": {"01": 3}}'}, "STARTING_OFFSETS", "or JSON"),
         ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER", "positive whole number"),
         ({"METRICS_PORT": "70000"}, "METRICS_PORT", "port number"),
         ({"LEFT_FORMAT": "xml"}, "LEFT_FORMAT", "json|avro-confluent"),

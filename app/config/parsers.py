@@ -118,7 +118,10 @@ def _a_mode(start: object) -> bool:
 def _offsets(start: object) -> bool:
     """A topic's partitions' offsets, its other partitions' mode beside them if given."""
     return isinstance(start, dict) and all(
-        _a_mode(o) if p == OTHER_PARTITIONS else p.isdigit() and isinstance(o, int) and o >= -2
+        _a_mode(o)
+        if p == OTHER_PARTITIONS
+        # a partition as the source names it: "1", not "01" (found by no partition, unread)
+        else p.isdigit() and p == str(int(p)) and isinstance(o, int) and o >= -2
         for p, o in start.items()
     )
 

@@ -290,9 +290,7 @@ def _null_when_absent(node: exp.Expression) -> bool:
         return True
     if isinstance(node, exp.Like | exp.Between | exp.In):
         return _null_when_absent(node.this)
-    function = FUNCTIONS.get(type(node))
-    strict = isinstance(node, _STRICT) or (function is not None and function.strict)
-    return strict and any(_null_when_absent(n) for n in node.iter_expressions())
+    return _strict(node) and any(_null_when_absent(n) for n in node.iter_expressions())
 
 
 def null_wherever_a_column_is(node: exp.Expression) -> bool:
@@ -300,9 +298,14 @@ def null_wherever_a_column_is(node: exp.Expression) -> bool:
     type or a unit names none)."""
     if isinstance(node, exp.Column | exp.Literal | exp.Null | exp.DataType | exp.Var):
         return True
+    return _strict(node) and all(null_wherever_a_column_is(n) for n in node.iter_expressions())
+
+
+def _strict(node: exp.Expression) -> bool:
+    """Whether `node` is NULL where any operand is (an operator, a comparison, a strict
+    function of the library)."""
     function = FUNCTIONS.get(type(node))
-    strict = isinstance(node, _STRICT) or (function is not None and function.strict)
-    return strict and all(null_wherever_a_column_is(n) for n in node.iter_expressions())
+    return isinstance(node, _STRICT) or (function is not None and function.strict)
 
 
 def _marker(on: exp.Expression, alias: str) -> exp.Expression | None:
